@@ -1,0 +1,19 @@
+"""kadj: kernel-level adjoints (reverse-mode derivatives) for Numba kernels.
+
+Put ``@kadj.differentiate`` above ``@numba.njit``; kadj reads the kernel's typed Numba
+IR and generates its adjoint as a new kernel.  See README.md and API.md.
+"""
+from .errors import DifferentiationError, InternalError
+from .api import (DifferentiatedKernel, differentiate, grad, value_and_grad,
+                  register_adjoint)
+from . import ops
+
+try:  # the tape and testing helpers
+    from .tape import Tape
+except ImportError:  # pragma: no cover - during development only
+    Tape = None
+from . import testing  # noqa: E402
+
+__all__ = ["DifferentiationError", "InternalError", "DifferentiatedKernel", "differentiate",
+           "grad", "value_and_grad", "register_adjoint", "Tape", "ops", "testing"]
+__version__ = "0.1.0"

@@ -1,0 +1,347 @@
+"""Analyses on the region tree that the reverse pass relies on.
+
+- **activity** (``varied``): which float variables and arrays depend on a
+  differentiable input; only those get adjoint code.  Flow-insensitive fixpoint over
+  the whole kernel (conservative: a variable is varied if any assignment to it is).
+- **arrays**: which arrays are read, written, read-and-written (the adjoint runs its
+  forward sweep on a work copy of those, never on the user's array), which have
+  adjoint arrays.
+- **recomputation** (``recompute``): per ``for ... in range`` loop, the statements at
+  the top of its body whose values depend only on the loop index, on variables the loop
+  does not assign and on arrays the loop does not write.  The reverse sweep recomputes
+  them at the start of each reversed iteration instead of storing them: a loop whose
+  reverse needs only such values (stencils, maps, most reductions) needs no tape.
+- **needed / pushed** (TBR, "to be recorded", as in Tapenade): the values the reverse
+  sweep reads; of those, the ones the forward overwrites (assigned in a loop or more than
+  once) and cannot recompute are pushed on a tape before being overwritten and popped
+  in the reverse sweep.  Arrays are restored the same way only when a recomputed
+  statement later reads them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from numba.core import types
+
+from . import ir
+from . import rules
+from .errors import DifferentiationError
+
+
+@dataclass
+class Analysis:
+    kernel: ir.Kernel
+    slot_args: tuple            # argument names with adjoint slots
+    varied: set = field(default_factory=set)        # varied float scalar variables
+    varied_arrays: set = field(default_factory=set)  # arrays with adjoint arrays
+    param_arrays: set = field(default_factory=set)
+    scratch_arrays: set = field(default_factory=set)
+    loaded: set = field(default_factory=set)
+    stored: set = field(default_factory=set)
+    work_arrays: set = field(default_factory=set)    # params read and written
+    assign_count: dict = field(default_factory=dict)
+    in_loop: set = field(default_factory=set)        # variables assigned inside a loop
+    recompute: dict = field(default_factory=dict)    # loop uid -> tuple of stmts
+    recompute_vars: dict = field(default_factory=dict)  # loop uid -> set of vars
+    needed: set = field(default_factory=set)
+    pushed: set = field(default_factory=set)
+    restore_arrays: set = field(default_factory=set)
+    has_rev: dict = field(default_factory=dict)      # id(stmt) -> bool
+    index_saved: set = field(default_factory=set)    # loop uids whose index is saved
+
+    def is_float(self, name):
+        return isinstance(self.kernel.types.get(name), types.Float)
+
+    def active(self, x):
+        return isinstance(x, ir.Var) and x.name in self.varied
+
+
+def analyze(kernel, slot_args):
+    a = Analysis(kernel=kernel, slot_args=tuple(slot_args))
+    T = kernel.types
+    body = kernel.body
+    for name in kernel.args:
+        if isinstance(T.get(name), types.Array):
+            a.param_arrays.add(name)
+    for s in ir.walk(body):
+        if isinstance(s, ir.Assign):
+            a.assign_count[s.target] = a.assign_count.get(s.target, 0) + 1
+            if isinstance(s.expr, ir.Alloc):
+                a.scratch_arrays.add(s.target)
+            elif isinstance(T.get(s.target), types.Array) and not (
+                    isinstance(s.expr, ir.Copy) and isinstance(s.expr.src, ir.GlobalRef)):
+                raise DifferentiationError(
+                    "array variables may not be rebound or aliased",
+                    kernel=kernel.name, loc=s.loc, construct="array alias",
+                    remedy="index the original array directly")
+    for name in a.param_arrays:
+        if name in a.assign_count:
+            raise DifferentiationError(
+                f"the array argument '{name}' is rebound inside the kernel",
+                kernel=kernel.name, construct="array rebinding",
+                remedy="use a new name for the new array")
+    _check_scratch_placement(kernel, a)
+    a.loaded = ir.loaded_arrays(body)
+    a.stored = ir.stored_arrays(body)
+    a.work_arrays = a.param_arrays & a.loaded & a.stored
+    _loop_assigned(body, a, False)
+    _activity(kernel, a)
+    _recompute(body, a)
+    _needed(body, a)
+    loop_indices = {s.index for s in ir.walk(body) if isinstance(s, ir.ForRange)}
+    for v in a.needed:
+        if v in loop_indices and a.assign_count.get(v, 0) == 0:
+            continue
+        if any(v in rv for rv in a.recompute_vars.values()):
+            continue
+        if a.assign_count.get(v, 0) > 1 or v in a.in_loop:
+            a.pushed.add(v)
+    for v in a.pushed:
+        t = T.get(v)
+        if not isinstance(t, (types.Number, types.Boolean)):
+            raise DifferentiationError(
+                f"the value of '{v}' ({t}) is overwritten but needed by the reverse sweep",
+                kernel=kernel.name, construct="overwritten non-scalar value",
+                remedy="assign the value to a new variable instead of overwriting it")
+    return a
+
+
+def _check_scratch_placement(kernel, a):
+    def visit(stmts, depth):
+        for s in stmts:
+            if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Alloc) and depth:
+                raise DifferentiationError(
+                    "scratch arrays allocated inside a loop are not supported",
+                    kernel=kernel.name, loc=s.loc, construct="np.empty/np.zeros in a loop",
+                    remedy="allocate the scratch array once, before the loop")
+            if isinstance(s, ir.If):
+                visit(s.then, depth)
+                visit(s.orelse, depth)
+            elif isinstance(s, (ir.ForRange, ir.Loop)):
+                visit(s.body, depth + 1)
+
+    visit(kernel.body, 0)
+
+
+def _loop_assigned(stmts, a, inside):
+    for s in stmts:
+        if isinstance(s, ir.Assign) and inside:
+            a.in_loop.add(s.target)
+        elif isinstance(s, ir.If):
+            _loop_assigned(s.then, a, inside)
+            _loop_assigned(s.orelse, a, inside)
+        elif isinstance(s, ir.ForRange):
+            if inside:
+                a.in_loop.add(s.index)
+            _loop_assigned(s.body, a, True)
+        elif isinstance(s, ir.Loop):
+            _loop_assigned(s.body, a, True)
+
+
+# ---- activity ------------------------------------------------------------------------
+def _activity(kernel, a):
+    T = kernel.types
+    for name in a.slot_args:
+        if isinstance(T.get(name), types.Array):
+            a.varied_arrays.add(name)
+        elif isinstance(T.get(name), types.Float):
+            a.varied.add(name)
+    stmts = list(ir.walk(kernel.body))
+    changed = True
+    while changed:
+        changed = False
+        for s in stmts:
+            if isinstance(s, ir.Assign):
+                if s.target in a.varied or not isinstance(T.get(s.target), types.Float):
+                    continue
+                e = s.expr
+                hit = False
+                if isinstance(e, ir.Load):
+                    hit = e.array.name in a.varied_arrays
+                elif isinstance(e, ir.Copy):
+                    hit = a.active(e.src)
+                elif isinstance(e, ir.Op):
+                    if e.fn not in rules.NONDIFFERENTIABLE:
+                        hit = any(a.active(x) for x in e.args)
+                if hit:
+                    a.varied.add(s.target)
+                    changed = True
+            elif isinstance(s, ir.Store):
+                arr = s.array.name
+                if arr not in a.varied_arrays and a.active(s.value) and \
+                        isinstance(T.get(arr), types.Array) and \
+                        isinstance(T[arr].dtype, types.Float):
+                    a.varied_arrays.add(arr)
+                    changed = True
+
+
+# ---- recomputation ------------------------------------------------------------------
+def _recompute(stmts, a):
+    for s in stmts:
+        if isinstance(s, ir.If):
+            _recompute(s.then, a)
+            _recompute(s.orelse, a)
+        elif isinstance(s, ir.Loop):
+            _recompute(s.body, a)
+        elif isinstance(s, ir.ForRange):
+            _recompute(s.body, a)
+            _recompute_loop(s, a)
+
+
+def _reads_outside(a, loop, names):
+    inside = set(map(id, ir.walk(loop.body)))
+    for s in ir.walk(a.kernel.body):
+        if id(s) in inside or s is loop:
+            continue
+        if ir.stmt_reads(s) & names:
+            return True
+    return False
+
+
+def _recompute_loop(loop, a):
+    assigned_in = ir.assigned(loop.body)
+    stored_in = ir.stored_arrays(loop.body)
+    rvars = set()
+    chosen = []
+
+    def ok_operand(x):
+        if not isinstance(x, ir.Var):
+            return True
+        n = x.name
+        return n == loop.index or n in rvars or n not in assigned_in
+
+    def ok_assign(s, allowed_count):
+        e = s.expr
+        if isinstance(e, ir.Alloc):
+            return False
+        if a.assign_count.get(s.target, 0) != allowed_count.get(s.target, 0):
+            return False
+        if isinstance(e, ir.Load) and e.array.name in stored_in:
+            return False
+        if isinstance(e, ir.Op) and getattr(e.fn, "_kadj_impure", False):
+            return False
+        return all(ok_operand(x) for x in ir.operands(e))
+
+    for s in loop.body:
+        if isinstance(s, ir.Assign):
+            if ok_assign(s, {s.target: 1}) and not _reads_outside(a, loop, {s.target}):
+                chosen.append(s)
+                rvars.add(s.target)
+        elif isinstance(s, ir.If):
+            inner = list(ir.walk((s,)))
+            if any(isinstance(x, (ir.ForRange, ir.Loop, ir.Return)) for x in inner):
+                continue
+            if not ok_operand(s.cond):
+                continue
+            assigns = [x for x in inner if isinstance(x, ir.Assign)]
+            counts = {}
+            for x in assigns:
+                counts[x.target] = counts.get(x.target, 0) + 1
+            targets = set(counts)
+            if not assigns or _reads_outside(a, loop, targets):
+                continue
+            saved = set(rvars)
+            rvars |= targets  # assignments inside may read each other (in order)
+            if all(ok_assign(x, counts) for x in assigns):
+                chosen.append(_assigns_only(s))
+            else:
+                rvars.clear()
+                rvars |= saved
+    a.recompute[loop.uid] = tuple(chosen)
+    a.recompute_vars[loop.uid] = rvars
+
+
+def _assigns_only(s):
+    """The If with only its assignments (what the reverse sweep recomputes)."""
+    from dataclasses import replace
+
+    def keep(seq):
+        out = []
+        for x in seq:
+            if isinstance(x, ir.Assign):
+                out.append(x)
+            elif isinstance(x, ir.If):
+                out.append(_assigns_only(x))
+        return tuple(out)
+
+    return replace(s, then=keep(s.then), orelse=keep(s.orelse))
+
+
+# ---- needed values ------------------------------------------------------------------
+def partial_reads(s, a):
+    """Variables the adjoint of Assign ``s`` reads (it must be active)."""
+    e = s.expr
+    out = set()
+    if isinstance(e, ir.Load):
+        if e.array.name in a.varied_arrays:
+            out |= ir.var_names(e.index)
+    elif isinstance(e, ir.Op):
+        rule = rules.lookup(e.fn)
+        if rule is not None:
+            from . import ops
+            args = [ops.var(x.name) if isinstance(x, ir.Var) else ops.const(
+                x.value if isinstance(x, ir.Const) and isinstance(x.value, (int, float))
+                else 0.0) for x in e.args]
+            contribs = rule.vjp(ops.var("__g"), ops.var(s.target), *args)
+            for x, c in zip(e.args, contribs):
+                if c is not None and a.active(x):
+                    out |= ops._lift(c).variables()
+            out.discard("__g")
+    return out
+
+
+def _needed(body, a):
+    needed = set()
+
+    def visit(stmts):
+        any_rev = False
+        for s in stmts:
+            r = False
+            if isinstance(s, ir.Assign):
+                if s.target in a.varied:
+                    needed.update(partial_reads(s, a))
+                    r = True
+            elif isinstance(s, ir.Store):
+                if s.array.name in a.varied_arrays:
+                    needed.update(ir.var_names(s.index))
+                    r = True
+            elif isinstance(s, ir.If):
+                r1 = visit(s.then)
+                r2 = visit(s.orelse)
+                r = r1 or r2
+                if r:
+                    needed.update(ir.var_names((s.cond,)))
+            elif isinstance(s, ir.ForRange):
+                r = visit(s.body)
+                if r:
+                    needed.update(ir.var_names((s.start, s.stop, s.step)))
+            elif isinstance(s, ir.Loop):
+                r = visit(s.body)
+            elif isinstance(s, ir.Return):
+                r = s.value is not None and a.active(s.value)
+            a.has_rev[id(s)] = r
+            any_rev = any_rev or r
+        return any_rev
+
+    visit(body)
+    # recomputed statements read their operands at reverse time
+    changed = True
+    while changed:
+        changed = False
+        for uid, stmts in a.recompute.items():
+            for s in ir.walk(stmts):
+                reads = ir.stmt_reads(s)
+                for v in reads:
+                    if v not in needed:
+                        needed.add(v)
+                        changed = True
+                if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load):
+                    a.restore_arrays.add(s.expr.array.name)
+    a.restore_arrays &= (a.stored & a.loaded)
+    # loop indices are re-created by the reversed loop; save them when read outside it
+    for s in ir.walk(body):
+        if isinstance(s, ir.ForRange) and s.index in needed and \
+                _reads_outside(a, s, {s.index}):
+            a.index_saved.add(s.uid)
+    needed.discard(None)
+    a.needed = needed

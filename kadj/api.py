@@ -1,0 +1,346 @@
+"""Public API: :func:`differentiate`, the differentiated-kernel object, :func:`grad`,
+:func:`value_and_grad` and :func:`register_adjoint`.
+
+A :class:`DifferentiatedKernel` wraps a numba dispatcher.  Calling it runs the forward
+exactly as the undecorated kernel (recorded on an active :class:`kadj.Tape`);
+``.adjoint(...)`` runs the generated adjoint, compiled once per argument-type
+signature by the pipeline frontend -> structurize -> analysis -> reverse -> codegen.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+from numba.core import types
+
+from . import analysis, codegen, frontend, ir, reverse, rules, structurize
+from .errors import DifferentiationError
+from .plan import AdjointPlan
+
+_JIT_OPTIONS_KEPT = ("fastmath", "error_model", "boundscheck", "nogil")
+
+
+@dataclass(frozen=True)
+class CompiledAdjoint:
+    plan: AdjointPlan
+    source: str
+    function: object       # the jitted adjoint
+    disk_cached: bool
+
+
+def _is_float_type(t):
+    return isinstance(t, types.Float) or (isinstance(t, types.Array) and
+                                          isinstance(t.dtype, types.Float))
+
+
+class DifferentiatedKernel:
+    """A numba ``@njit`` kernel together with its generated adjoint.
+
+    Example::
+
+        @kadj.differentiate
+        @njit
+        def heat_step(u, u_new, alpha):
+            for i in range(1, u.shape[0] - 1):
+                u_new[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+
+        heat_step(u, u_new, 0.1)                                   # forward
+        heat_step.adjoint(u, u_new, 0.1, adj_u, adj_u_new, adj_alpha)
+    """
+
+    def __init__(self, dispatcher, wrt=None):
+        if not frontend.is_jitted(dispatcher):
+            raise TypeError(
+                "kadj.differentiate expects a numba @njit or @cuda.jit function; "
+                f"got {dispatcher!r}. Put @kadj.differentiate above the numba decorator.")
+        self.dispatcher = dispatcher
+        self.py_func = dispatcher.py_func
+        self.__name__ = self.py_func.__name__
+        self.__doc__ = self.py_func.__doc__
+        self.__wrapped__ = self.py_func
+        self.wrt = tuple(wrt) if wrt is not None else None
+        code = self.py_func.__code__
+        self.arg_names = tuple(code.co_varnames[:code.co_argcount])
+        if self.wrt is not None:
+            unknown = [w for w in self.wrt if w not in self.arg_names]
+            if unknown:
+                raise ValueError(f"wrt names {unknown} are not arguments of "
+                                 f"{self.__name__}{self.arg_names}")
+        self._cache = {}
+        self._lock = threading.Lock()
+        self._last = None
+
+    def __repr__(self):
+        return f"<kadj differentiated kernel {self.__name__}>"
+
+    # ---- forward ------------------------------------------------------------------
+    def __call__(self, *args):
+        from . import tape as _tape
+        t = _tape.active()
+        if t is not None:
+            return t.record(self, args)
+        return self.dispatcher(*args)
+
+    def forward(self, *args):
+        """Run the forward kernel without recording it on a tape."""
+        return self.dispatcher(*args)
+
+    # ---- compilation -----------------------------------------------------------------
+    def _arg_types(self, args):
+        if len(args) != len(self.arg_names):
+            raise TypeError(f"{self.__name__} takes {len(self.arg_names)} arguments "
+                            f"{self.arg_names}, got {len(args)}")
+        return tuple(self.dispatcher.typeof_pyval(a) for a in args)
+
+    def _options(self):
+        opts = getattr(self.dispatcher, "targetoptions", {}) or {}
+        return {k: opts[k] for k in _JIT_OPTIONS_KEPT if k in opts}
+
+    def compiled(self, *args):
+        """The compiled adjoint for these arguments' types."""
+        arg_types = self._arg_types(args)
+        hit = self._cache.get(arg_types)
+        if hit is not None:
+            self._last = hit
+            return hit
+        with self._lock:
+            hit = self._cache.get(arg_types)
+            if hit is None:
+                hit = self._build(arg_types)
+                self._cache[arg_types] = hit
+        self._last = hit
+        return hit
+
+    def _build(self, arg_types):
+        from numba import njit
+        options = self._options()
+        key = codegen.cache_key(self.py_func, arg_types, self.wrt, options, "cpu")
+        cached = codegen.load_cached(key)
+        if cached is not None:
+            plan, source, pyfn, _report = cached
+            return CompiledAdjoint(plan, source, njit(cache=True, **options)(pyfn), True)
+        tk = frontend.type_cpu_kernel(self.dispatcher, arg_types)
+        kernel = structurize.structurize(tk)
+        plan = self._plan(kernel, arg_types)
+        slot_names = tuple(self.arg_names[i] for i in plan.adjoint_args)
+        an = analysis.analyze(kernel, slot_names)
+        adj = reverse.write_adjoint(kernel, an, slot_names, plan.returns_value)
+        files = {loc.filename for loc in _locs(tk.func_ir) if loc.filename}
+        pyfn, disk = codegen.build(adj, plan, key, files)
+        jitted = njit(cache=disk, **options)(pyfn)
+        return CompiledAdjoint(plan, adj.source, jitted, disk)
+
+    def _plan(self, kernel, arg_types):
+        stored = ir.stored_arrays(kernel.body)
+        loaded = ir.loaded_arrays(kernel.body)
+        slots, written, read = [], set(), set()
+        for i, (name, t) in enumerate(zip(self.arg_names, arg_types)):
+            is_arr = isinstance(t, types.Array)
+            if is_arr and name in stored:
+                written.add(i)
+            if is_arr and name in loaded:
+                read.add(i)
+            if not _is_float_type(t):
+                if self.wrt is not None and name in self.wrt:
+                    raise DifferentiationError(
+                        f"argument '{name}' has type {t}, which is not floating point",
+                        kernel=self.__name__, construct=f"wrt={self.wrt}",
+                        remedy="only float32/float64 arguments can be differentiated")
+                continue
+            if isinstance(t, types.Array) and t.dtype != t.dtype or \
+                    isinstance(getattr(t, "dtype", None), types.Complex):
+                continue
+            if self.wrt is None or name in self.wrt or (is_arr and name in stored):
+                slots.append(i)
+        returns = isinstance(kernel.return_type, types.Float)
+        if isinstance(kernel.return_type, types.Complex):
+            raise DifferentiationError("complex return values are not supported yet",
+                                       kernel=self.__name__, construct="complex return")
+        return AdjointPlan(kernel_name=self.__name__, arg_names=self.arg_names,
+                           adjoint_args=tuple(slots), written=frozenset(written),
+                           read=frozenset(read), returns_value=returns)
+
+    # ---- adjoint ------------------------------------------------------------------
+    def adjoint_plan(self, *args):
+        """The :class:`~kadj.plan.AdjointPlan` (argument layout) for these arguments."""
+        return self.compiled(*args).plan
+
+    def adjoint_source(self, *example_args):
+        """The generated adjoint as Python source text."""
+        if example_args:
+            return self.compiled(*example_args).source
+        if self._last is None:
+            raise DifferentiationError(
+                "adjoint_source() needs example arguments until the adjoint has been "
+                "compiled once", kernel=self.__name__,
+                remedy=f"call {self.__name__}.adjoint_source(*args) with example arguments")
+        return self._last.source
+
+    def adjoint(self, *args, adj_return=1.0):
+        """Run the adjoint: ``k.adjoint(*forward_args, *adjoints, adj_return=1.0)``.
+
+        Adjoints are in/out (API.md): on entry the cotangent of each argument's state
+        after the call, on return the cotangent of its state before the call.  Returns
+        the forward's return value (recomputed), if any.
+        """
+        n = len(self.arg_names)
+        if len(args) < n:
+            raise TypeError(f"{self.__name__}.adjoint expects the {n} forward arguments "
+                            f"{self.arg_names} followed by their adjoints")
+        fwd, adjs = args[:n], args[n:]
+        comp = self.compiled(*fwd)
+        plan = comp.plan
+        _check_adjoints(self.__name__, plan, fwd, adjs)
+        call = list(fwd) + list(adjs)
+        if plan.returns_value:
+            call.append(float(adj_return))
+        return comp.function(*call)
+
+
+def _check_adjoints(name, plan, fwd, adjs):
+    expected = plan.adjoint_names()
+    if len(adjs) != len(expected):
+        raise TypeError(
+            f"{name}.adjoint expects {len(expected)} adjoint argument(s) {expected} after "
+            f"the forward arguments, got {len(adjs)}")
+    for i, buf, aname in zip(plan.adjoint_args, adjs, expected):
+        x = fwd[i]
+        if not isinstance(buf, np.ndarray):
+            raise TypeError(f"{name}.adjoint: {aname} must be a NumPy array, got "
+                            f"{type(buf).__name__}")
+        if isinstance(x, np.ndarray):
+            if buf.shape != x.shape or buf.dtype != x.dtype:
+                raise ValueError(
+                    f"{name}.adjoint: {aname} must have the shape and dtype of "
+                    f"{plan.arg_names[i]} ({x.shape}, {x.dtype}); got ({buf.shape}, "
+                    f"{buf.dtype})")
+        else:
+            want = np.asarray(x).dtype
+            if buf.shape not in ((1,), ()) or buf.size != 1 or buf.dtype != want:
+                raise ValueError(
+                    f"{name}.adjoint: {aname} (adjoint of the scalar "
+                    f"{plan.arg_names[i]}) must be a 1-element array of dtype {want}; "
+                    f"got shape {buf.shape}, dtype {buf.dtype}")
+            if buf.shape == ():
+                raise ValueError(f"{name}.adjoint: {aname} must have shape (1,)")
+        if not buf.flags.writeable:
+            raise ValueError(f"{name}.adjoint: {aname} is read-only")
+    arrays = [a for a in list(fwd) if isinstance(a, np.ndarray)]
+    for buf, aname in zip(adjs, expected):
+        for a in arrays:
+            if np.shares_memory(buf, a):
+                raise ValueError(f"{name}.adjoint: {aname} shares memory with a forward "
+                                 "argument; adjoint buffers must be separate arrays")
+    for j, b1 in enumerate(adjs):
+        for b2 in adjs[j + 1:]:
+            if np.shares_memory(b1, b2):
+                raise ValueError(f"{name}.adjoint: two adjoint buffers share memory")
+    written = [fwd[i] for i in plan.written]
+    for w in written:
+        for i, a in enumerate(fwd):
+            if isinstance(a, np.ndarray) and a is not w and np.shares_memory(a, w):
+                raise ValueError(
+                    f"{name}.adjoint: argument {plan.arg_names[i]} overlaps an array the "
+                    "kernel writes; kadj does not differentiate aliased arguments")
+
+
+def _locs(func_ir):
+    for blk in func_ir.blocks.values():
+        for s in blk.body:
+            if getattr(s, "loc", None) is not None:
+                yield s.loc
+
+
+# ---- decorators and functional API ---------------------------------------------------
+def differentiate(kernel=None, wrt=None):
+    """Differentiate a numba kernel: ``@kadj.differentiate`` above ``@njit``.
+
+    Also usable as ``kadj.differentiate(kernel, wrt=("u", "alpha"))`` and as
+    ``@kadj.differentiate(wrt=(...))``.
+    """
+    if kernel is None:
+        return lambda k: differentiate(k, wrt=wrt)
+    if isinstance(kernel, DifferentiatedKernel):
+        if wrt is None or tuple(wrt) == kernel.wrt:
+            return kernel
+        kernel = kernel.dispatcher
+    if _is_cuda(kernel):
+        from .cuda_api import CudaDifferentiatedKernel
+        return CudaDifferentiatedKernel(kernel, wrt=wrt)
+    return DifferentiatedKernel(kernel, wrt=wrt)
+
+
+def _is_cuda(kernel):
+    mod = type(kernel).__module__
+    return "cuda" in mod
+
+
+def register_adjoint(fn):
+    """Register a derivative rule for ``fn`` (a jitted helper or any callable numba can
+    compile), written in :mod:`kadj.ops`::
+
+        @kadj.register_adjoint(my_softplus)
+        def _(g, out, x):
+            return (g * (1.0 - kadj.ops.exp(-out)),)
+
+    The rule gets the incoming adjoint ``g``, the primal output ``out`` and the
+    arguments, and returns one contribution per argument (``None`` for none).
+    """
+    def deco(vjp):
+        rules.register(fn, domain=(), name=getattr(fn, "__name__", "custom"))(vjp)
+        return vjp
+    return deco
+
+
+def _as_kernel(f):
+    if isinstance(f, DifferentiatedKernel):
+        return f
+    return differentiate(f)
+
+
+def value_and_grad(f, argnums=0):
+    """``value_and_grad(f, argnums)(*args) -> (f(*args), gradient(s))`` for an ``@njit``
+    function returning a float (like ``jax.value_and_grad``)."""
+    k = _as_kernel(f)
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums)
+
+    def run(*args):
+        comp = k.compiled(*args)
+        plan = comp.plan
+        if not plan.returns_value:
+            raise DifferentiationError(
+                f"{k.__name__} does not return a float, so it has no gradient",
+                kernel=k.__name__, remedy="return the scalar loss from the function")
+        for i in nums:
+            if i not in plan.adjoint_args:
+                raise DifferentiationError(
+                    f"argument {i} ('{k.arg_names[i]}') is not differentiable (not a float "
+                    "or not in wrt)", kernel=k.__name__)
+        bufs = []
+        for i in plan.adjoint_args:
+            x = args[i]
+            if isinstance(x, np.ndarray):
+                bufs.append(np.zeros_like(x))
+            else:
+                bufs.append(np.zeros(1, dtype=np.asarray(x).dtype))
+        value = k.adjoint(*args, *bufs, adj_return=1.0)
+        grads = []
+        for i in nums:
+            b = bufs[plan.adjoint_args.index(i)]
+            grads.append(b if isinstance(args[i], np.ndarray) else b[0].item())
+        return value, (grads[0] if single else tuple(grads))
+
+    return run
+
+
+def grad(f, argnums=0):
+    """``grad(f, argnums)(*args)``: gradient of an ``@njit`` function returning a float
+    with respect to ``args[argnums]`` (a tuple of gradients for a tuple of argnums)."""
+    vg = value_and_grad(f, argnums)
+
+    def run(*args):
+        return vg(*args)[1]
+
+    return run

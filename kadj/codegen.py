@@ -1,0 +1,117 @@
+"""Codegen: the adjoint's Python source -> a compiled numba function, cached.
+
+The source written by :mod:`kadj.reverse` is saved as a module file in kadj's cache
+directory (``$KADJ_CACHE_DIR``, default ``~/.cache/kadj``) next to a JSON record of the
+adjoint's plan and of the source files it came from (with their modification times),
+then imported and compiled by numba with the user's own jit options and numba's
+on-disk cache.  A second process with unchanged sources finds both: it neither
+regenerates the adjoint nor recompiles it.  Adjoints that reference objects that cannot
+be named in a module file (user functions with custom rules, global arrays) are cached
+in memory only.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+
+from .plan import AdjointPlan
+
+CACHE_VERSION = "kadj-adjoint-v1"
+_STANDARD = {"math", "np", "_push", "_sign"}
+_HEADER = ("import math\nimport numpy as np\n"
+           "from kadj.runtime_helpers import _push, _sign\n\n\n")
+
+
+def cache_dir():
+    d = os.environ.get("KADJ_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                         "kadj")
+    return d
+
+
+def cache_key(py_func, arg_types, wrt, options, target):
+    code = py_func.__code__
+    parts = [CACHE_VERSION, target, py_func.__module__, py_func.__qualname__,
+             code.co_filename, repr(code.co_code), repr(code.co_consts),
+             repr(tuple(str(t) for t in arg_types)), repr(wrt),
+             repr(sorted((k, repr(v)) for k, v in options.items()))]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def _files_fresh(files):
+    for path, mtime in files:
+        try:
+            if os.path.getmtime(path) != mtime:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def load_cached(key):
+    """(plan, source, module) from the disk cache, or None."""
+    d = cache_dir()
+    meta_path = os.path.join(d, f"adj_{key}.json")
+    src_path = os.path.join(d, f"adj_{key}.py")
+    if not (os.path.exists(meta_path) and os.path.exists(src_path)):
+        return None
+    try:
+        with open(meta_path) as fh:
+            meta = json.load(fh)
+        if not _files_fresh(meta["files"]):
+            return None
+        plan = AdjointPlan(kernel_name=meta["kernel_name"], arg_names=tuple(meta["arg_names"]),
+                           adjoint_args=tuple(meta["adjoint_args"]),
+                           written=frozenset(meta["written"]), read=frozenset(meta["read"]),
+                           returns_value=meta["returns_value"])
+        module = _import(src_path, key)
+        with open(src_path) as fh:
+            source = fh.read()[len(_HEADER):]
+        return plan, source, getattr(module, meta["function"]), meta.get("report", "")
+    except Exception:  # a damaged cache entry is regenerated
+        return None
+
+
+def _import(path, key):
+    name = f"kadj_adjoint_{key}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def build(adj, plan, key, source_files, report=""):
+    """Python function object for the generated adjoint (disk-backed when possible).
+
+    Returns (function, disk_cached)."""
+    extra = set(adj.namespace) - _STANDARD
+    if not extra:
+        try:
+            d = cache_dir()
+            os.makedirs(d, exist_ok=True)
+            src_path = os.path.join(d, f"adj_{key}.py")
+            tmp = src_path + f".{os.getpid()}.tmp"
+            with open(tmp, "w") as fh:
+                fh.write(_HEADER + adj.source)
+            os.replace(tmp, src_path)
+            meta = {"kernel_name": plan.kernel_name, "arg_names": list(plan.arg_names),
+                    "adjoint_args": list(plan.adjoint_args), "written": sorted(plan.written),
+                    "read": sorted(plan.read), "returns_value": plan.returns_value,
+                    "function": adj.name, "report": report,
+                    "files": [[f, os.path.getmtime(f)] for f in sorted(source_files)
+                              if os.path.exists(f)]}
+            tmp = os.path.join(d, f"adj_{key}.json.{os.getpid()}.tmp")
+            with open(tmp, "w") as fh:
+                json.dump(meta, fh)
+            os.replace(tmp, os.path.join(d, f"adj_{key}.json"))
+            module = _import(src_path, key)
+            return getattr(module, adj.name), True
+        except OSError:
+            pass
+    ns = dict(adj.namespace)
+    code = compile(adj.source, f"<kadj adjoint of {plan.kernel_name}>", "exec")
+    exec(code, ns)
+    return ns[adj.name], False

@@ -1,0 +1,264 @@
+"""kadj's region tree: the kernel as structured statements.
+
+Operands are :class:`Var` (a kernel variable), :class:`Const` (a literal) or
+:class:`GlobalRef` (a module-level object such as a constant array).  Expressions
+are the right-hand sides of :class:`Assign`; statements nest into :class:`If`,
+:class:`ForRange` (``for i in range(start, stop, step)``) and :class:`Loop`
+(``while True`` with :class:`Break` / :class:`Continue`).  After structuring,
+``Break``, ``Continue`` and ``Return`` occur only as the last statement of a sequence,
+and ``Return`` never inside a loop.
+
+Every node carries the numba ``ir.Loc`` of the user's source line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+# ---- operands -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Var:
+    name: str
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Any
+
+
+@dataclass(frozen=True)
+class GlobalRef:
+    value: Any = field(compare=False)
+    name: str = ""
+
+
+# ---- expressions ---------------------------------------------------------------
+@dataclass(frozen=True)
+class Copy:
+    src: Any
+
+
+@dataclass(frozen=True)
+class Op:
+    """A call of ``fn`` (operator, math/numpy function, builtin, or user function with
+    a registered rule) on operands; ``kws`` is a tuple of (name, operand)."""
+
+    fn: Any = field(compare=False)
+    args: tuple = ()
+    kws: tuple = ()
+
+
+@dataclass(frozen=True)
+class Load:
+    array: Var
+    index: tuple
+
+
+@dataclass(frozen=True)
+class Attr:
+    value: Var
+    attr: str
+
+
+@dataclass(frozen=True)
+class Item:
+    value: Var
+    index: int
+
+
+@dataclass(frozen=True)
+class Alloc:
+    """A scratch array allocated inside the kernel (np.empty, np.zeros, ...)."""
+
+    fn: Any = field(compare=False)
+    args: tuple = ()
+    kws: tuple = ()
+
+
+# ---- statements ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Assign:
+    target: str
+    expr: Any
+    loc: Any = field(compare=False, default=None)
+
+
+@dataclass(frozen=True)
+class Store:
+    array: Var
+    index: tuple
+    value: Any
+    loc: Any = field(compare=False, default=None)
+
+
+@dataclass(frozen=True)
+class If:
+    cond: Any
+    then: tuple
+    orelse: tuple
+    loc: Any = field(compare=False, default=None)
+
+
+@dataclass(frozen=True)
+class ForRange:
+    index: str
+    start: Any
+    stop: Any
+    step: Any
+    body: tuple
+    loc: Any = field(compare=False, default=None)
+    uid: int = 0
+
+
+@dataclass(frozen=True)
+class Loop:
+    body: tuple
+    loc: Any = field(compare=False, default=None)
+    uid: int = 0
+
+
+@dataclass(frozen=True)
+class Break:
+    loc: Any = field(compare=False, default=None)
+
+
+@dataclass(frozen=True)
+class Continue:
+    loc: Any = field(compare=False, default=None)
+
+
+@dataclass(frozen=True)
+class Return:
+    value: Any = None
+    loc: Any = field(compare=False, default=None)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    args: tuple  # argument names
+    body: tuple
+    types: dict = field(compare=False, default_factory=dict)  # variable -> numba type
+    return_type: Any = field(compare=False, default=None)
+    loc: Any = field(compare=False, default=None)
+
+
+# ---- helpers -----------------------------------------------------------------------
+def operands(expr):
+    """The operands an expression reads."""
+    if isinstance(expr, Copy):
+        return (expr.src,)
+    if isinstance(expr, (Op, Alloc)):
+        return tuple(expr.args) + tuple(v for _, v in expr.kws)
+    if isinstance(expr, Load):
+        return (expr.array,) + tuple(expr.index)
+    if isinstance(expr, (Attr, Item)):
+        return (expr.value,)
+    raise TypeError(expr)
+
+
+def var_names(xs):
+    return {x.name for x in xs if isinstance(x, Var)}
+
+
+def walk(stmts):
+    """Every statement in a sequence, nested ones included (pre-order)."""
+    for s in stmts:
+        yield s
+        if isinstance(s, If):
+            yield from walk(s.then)
+            yield from walk(s.orelse)
+        elif isinstance(s, (ForRange, Loop)):
+            yield from walk(s.body)
+
+
+def stmt_reads(s):
+    """Variables a single statement reads (not counting nested bodies)."""
+    if isinstance(s, Assign):
+        return var_names(operands(s.expr))
+    if isinstance(s, Store):
+        return var_names((s.array,) + tuple(s.index) + (s.value,))
+    if isinstance(s, If):
+        return var_names((s.cond,))
+    if isinstance(s, ForRange):
+        return var_names((s.start, s.stop, s.step))
+    if isinstance(s, Return):
+        return var_names((s.value,)) if s.value is not None else set()
+    return set()
+
+
+def assigned(stmts):
+    """Variables assigned anywhere in a sequence (nested included; loop indices too)."""
+    out = set()
+    for s in walk(stmts):
+        if isinstance(s, Assign):
+            out.add(s.target)
+        elif isinstance(s, ForRange):
+            out.add(s.index)
+    return out
+
+
+def stored_arrays(stmts):
+    return {s.array.name for s in walk(stmts) if isinstance(s, Store)}
+
+
+def loaded_arrays(stmts):
+    return {s.expr.array.name for s in walk(stmts)
+            if isinstance(s, Assign) and isinstance(s.expr, Load)}
+
+
+def fmt(stmts, indent=0):
+    """Pretty-print a sequence of statements (for debugging)."""
+    pad = "    " * indent
+    lines = []
+    for s in stmts:
+        if isinstance(s, If):
+            lines.append(f"{pad}if {_o(s.cond)}:")
+            lines.append(fmt(s.then, indent + 1) or pad + "    pass")
+            if s.orelse:
+                lines.append(f"{pad}else:")
+                lines.append(fmt(s.orelse, indent + 1))
+        elif isinstance(s, ForRange):
+            lines.append(f"{pad}for {s.index} in range({_o(s.start)}, {_o(s.stop)}, "
+                         f"{_o(s.step)}):")
+            lines.append(fmt(s.body, indent + 1) or pad + "    pass")
+        elif isinstance(s, Loop):
+            lines.append(f"{pad}while True:")
+            lines.append(fmt(s.body, indent + 1) or pad + "    pass")
+        elif isinstance(s, Assign):
+            lines.append(f"{pad}{s.target} = {_e(s.expr)}")
+        elif isinstance(s, Store):
+            lines.append(f"{pad}{s.array.name}[{', '.join(map(_o, s.index))}] = "
+                         f"{_o(s.value)}")
+        elif isinstance(s, Return):
+            lines.append(f"{pad}return {_o(s.value) if s.value is not None else ''}")
+        else:
+            lines.append(f"{pad}{type(s).__name__.lower()}")
+    return "\n".join(lines)
+
+
+def _o(x):
+    if isinstance(x, Var):
+        return x.name
+    if isinstance(x, Const):
+        return repr(x.value)
+    if isinstance(x, GlobalRef):
+        return x.name or "<global>"
+    return repr(x)
+
+
+def _e(e):
+    if isinstance(e, Copy):
+        return _o(e.src)
+    if isinstance(e, (Op, Alloc)):
+        name = getattr(e.fn, "__name__", repr(e.fn))
+        args = [_o(a) for a in e.args] + [f"{k}={_o(v)}" for k, v in e.kws]
+        return f"{name}({', '.join(args)})"
+    if isinstance(e, Load):
+        return f"{e.array.name}[{', '.join(map(_o, e.index))}]"
+    if isinstance(e, Attr):
+        return f"{e.value.name}.{e.attr}"
+    if isinstance(e, Item):
+        return f"{e.value.name}[{e.index}]"
+    return repr(e)

@@ -1,0 +1,710 @@
+"""Reverse: region tree + analyses + rules -> the adjoint as readable Python source.
+
+The adjoint function has three parts:
+
+1. set-up: adjoint accumulators for scalars, work copies of arrays the kernel both
+   reads and writes (the user's arrays are never modified), tapes;
+2. the forward sweep: the kernel's statements (dead ones removed), pushing on a tape
+   each value the reverse sweep needs before the forward overwrites it, and the
+   iteration count of loops that can exit early;
+3. the reverse sweep: statements in reverse order, each adding its partial
+   derivatives (from :mod:`kadj.rules`) times its adjoint into its operands' adjoints,
+   popping overwritten values back.  ``for`` loops run backwards, recomputing at the
+   top of each iteration the values :mod:`kadj.analysis` found recomputable.
+
+The in/out rule of the adjoint buffers (API.md) falls out of this: a store consumes
+the element's adjoint (sets it to zero after passing it on), a load accumulates.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from numba.core import types
+
+from . import ir
+from . import ops
+from . import rules
+from .analysis import partial_reads
+from .errors import DifferentiationError
+
+_INFIX = {
+    operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
+    operator.floordiv: "//", operator.mod: "%", operator.pow: "**",
+    operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">=",
+    operator.eq: "==", operator.ne: "!=", operator.and_: "&", operator.or_: "|",
+    operator.xor: "^", operator.lshift: "<<", operator.rshift: ">>",
+}
+_UNARY = {operator.neg: "-", operator.pos: "+", operator.not_: "not ", operator.invert: "~"}
+_SYM_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_SYM_CMP = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+_SYM_FUNCS = {"sin": "math.sin", "cos": "math.cos", "tan": "math.tan", "sinh": "math.sinh",
+              "cosh": "math.cosh", "tanh": "math.tanh", "exp": "math.exp",
+              "log": "math.log", "sqrt": "math.sqrt", "pow": "math.pow",
+              "copysign": "math.copysign", "sign": "_sign"}
+
+
+@dataclass(frozen=True)
+class AdjointSource:
+    name: str
+    source: str
+    namespace: dict
+    param_names: tuple
+
+
+class Writer:
+    def __init__(self, kernel, an, slot_args, returns_value, fname):
+        self.k = kernel
+        self.a = an
+        self.T = kernel.types
+        self.slot_args = tuple(slot_args)
+        self.returns_value = returns_value
+        self.fname = fname
+        self.lines = []
+        self.ns = {"math": math, "np": np}
+        self.names = {}
+        self.tmp = 0
+        self.used = set(kernel.args)
+        self.counter = 0
+        self.tapes = set()
+        self._last_loc = None
+        for arg in kernel.args:
+            self.names[arg] = arg
+
+    # ---- naming ---------------------------------------------------------------
+    def n(self, var):
+        if var in self.names:
+            return self.names[var]
+        if var.startswith("$"):
+            self.tmp += 1
+            base = f"t{self.tmp}"
+        else:
+            base = re.sub(r"\W", "_", var).strip("_") or "v"
+            if base[0].isdigit():
+                base = "v" + base
+        name = base
+        k = 1
+        while name in self.used or name.startswith("adj_"):
+            k += 1
+            name = f"{base}_{k}"
+        self.used.add(name)
+        self.names[var] = name
+        return name
+
+    def arr(self, var):
+        """Name of an array as the forward sweep sees it (work copy if written)."""
+        if var in self.a.work_arrays:
+            return self.n(var) + "_work"
+        return self.n(var)
+
+    def adj(self, var):
+        return "adj_" + self.n(var)
+
+    def fresh(self, base):
+        self.counter += 1
+        name = f"_{base}{self.counter}"
+        self.used.add(name)
+        return name
+
+    # ---- rendering ----------------------------------------------------------------
+    def emit(self, depth, text):
+        self.lines.append("    " * depth + text)
+
+    def comment(self, depth, loc):
+        if loc is None or loc == self._last_loc:
+            return
+        self._last_loc = loc
+        src = ""
+        try:
+            lines = loc._raw_function_lines if hasattr(loc, "_raw_function_lines") else None
+            src = _source_line(loc)
+        except Exception:
+            src = ""
+        fname = (loc.filename or "").split("/")[-1]
+        self.emit(depth, f"# {fname}:{loc.line}: {src}".rstrip())
+
+    def o(self, x):
+        if isinstance(x, ir.Var):
+            t = self.T.get(x.name)
+            if isinstance(t, types.Array):
+                return self.arr(x.name)
+            return self.n(x.name)
+        if isinstance(x, ir.Const):
+            v = x.value
+            if isinstance(v, (bool, np.bool_)):
+                return repr(bool(v))
+            if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
+                return f"np.float64({str(v)!r})"
+            if isinstance(v, np.floating):
+                return f"np.{type(v).__name__}({float(v)!r})"
+            if isinstance(v, np.integer):
+                return repr(int(v))
+            return repr(v)
+        if isinstance(x, ir.GlobalRef):
+            return self.bind(x.value, x.name or "g")
+        raise TypeError(x)
+
+    def bind(self, obj, hint):
+        for mod, prefix in ((np, "np"), (math, "math")):
+            nm = getattr(obj, "__name__", None)
+            if nm and getattr(mod, nm, None) is obj:
+                return f"{prefix}.{nm}"
+        if obj in (min, max, abs, len, bool, int, float, round, pow):
+            return obj.__name__
+        for k, v in self.ns.items():
+            if v is obj:
+                return k
+        base = "_" + re.sub(r"\W", "_", hint.split(".")[-1])
+        name = base
+        i = 1
+        while name in self.ns:
+            i += 1
+            name = f"{base}{i}"
+        self.ns[name] = obj
+        return name
+
+    def expr(self, e):
+        if isinstance(e, ir.Copy):
+            return self.o(e.src)
+        if isinstance(e, ir.Load):
+            return f"{self.arr(e.array.name)}[{', '.join(self.o(i) for i in e.index)}]"
+        if isinstance(e, ir.Attr):
+            return f"{self.n(e.value.name)}.{e.attr}"
+        if isinstance(e, ir.Item):
+            return f"{self.n(e.value.name)}[{e.index}]"
+        if isinstance(e, (ir.Op, ir.Alloc)):
+            if isinstance(e, ir.Op) and e.fn in _INFIX and len(e.args) == 2 and not e.kws:
+                return f"{self.o(e.args[0])} {_INFIX[e.fn]} {self.o(e.args[1])}"
+            if isinstance(e, ir.Op) and e.fn in _UNARY and len(e.args) == 1:
+                return f"{_UNARY[e.fn]}{self.o(e.args[0])}"
+            f = self.bind(e.fn, getattr(e.fn, "__name__", "f"))
+            args = [self.o(x) for x in e.args] + [f"{k}={self.o(v)}" for k, v in e.kws]
+            return f"{f}({', '.join(args)})"
+        raise TypeError(e)
+
+    def zero(self, var_type):
+        if isinstance(var_type, types.Float):
+            return "0.0" if var_type.bitwidth == 64 else f"np.{var_type}(0.0)"
+        if isinstance(var_type, types.Boolean):
+            return "False"
+        if isinstance(var_type, types.Integer):
+            return "0"
+        return "0.0"
+
+    def sym(self, s, dtype):
+        if s.kind == "var":
+            return self.n(s.name) if s.name != "__g" else self._g
+        if s.kind == "const":
+            v = s.value
+            if isinstance(dtype, types.Float) and dtype.bitwidth == 32:
+                return f"np.float32({v!r})"
+            return repr(v)
+        args = [self.sym(x, dtype) for x in s.args]
+        if s.name in _SYM_INFIX:
+            return f"({args[0]} {_SYM_INFIX[s.name]} {args[1]})"
+        if s.name == "neg":
+            return f"(-{args[0]})"
+        if s.name in _SYM_CMP:
+            return f"({args[0]} {_SYM_CMP[s.name]} {args[1]})"
+        if s.name == "land":
+            return f"({args[0]} and {args[1]})"
+        if s.name == "where":
+            return f"({args[1]} if {args[0]} else {args[2]})"
+        if s.name == "sign":
+            self.ns.setdefault("_sign", _sign_impl())
+        return f"{_SYM_FUNCS[s.name]}({', '.join(args)})"
+
+    def cast(self, text, target_type):
+        if isinstance(target_type, types.Float) and target_type.bitwidth == 32:
+            return f"np.float32({_strip(text)})"
+        return _strip(text)
+
+    # ---- tapes -------------------------------------------------------------------
+    def tape_of(self, t):
+        if isinstance(t, types.Float):
+            kind = "f32" if t.bitwidth == 32 else "f64"
+        else:
+            kind = "i64"
+        self.tapes.add(kind)
+        return f"_tape_{kind}", f"_sp_{kind}"
+
+    def push(self, depth, value_text, t):
+        tape, sp = self.tape_of(t)
+        if not isinstance(t, (types.Float,)):
+            value_text = f"int({value_text})"
+        self.emit(depth, f"{tape}, {sp} = _push({tape}, {sp}, {value_text})")
+
+    def pop(self, depth, target_text, t):
+        tape, sp = self.tape_of(t)
+        self.emit(depth, f"{sp} -= 1")
+        val = f"{tape}[{sp}]"
+        if isinstance(t, types.Boolean):
+            val = f"{val} != 0"
+        self.emit(depth, f"{target_text} = {val}")
+
+    # ---- liveness of the forward sweep ------------------------------------------
+    def liveness(self):
+        a = self.a
+        rvars = set()
+        for rv in a.recompute_vars.values():
+            rvars |= rv
+        live_out = set(a.needed) - rvars
+        self.kept = set()
+        self._live(self.k.body, live_out, None)
+
+    def _stmt_needed(self, s):
+        a = self.a
+        if isinstance(s, ir.Assign):
+            if s.target in a.pushed:
+                return True
+            if isinstance(s.expr, ir.Alloc):
+                return s.target in a.loaded or s.target in a.varied_arrays
+            return False
+        if isinstance(s, ir.Store):
+            return s.array.name in a.loaded
+        if isinstance(s, ir.Return):
+            return True
+        return False
+
+    def _live(self, stmts, live, ctx):
+        for s in reversed(stmts):
+            if isinstance(s, ir.Assign):
+                if s.target in live or self._stmt_needed(s) or (
+                        isinstance(s.expr, ir.Alloc) and s.target in live):
+                    self.kept.add(id(s))
+                    live = (live - {s.target}) | ir.stmt_reads(s)
+                    if s.target in self.a.pushed:
+                        live = live | {s.target}
+            elif isinstance(s, ir.Store):
+                if self._stmt_needed(s):
+                    self.kept.add(id(s))
+                    live = live | ir.stmt_reads(s)
+            elif isinstance(s, ir.Return):
+                self.kept.add(id(s))
+                live = live | (ir.stmt_reads(s) if self.has_retval else set())
+            elif isinstance(s, ir.Break):
+                self.kept.add(id(s))
+                live = set(ctx[0])
+            elif isinstance(s, ir.Continue):
+                self.kept.add(id(s))
+                live = set(ctx[1])
+            elif isinstance(s, ir.If):
+                l1 = self._live(s.then, live, ctx)
+                l2 = self._live(s.orelse, live, ctx)
+                inner = any(id(x) in self.kept for x in ir.walk(s.then + s.orelse))
+                if inner:
+                    self.kept.add(id(s))
+                    live = l1 | l2 | ir.stmt_reads(s)
+            elif isinstance(s, (ir.ForRange, ir.Loop)):
+                out = set(live)
+                head = set(live)
+                for _ in range(4):
+                    body_in = self._live(s.body, head, (out, head))
+                    new_head = head | body_in
+                    if isinstance(s, ir.ForRange):
+                        new_head.discard(s.index)
+                    if new_head == head:
+                        break
+                    head = new_head
+                inner = any(id(x) in self.kept for x in ir.walk(s.body))
+                counted = self.a.has_rev.get(id(s)) and (
+                    isinstance(s, ir.Loop) or self._counted(s))
+                if inner or counted:
+                    self.kept.add(id(s))
+                    live = head | out | ir.stmt_reads(s)
+                    if isinstance(s, ir.ForRange):
+                        live.discard(s.index)
+        return live
+
+    # ---- the function ------------------------------------------------------------
+    def write(self):
+        k, a = self.k, self.a
+        self.liveness()
+        params = list(k.args)
+        slot_params = []
+        for name in self.slot_args:
+            if isinstance(self.T.get(name), types.Array):
+                slot_params.append("adj_" + name)
+            else:
+                slot_params.append(f"adj_{name}_buf")
+        params += slot_params
+        if self.returns_value:
+            params.append("adj_return")
+        body_start = len(self.lines)
+        # forward and reverse sweeps are written first, set-up is prepended after
+        self.emit(1, "# ---- forward sweep ----")
+        self.fwd(k.body, 1, loop_depth=0)
+        self.emit(1, "# ---- reverse sweep ----")
+        self._last_loc = None
+        self.rev(k.body, 1, loop_depth=0)
+        for name in self.slot_args:
+            if not isinstance(self.T.get(name), types.Array):
+                self.emit(1, f"adj_{name}_buf[0] += {self.cast(self.adj(name), self.T[name])}")
+        self.emit(1, "return _retval" if self.has_retval else "return None")
+        main = self.lines[body_start:]
+        self.lines = []
+        self.emit(0, f"def {self.fname}({', '.join(params)}):")
+        self.emit(1, f'"""Adjoint of {k.name}: forward sweep, then reverse sweep '
+                     f'(generated by kadj)."""')
+        for name in sorted(a.work_arrays):
+            self.emit(1, f"{self.arr(name)} = {self.n(name)}.copy()")
+        for kind in sorted(self.tapes):
+            dt = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64"}[kind]
+            self.emit(1, f"_tape_{kind} = np.empty(1024, {dt})")
+            self.emit(1, f"_sp_{kind} = 0")
+        inits = []
+        for v in sorted(a.varied, key=self.n):
+            if isinstance(self.T.get(v), types.Float):
+                inits.append(f"{self.adj(v)} = {self.zero(self.T[v])}")
+        for v in sorted(self.declare, key=self.n):
+            inits.append(f"{self.n(v)} = {self.zero(self.T.get(v))}")
+        if self.has_retval:
+            inits.append(f"_retval = {self.zero(k.return_type)}")
+        for line in inits:
+            self.emit(1, line)
+        self.lines += main
+        self.ns["_push"] = _push_impl()
+        return "\n".join(self.lines) + "\n", tuple(params)
+
+    @property
+    def has_retval(self):
+        return isinstance(self.k.return_type, (types.Number, types.Boolean))
+
+    @property
+    def declare(self):
+        # variables pushed (may be read before their first assignment in a loop)
+        out = set()
+        for v in self.a.pushed:
+            if v not in self.k.args:
+                out.add(v)
+        return out
+
+    # ---- forward sweep -------------------------------------------------------------
+    def fwd(self, stmts, depth, loop_depth):
+        a = self.a
+        start = len(self.lines)
+        for s in stmts:
+            if id(s) not in self.kept:
+                continue
+            if isinstance(s, ir.Assign):
+                self.comment(depth, s.loc)
+                if s.target in a.pushed:
+                    self.push(depth, self.n(s.target), self.T[s.target])
+                if isinstance(s.expr, ir.Alloc):
+                    self.emit(depth, f"{self.n(s.target)} = {self.expr(s.expr)}")
+                    if s.target in a.varied_arrays:
+                        self.emit(depth, f"{self.adj(s.target)} = "
+                                         f"np.zeros_like({self.n(s.target)})")
+                    continue
+                self.emit(depth, f"{self.n(s.target)} = {self.expr(s.expr)}")
+            elif isinstance(s, ir.Store):
+                self.comment(depth, s.loc)
+                ref = f"{self.arr(s.array.name)}[{', '.join(self.o(i) for i in s.index)}]"
+                if s.array.name in a.restore_arrays:
+                    self.push(depth, ref, self.T[s.array.name].dtype)
+                self.emit(depth, f"{ref} = {self.o(s.value)}")
+            elif isinstance(s, ir.If):
+                self.emit(depth, f"if {self.o(s.cond)}:")
+                self.fwd(s.then, depth + 1, loop_depth)
+                if any(id(x) in self.kept for x in s.orelse):
+                    self.emit(depth, "else:")
+                    self.fwd(s.orelse, depth + 1, loop_depth)
+            elif isinstance(s, ir.ForRange):
+                self.fwd_for(s, depth, loop_depth)
+            elif isinstance(s, ir.Loop):
+                self.fwd_loop(s, depth, loop_depth)
+            elif isinstance(s, ir.Break):
+                self.emit(depth, "break")
+            elif isinstance(s, ir.Continue):
+                self.emit(depth, "continue")
+            elif isinstance(s, ir.Return):
+                if s.value is not None and self.has_retval:
+                    self.emit(depth, f"_retval = {self.o(s.value)}")
+        if len(self.lines) == start:
+            self.emit(depth, "pass")
+
+    def _counted(self, loop):
+        return any(isinstance(x, ir.Break) for x in _own_stmts(loop.body))
+
+    def fwd_for(self, s, depth, loop_depth):
+        a = self.a
+        idx = self.n(s.index)
+        if s.uid in a.index_saved:
+            self.push(depth, idx, self.T[s.index])
+        self.comment(depth, s.loc)
+        counted = self._counted(s) and a.has_rev.get(id(s))
+        if counted:
+            cnt = self._count_name(s)
+            self.emit(depth, f"{cnt} = 0")
+        self.emit(depth, f"for {idx} in range({self.o(s.start)}, {self.o(s.stop)}, "
+                         f"{self.o(s.step)}):")
+        if counted:
+            self.emit(depth + 1, f"{cnt} += 1")
+        self.fwd(s.body, depth + 1, loop_depth + 1)
+        if counted and loop_depth > 0:
+            self.push(depth, cnt, types.int64)
+
+    def fwd_loop(self, s, depth, loop_depth):
+        counted = self.a.has_rev.get(id(s))
+        cnt = self._count_name(s)
+        self.comment(depth, s.loc)
+        if counted:
+            self.emit(depth, f"{cnt} = 0")
+        self.emit(depth, "while True:")
+        if counted:
+            self.emit(depth + 1, f"{cnt} += 1")
+        self.fwd(s.body, depth + 1, loop_depth + 1)
+        if counted and loop_depth > 0:
+            self.push(depth, cnt, types.int64)
+
+    def _count_name(self, loop):
+        key = ("count", loop.uid)
+        if key not in self.names:
+            self.names[key] = self.fresh("trips")
+        return self.names[key]
+
+    # ---- reverse sweep -------------------------------------------------------------
+    def rev(self, stmts, depth, loop_depth, recomputed=frozenset()):
+        a = self.a
+        start = len(self.lines)
+        for s in reversed(stmts):
+            if not a.has_rev.get(id(s)) and not (isinstance(s, ir.Assign) and
+                                                s.target in a.pushed and
+                                                id(s) in self.kept):
+                continue
+            if isinstance(s, ir.Assign):
+                self.rev_assign(s, depth, recomputed)
+            elif isinstance(s, ir.Store):
+                self.rev_store(s, depth)
+            elif isinstance(s, ir.If):
+                self.emit(depth, f"if {self.o(s.cond)}:")
+                self.rev(s.then, depth + 1, loop_depth, recomputed)
+                if any(a.has_rev.get(id(x)) or (isinstance(x, ir.Assign) and
+                                                 x.target in a.pushed)
+                       for x in s.orelse):
+                    self.emit(depth, "else:")
+                    self.rev(s.orelse, depth + 1, loop_depth, recomputed)
+            elif isinstance(s, ir.ForRange):
+                self.rev_for(s, depth, loop_depth)
+            elif isinstance(s, ir.Loop):
+                self.rev_loop(s, depth, loop_depth)
+            elif isinstance(s, ir.Return):
+                if a.active(s.value) and self.returns_value:
+                    self.comment(depth, s.loc)
+                    t = self.T[s.value.name]
+                    self.emit(depth, f"{self.adj(s.value.name)} += "
+                                     f"{self.cast('adj_return', t)}")
+        if len(self.lines) == start:
+            self.emit(depth, "pass")
+
+    def rev_assign(self, s, depth, recomputed):
+        a = self.a
+        v = s.target
+        active = v in a.varied
+        if active:
+            self.comment(depth, s.loc)
+            contribs = self.contributions(s)
+            adjv = self.adj(v)
+            reset = a.assign_count.get(v, 0) > 1 or v in a.in_loop or any(
+                isinstance(x, ir.Var) and x.name == v for x in ir.operands(s.expr))
+            if contribs:
+                self._g = adjv
+                if reset and any(t == v for t, _ in contribs):
+                    self._g = self.fresh("g")
+                    self.emit(depth, f"{self._g} = {adjv}")
+                    self.emit(depth, f"{adjv} = {self.zero(self.T[v])}")
+                    reset = False
+                for target, text in contribs:
+                    self.emit(depth, f"{target} += {text}")
+            if reset:
+                self.emit(depth, f"{adjv} = {self.zero(self.T[v])}")
+        if v in a.pushed and v not in recomputed:
+            self.pop(depth, self.n(v), self.T[v])
+
+    def contributions(self, s):
+        """(adjoint target text, contribution text) pairs for an active assignment."""
+        a = self.a
+        e = s.expr
+        v = s.target
+        out = []
+        if isinstance(e, ir.Copy):
+            if a.active(e.src):
+                out.append((self.adj(e.src.name), self.cast(self.adj(v),
+                                                            self.T[e.src.name])))
+        elif isinstance(e, ir.Load):
+            arr = e.array.name
+            if arr in a.varied_arrays:
+                ref = f"adj_{self.n(arr)}[{', '.join(self.o(i) for i in e.index)}]"
+                out.append((ref, self.cast(self.adj(v), self.T[arr].dtype)))
+        elif isinstance(e, ir.Op):
+            rule = rules.lookup(e.fn)
+            if rule is None:
+                name = getattr(e.fn, "__name__", str(e.fn))
+                raise DifferentiationError(
+                    f"no derivative rule for {name}()", kernel=self.k.name, loc=s.loc,
+                    construct=f"call to {name}",
+                    remedy=f"register one with @kadj.register_adjoint({name})")
+            args = []
+            for x in e.args:
+                if isinstance(x, ir.Var):
+                    args.append(ops.var(x.name))
+                elif isinstance(x, ir.Const) and isinstance(x.value, (int, float, np.number)):
+                    args.append(ops.const(x.value))
+                else:
+                    args.append(ops.const(0.0))
+            contribs = rule.vjp(ops.var("__g"), ops.var(v), *args)
+            self._g = self.adj(v)
+            for x, c in zip(e.args, contribs):
+                if c is None or not a.active(x):
+                    continue
+                t = self.T[x.name]
+                out.append((self.adj(x.name), self.cast(self.sym(ops._lift(c), t), t)))
+        return out
+
+    def rev_store(self, s, depth):
+        a = self.a
+        arr = s.array.name
+        if arr not in a.varied_arrays:
+            return
+        self.comment(depth, s.loc)
+        ref = f"adj_{self.n(arr)}[{', '.join(self.o(i) for i in s.index)}]"
+        if a.active(s.value):
+            t = self.T[s.value.name]
+            self.emit(depth, f"{self.adj(s.value.name)} += {self.cast(ref, t)}")
+        self.emit(depth, f"{ref} = {self.zero(self.T[arr].dtype)}")
+        if arr in a.restore_arrays:
+            fref = f"{self.arr(arr)}[{', '.join(self.o(i) for i in s.index)}]"
+            self.pop(depth, fref, self.T[arr].dtype)
+
+    def rev_for(self, s, depth, loop_depth):
+        a = self.a
+        idx = self.n(s.index)
+        lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
+        self.comment(depth, s.loc)
+        self.emit(depth, f"# reversed: for {idx} in range({lo}, {hi}, {st})")
+        if self._counted(s):
+            cnt = self._count_name(s)
+            if loop_depth > 0:
+                self.pop(depth, cnt, types.int64)
+            k = self.fresh("k")
+            self.emit(depth, f"for {k} in range({cnt} - 1, -1, -1):")
+            self.emit(depth + 1, f"{idx} = {_add(lo, f'{k} * {st}' if st != '1' else k)}")
+        elif st == "1":
+            self.emit(depth, f"for {idx} in range({_add(hi, '-1')}, {_add(lo, '-1')}, -1):")
+        elif st == "-1":
+            self.emit(depth, f"for {idx} in range({_add(hi, '1')}, {_add(lo, '1')}):")
+        else:
+            k = self.fresh("k")
+            self.emit(depth, f"for {k} in range(len(range({lo}, {hi}, {st})) - 1, -1, -1):")
+            self.emit(depth + 1, f"{idx} = {lo} + {k} * {st}")
+        rec = a.recompute.get(s.uid, ())
+        recomputed = a.recompute_vars.get(s.uid, set())
+        needed_rec = self._needed_recompute(rec, s)
+        if needed_rec:
+            self.emit(depth + 1, "# recompute")
+            self.recompute(needed_rec, depth + 1)
+        self.rev(s.body, depth + 1, loop_depth + 1, frozenset(recomputed))
+        if s.uid in a.index_saved:
+            self.pop(depth, idx, self.T[s.index])
+
+    def _needed_recompute(self, rec, loop):
+        """The recomputable statements whose values the reversed body reads."""
+        reads = set()
+        for x in ir.walk(loop.body):
+            if not self.a.has_rev.get(id(x)):
+                continue
+            if isinstance(x, ir.Assign) and x.target in self.a.varied:
+                reads |= partial_reads(x, self.a)
+            elif isinstance(x, ir.Store):
+                reads |= ir.var_names(x.index)
+            elif isinstance(x, ir.If):
+                reads |= ir.var_names((x.cond,))
+            elif isinstance(x, ir.ForRange):
+                reads |= ir.var_names((x.start, x.stop, x.step))
+        keep = []
+        for x in reversed(rec):
+            defs = {y.target for y in ir.walk((x,)) if isinstance(y, ir.Assign)}
+            if defs & reads:
+                keep.append(x)
+                for y in ir.walk((x,)):
+                    reads |= ir.stmt_reads(y)
+        return list(reversed(keep))
+
+    def recompute(self, stmts, depth):
+        for s in stmts:
+            if isinstance(s, ir.Assign):
+                self.emit(depth, f"{self.n(s.target)} = {self.expr(s.expr)}")
+            elif isinstance(s, ir.If):
+                self.emit(depth, f"if {self.o(s.cond)}:")
+                self.recompute(s.then, depth + 1) if s.then else self.emit(depth + 1, "pass")
+                if s.orelse:
+                    self.emit(depth, "else:")
+                    self.recompute(s.orelse, depth + 1)
+
+    def rev_loop(self, s, depth, loop_depth):
+        cnt = self._count_name(s)
+        self.comment(depth, s.loc)
+        self.emit(depth, "# reversed: while loop, replayed for its recorded trip count")
+        if loop_depth > 0:
+            self.pop(depth, cnt, types.int64)
+        k = self.fresh("k")
+        self.emit(depth, f"for {k} in range({cnt}):")
+        self.rev(s.body, depth + 1, loop_depth + 1)
+
+
+def _own_stmts(stmts):
+    """Statements of a loop body, not descending into nested loops."""
+    for s in stmts:
+        yield s
+        if isinstance(s, ir.If):
+            yield from _own_stmts(s.then)
+            yield from _own_stmts(s.orelse)
+
+
+def _add(a, b):
+    """Render a + b with small constant folding."""
+    try:
+        return str(int(a) + int(b))
+    except ValueError:
+        pass
+    if b.startswith("-"):
+        return f"{a} - {b[1:]}"
+    return f"{a} + {b}"
+
+
+def _strip(text):
+    if text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and i < len(text) - 1:
+                return text
+        return text[1:-1]
+    return text
+
+
+def _source_line(loc):
+    import linecache
+    line = linecache.getline(loc.filename, loc.line).strip()
+    return line
+
+
+def _push_impl():
+    from .runtime_helpers import _push
+    return _push
+
+
+def _sign_impl():
+    from .runtime_helpers import _sign
+    return _sign
+
+
+def write_adjoint(kernel, an, slot_args, returns_value):
+    fname = f"{kernel.name}_adjoint"
+    w = Writer(kernel, an, slot_args, returns_value, fname)
+    source, params = w.write()
+    return AdjointSource(name=fname, source=source, namespace=w.ns, param_names=params)

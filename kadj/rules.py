@@ -1,0 +1,190 @@
+"""The derivative-rule table: one entry per function family, keyed by the Python object
+Numba's typed IR resolves a call or operator to (``operator.mul``, ``math.sin``,
+``np.sin``...).
+
+A rule is ``rule(g, out, *args) -> tuple`` giving, for each argument, the contribution
+``g * d out / d arg`` (or ``None`` where the argument is not differentiable).  ``g`` is
+the incoming adjoint and ``out`` the primal output; both, and ``args``, are plain
+numbers or :class:`kadj.ops.Sym` expressions, so the same entry is evaluated on numbers
+by the tests (against finite differences, over the entry's own ``domain``) and applied
+to the kernel's variables by the reverse pass.  Calling a rule with ``g = 1`` yields the
+local partials, which is what forward mode will multiply by tangents.
+
+Adding a derivative touches exactly this module: add one ``@register`` entry.
+Users add their own through :func:`kadj.register_adjoint`, which uses the same table.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import ops as o
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One table entry.
+
+    name:   a readable name for reports and test ids.
+    vjp:    ``vjp(g, out, *args) -> tuple`` of per-argument contributions.
+    domain: per argument, the (low, high) interval tests sample from; ``None`` for an
+            argument that the tests pass as the integer in ``int_args``.
+    int_args: sample integer values for arguments that must be integers.
+    nargs:  number of arguments the tests call it with.
+    """
+
+    name: str
+    vjp: object
+    domain: tuple = ()
+    int_args: dict = field(default_factory=dict)
+    nargs: int = 1
+
+
+RULES: dict = {}
+
+# Functions whose result carries no derivative (integer-valued, boolean, or piecewise
+# constant): their outputs are inactive.
+NONDIFFERENTIABLE = {
+    math.floor, math.ceil, math.trunc, np.floor, np.ceil, np.trunc, np.sign, np.rint,
+    math.isnan, math.isinf, math.isfinite, np.isnan, np.isinf, np.isfinite,
+    round, int, bool, len, range,
+    operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
+    operator.not_, operator.and_, operator.or_, operator.xor, operator.mod,
+    operator.floordiv, operator.lshift, operator.rshift, operator.invert, operator.truth,
+    np.floor_divide, np.remainder, np.mod,
+}
+
+
+def register(*keys, domain=((-2.0, 2.0),), int_args=None, name=None):
+    """Register ``vjp`` for every key in ``keys`` (aliases share one entry)."""
+
+    def deco(vjp):
+        rule = Rule(
+            name=name or keys[0].__name__ if hasattr(keys[0], "__name__") else str(keys[0]),
+            vjp=vjp,
+            domain=tuple(domain),
+            int_args=dict(int_args or {}),
+            nargs=len(domain),
+        )
+        for k in keys:
+            RULES[k] = rule
+        return vjp
+
+    return deco
+
+
+def lookup(fn):
+    """The rule for ``fn``, or None."""
+    try:
+        return RULES.get(fn)
+    except TypeError:  # unhashable callee
+        return None
+
+
+_PM = ((-2.0, 2.0), (-2.0, 2.0))
+_POS = ((0.2, 3.0),)
+_UNIT = ((-0.9, 0.9),)
+
+# ---- arithmetic ------------------------------------------------------------------
+register(operator.add, operator.iadd, np.add, domain=_PM, name="add")(
+    lambda g, out, a, b: (g, g))
+register(operator.sub, operator.isub, np.subtract, domain=_PM, name="sub")(
+    lambda g, out, a, b: (g, -g))
+register(operator.mul, operator.imul, np.multiply, domain=_PM, name="mul")(
+    lambda g, out, a, b: (g * b, g * a))
+register(operator.truediv, operator.itruediv, np.divide, np.true_divide,
+         domain=((-2.0, 2.0), (0.5, 2.0)), name="truediv")(
+    lambda g, out, a, b: (g / b, -(g * out) / b))
+register(operator.neg, np.negative, name="neg")(lambda g, out, a: (-g,))
+register(operator.pos, np.positive, name="pos")(lambda g, out, a: (g,))
+register(abs, np.abs, np.absolute, np.fabs, math.fabs, name="abs")(
+    lambda g, out, a: (g * o.sign(a),))
+
+
+@register(operator.pow, operator.ipow, math.pow, np.power, pow,
+          domain=((0.3, 2.0), (-2.0, 2.0)), name="pow")
+def _pow(g, out, a, b):
+    # d/da a**b = b * a**(b-1); d/db = a**b * log(a) (only used when b is active)
+    return (g * b * o.pow(a, b - 1.0), g * out * o.log(a))
+
+
+# ---- min / max / clip ---------------------------------------------------------------
+# ties go to the first argument (the convention of JAX's max)
+register(max, np.maximum, np.fmax, domain=_PM, name="max")(
+    lambda g, out, a, b: (o.where(o.ge(a, b), g, 0.0), o.where(o.ge(a, b), 0.0, g)))
+register(min, np.minimum, np.fmin, domain=_PM, name="min")(
+    lambda g, out, a, b: (o.where(o.le(a, b), g, 0.0), o.where(o.le(a, b), 0.0, g)))
+
+
+@register(np.clip, domain=((-2.0, 2.0), (-1.0, -0.5), (0.5, 1.0)), name="clip")
+def _clip(g, out, x, lo, hi):
+    inside = o.land(o.ge(x, lo), o.le(x, hi))
+    return (o.where(inside, g, 0.0), o.where(o.lt(x, lo), g, 0.0),
+            o.where(o.gt(x, hi), g, 0.0))
+
+
+# ---- trigonometric and hyperbolic -------------------------------------------------
+register(math.sin, np.sin, name="sin")(lambda g, out, x: (g * o.cos(x),))
+register(math.cos, np.cos, name="cos")(lambda g, out, x: (-(g * o.sin(x)),))
+register(math.tan, np.tan, domain=((-1.2, 1.2),), name="tan")(
+    lambda g, out, x: (g * (1.0 + out * out),))
+register(math.asin, np.arcsin, domain=_UNIT, name="asin")(
+    lambda g, out, x: (g / o.sqrt(1.0 - x * x),))
+register(math.acos, np.arccos, domain=_UNIT, name="acos")(
+    lambda g, out, x: (-(g / o.sqrt(1.0 - x * x)),))
+register(math.atan, np.arctan, name="atan")(lambda g, out, x: (g / (1.0 + x * x),))
+register(math.atan2, np.arctan2, domain=((-2.0, 2.0), (0.3, 2.0)), name="atan2")(
+    lambda g, out, y, x: (g * x / (x * x + y * y), -(g * y) / (x * x + y * y)))
+register(math.sinh, np.sinh, name="sinh")(lambda g, out, x: (g * o.cosh(x),))
+register(math.cosh, np.cosh, name="cosh")(lambda g, out, x: (g * o.sinh(x),))
+register(math.tanh, np.tanh, name="tanh")(lambda g, out, x: (g * (1.0 - out * out),))
+register(math.asinh, np.arcsinh, name="asinh")(
+    lambda g, out, x: (g / o.sqrt(x * x + 1.0),))
+register(math.acosh, np.arccosh, domain=((1.2, 3.0),), name="acosh")(
+    lambda g, out, x: (g / o.sqrt(x * x - 1.0),))
+register(math.atanh, np.arctanh, domain=_UNIT, name="atanh")(
+    lambda g, out, x: (g / (1.0 - x * x),))
+
+# ---- exponentials and logarithms -------------------------------------------------
+register(math.exp, np.exp, name="exp")(lambda g, out, x: (g * out,))
+register(math.expm1, np.expm1, name="expm1")(lambda g, out, x: (g * (out + 1.0),))
+register(np.exp2, name="exp2")(lambda g, out, x: (g * out * math.log(2.0),))
+register(math.log1p, np.log1p, domain=((-0.5, 2.0),), name="log1p")(
+    lambda g, out, x: (g / (1.0 + x),))
+register(math.log2, np.log2, domain=_POS, name="log2")(
+    lambda g, out, x: (g / (x * math.log(2.0)),))
+register(math.log10, np.log10, domain=_POS, name="log10")(
+    lambda g, out, x: (g / (x * math.log(10.0)),))
+register(np.log, domain=_POS, name="np.log")(lambda g, out, x: (g / x,))
+
+
+@register(math.log, domain=_POS, name="log")
+def _log(g, out, x, base=None):
+    # math.log(x) or math.log(x, base) = log(x) / log(base)
+    if base is None:
+        return (g / x,)
+    lb = o.log(base)
+    return (g / (x * lb), -(g * out) / (base * lb))
+
+
+register(math.sqrt, np.sqrt, domain=_POS, name="sqrt")(
+    lambda g, out, x: (g / (2.0 * out),))
+register(np.cbrt, domain=_POS, name="cbrt")(lambda g, out, x: (g / (3.0 * out * out),))
+register(math.hypot, np.hypot, domain=((0.3, 2.0), (-2.0, -0.3)), name="hypot")(
+    lambda g, out, x, y: (g * x / out, g * y / out))
+register(math.erf, name="erf")(
+    lambda g, out, x: (g * (2.0 / math.sqrt(math.pi)) * o.exp(-(x * x)),))
+register(math.erfc, name="erfc")(
+    lambda g, out, x: (-(g * (2.0 / math.sqrt(math.pi)) * o.exp(-(x * x))),))
+register(math.copysign, np.copysign, domain=((0.3, 2.0), (-2.0, -0.3)), name="copysign")(
+    lambda g, out, x, y: (g * o.copysign(1.0, x) * o.copysign(1.0, y), None))
+register(np.square, name="square")(lambda g, out, x: (2.0 * g * x,))
+register(float, np.float64, np.float32, name="float")(lambda g, out, x: (g,))
+
+if hasattr(math, "cbrt"):
+    RULES[math.cbrt] = RULES[np.cbrt]
+if hasattr(math, "exp2"):
+    RULES[math.exp2] = RULES[np.exp2]

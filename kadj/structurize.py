@@ -1,0 +1,659 @@
+"""Structure: typed Numba IR -> kadj's region tree (:mod:`kadj.ir`).
+
+The CFG numba builds from the bytecode is walked from the entry block.  A branch becomes
+an :class:`~kadj.ir.If` whose arms end at the branch's immediate post-dominator (computed
+on a graph where loop exits, loop back edges and returns all lead to one virtual exit);
+a natural loop (numba's ``CFGraph.loops()``) becomes a :class:`~kadj.ir.ForRange` when
+its header iterates a ``range``/``prange``, and a ``while True`` :class:`~kadj.ir.Loop`
+otherwise, with ``break``/``continue`` where the body jumps to the loop's follow block
+or header.  Arms that leave by ``break``/``continue``/``return`` are closed there, so
+those statements are always last in their sequence (code after such an ``if`` moves
+into its other arm).  A ``return`` inside a loop is lowered to a flag and ``break``s.
+
+Anything it cannot structure raises :class:`~kadj.DifferentiationError`.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import replace
+
+import numpy as np
+from numba import prange
+from numba.core import ir as nir
+from numba.core import types
+from numba.core.analysis import compute_cfg_from_blocks
+
+from . import ir
+from . import rules
+from .errors import DifferentiationError, InternalError
+from .frontend import is_jitted, resolve_value
+
+ALLOCATORS = {np.empty, np.zeros, np.ones, np.empty_like, np.zeros_like, np.ones_like}
+_RANGE = {range, prange}
+_EXIT = "<exit>"
+_MAX_BLOCK_VISITS = 16
+
+
+class _Ctx:
+    __slots__ = ("header", "follow", "stop")
+
+    def __init__(self, header=None, follow=None, stop=None):
+        self.header, self.follow, self.stop = header, follow, stop
+
+
+class Structurizer:
+    def __init__(self, tk, extra_callee_ok=None):
+        self.tk = tk
+        self.fir = tk.func_ir
+        self.blocks = self.fir.blocks
+        self.cfg = compute_cfg_from_blocks(self.blocks)
+        self.loops = self.cfg.loops()
+        self.types = {k: types.unliteral(v) for k, v in tk.typemap.items()}
+        self.tuples = {}  # scalarized tuple variable -> element count
+        self.visits = {}
+        self.uid = 0
+        self.extra_callee_ok = extra_callee_ok or (lambda fn: False)
+        self._find_scalarized_tuples()
+
+    # ---- errors -------------------------------------------------------------------
+    def error(self, msg, loc=None, construct=None, remedy=None):
+        raise DifferentiationError(msg, kernel=self.tk.name, loc=loc, construct=construct,
+                                   remedy=remedy)
+
+    # ---- entry ----------------------------------------------------------------------
+    def run(self):
+        entry = self.cfg.entry_point()
+        body = self.seq(entry, _Ctx())
+        body = _lower_loop_returns(body, self)
+        if "_retflag" in self.__dict__:
+            body.insert(0, ir.Assign(self._retflag, ir.Copy(ir.Const(False))))
+        body = _rename_loop_indices(body)
+        first_loc = self.blocks[entry].loc
+        return ir.Kernel(name=self.tk.name, args=self.tk.arg_names, body=tuple(body),
+                         types=self.types, return_type=self.tk.return_type, loc=first_loc)
+
+    def fresh(self, base, typ):
+        self.uid += 1
+        name = f"_{base}{self.uid}"
+        self.types[name] = typ
+        return name
+
+    # ---- control flow -----------------------------------------------------------
+    def resolve_trivial(self, label):
+        seen = set()
+        while label not in seen:
+            seen.add(label)
+            blk = self.blocks[label]
+            body = [s for s in blk.body if not isinstance(s, nir.Del)]
+            if len(body) == 1 and isinstance(body[0], nir.Jump):
+                label = body[0].target
+            else:
+                break
+        return label
+
+    def seq(self, label, ctx, entering=None):
+        out = []
+        while True:
+            if label is None:
+                return out
+            rl = self.resolve_trivial(label)
+            if ctx.stop is not None and (label == ctx.stop or rl == ctx.stop):
+                return out
+            if ctx.header is not None and label == ctx.header and label != entering:
+                out.append(ir.Continue())
+                return out
+            if ctx.follow is not None and rl == ctx.follow:
+                out.append(ir.Break())
+                return out
+            if label in self.loops and label != entering:
+                loop_stmt, follow = self.loop(label)
+                out.extend(loop_stmt)
+                label = follow
+                continue
+            entering = None
+            self.visits[label] = self.visits.get(label, 0) + 1
+            if self.visits[label] > _MAX_BLOCK_VISITS:
+                self.error("the control flow is too tangled to structure",
+                           loc=self.blocks[label].loc, construct="control flow",
+                           remedy="simplify the nesting of break/continue/return")
+            block = self.blocks[label]
+            for stmt in block.body[:-1]:
+                out.extend(self.convert(stmt))
+            term = block.terminator
+            if isinstance(term, nir.Return):
+                out.append(ir.Return(self.operand(term.value), loc=term.loc))
+                return out
+            if isinstance(term, nir.Jump):
+                label = term.target
+                continue
+            if isinstance(term, nir.Branch):
+                merge = self.ipdom(label, ctx)
+                stop = None if merge == _EXIT else merge
+                sub = _Ctx(ctx.header, ctx.follow, stop)
+                then = self.seq(term.truebr, sub)
+                orelse = self.seq(term.falsebr, sub)
+                out.append(ir.If(self.operand(term.cond), tuple(then), tuple(orelse),
+                                 loc=term.loc))
+                if stop is None:
+                    return out
+                label = stop
+                continue
+            self.error(f"unsupported terminator {type(term).__name__}", loc=term.loc,
+                       construct=type(term).__name__)
+
+    def succs(self, label, ctx):
+        term = self.blocks[label].terminator
+        if isinstance(term, (nir.Return, nir.StaticRaise, nir.DynamicRaise)):
+            return [_EXIT]
+        out = []
+        for t in term.get_targets():
+            rt = self.resolve_trivial(t)
+            if (ctx.header is not None and t == ctx.header) or \
+                    (ctx.follow is not None and rt == ctx.follow):
+                out.append(_EXIT)
+            else:
+                out.append(t)
+        return out
+
+    def ipdom(self, label, ctx):
+        # post-dominators on the sub-graph reachable from `label`
+        nodes, stack = set(), [label]
+        while stack:
+            n = stack.pop()
+            if n in nodes or n == _EXIT:
+                continue
+            nodes.add(n)
+            stack.extend(self.succs(n, ctx))
+        allnodes = nodes | {_EXIT}
+        pdom = {n: set(allnodes) for n in nodes}
+        pdom[_EXIT] = {_EXIT}
+        changed = True
+        while changed:
+            changed = False
+            for n in nodes:
+                ss = self.succs(n, ctx)
+                new = set.intersection(*(pdom[s] for s in ss)) if ss else set()
+                new = new | {n}
+                if new != pdom[n]:
+                    pdom[n], changed = new, True
+        cands = pdom[label] - {label}
+        if not cands:
+            return _EXIT
+        return max(cands, key=lambda c: len(pdom[c]))
+
+    def loop(self, header):
+        info = self.loops[header]
+        body = set(info.body)
+        follow = None
+        hterm = self.blocks[header].terminator
+        if isinstance(hterm, nir.Branch):
+            outs = [t for t in hterm.get_targets() if t not in body]
+            if len(outs) == 1:
+                follow = outs[0]
+        if follow is None:
+            for b in sorted(body):
+                term = self.blocks[b].terminator
+                if header in term.get_targets() and isinstance(term, nir.Branch):
+                    outs = [t for t in term.get_targets() if t not in body]
+                    if len(outs) == 1:
+                        follow = outs[0]
+                        break
+        if follow is None:
+            exits = sorted(info.exits)
+            if len(exits) == 1:
+                follow = exits[0]
+            else:
+                self.error("a loop without a single exit cannot be structured",
+                           loc=self.blocks[header].loc, construct="loop",
+                           remedy="rewrite the loop with a simple condition and break")
+        follow = self.resolve_trivial(follow)
+        ctx = _Ctx(header=header, follow=follow, stop=None)
+        rng = self.range_header(header)
+        loc = self.blocks[header].loc
+        self.uid += 1
+        uid = self.uid
+        if rng is not None:
+            index, start, stop_, step, extra, body_entry = rng
+            stmts = list(extra) + self.seq(body_entry, ctx)
+            stmts = _strip_trailing_continue(stmts)
+            pre, start, stop_, step = self.freeze_bounds(start, stop_, step, stmts, loc)
+            return pre + [ir.ForRange(index, start, stop_, step, tuple(stmts), loc=loc,
+                                      uid=uid)], follow
+        stmts = self.seq(header, ctx, entering=header)
+        stmts = _strip_trailing_continue(stmts)
+        return [ir.Loop(tuple(stmts), loc=loc, uid=uid)], follow
+
+    def freeze_bounds(self, start, stop, step, body, loc):
+        """Loop bounds are evaluated once at loop entry: copy any bound variable the
+        body reassigns, so the reverse sweep sees the entry values."""
+        pre = []
+        written = ir.assigned(body)
+        out = []
+        for nm, b in (("lo", start), ("hi", stop), ("st", step)):
+            if isinstance(b, ir.Var) and b.name in written:
+                fresh = self.fresh(nm, self.types[b.name])
+                pre.append(ir.Assign(fresh, ir.Copy(b), loc=loc))
+                b = ir.Var(fresh)
+            out.append(b)
+        return (pre, *out)
+
+    def range_header(self, header):
+        blk = self.blocks[header]
+        body = [s for s in blk.body if not isinstance(s, nir.Del)]
+        first = body[0]
+        if not (isinstance(first, nir.Assign) and isinstance(first.value, nir.Expr)
+                and first.value.op == "iternext"):
+            return None
+        it = first.value.value
+        defn = self._chase(it)
+        if not (isinstance(defn, nir.Expr) and defn.op == "getiter"):
+            self.error("only loops over range() or prange() are supported",
+                       loc=first.loc, construct="for loop over an iterable",
+                       remedy="loop over range(len(x)) and index x instead")
+        call = self._chase(defn.value)
+        callee = None
+        if isinstance(call, nir.Expr) and call.op == "call":
+            try:
+                callee = resolve_value(self.fir, call.func)
+            except (LookupError, AttributeError):
+                callee = None
+        if callee not in _RANGE:
+            self.error("only loops over range() or prange() are supported",
+                       loc=first.loc, construct="for loop over an iterable",
+                       remedy="loop over range(len(x)) and index x instead")
+        args = [self.operand(a) for a in call.args]
+        if len(args) == 1:
+            start, stop, step = ir.Const(0), args[0], ir.Const(1)
+        elif len(args) == 2:
+            start, stop, step = args[0], args[1], ir.Const(1)
+        else:
+            start, stop, step = args
+        pf = ps = None
+        extra = []
+        for s in body[1:-1]:
+            if isinstance(s, nir.Assign) and isinstance(s.value, nir.Expr) \
+                    and s.value.op == "pair_first":
+                pf = s.target.name
+            elif isinstance(s, nir.Assign) and isinstance(s.value, nir.Expr) \
+                    and s.value.op == "pair_second":
+                ps = s.target.name
+            else:
+                extra.extend(self.convert(s))
+        term = body[-1]
+        if not (isinstance(term, nir.Branch) and term.cond.name == ps and pf):
+            raise InternalError("unexpected range-loop header shape")
+        return pf, start, stop, step, extra, term.truebr
+
+    def _chase(self, var):
+        for _ in range(20):
+            try:
+                d = self.fir.get_definition(var)
+            except Exception:
+                return None
+            if isinstance(d, nir.Var):
+                var = d
+                continue
+            return d
+        return None
+
+    # ---- statements -------------------------------------------------------------
+    def _find_scalarized_tuples(self):
+        for blk in self.blocks.values():
+            for s in blk.body:
+                if isinstance(s, nir.Assign) and isinstance(s.value, nir.Expr) and \
+                        s.value.op == "build_tuple":
+                    self.tuples[s.target.name] = len(s.value.items)
+        changed = True
+        while changed:
+            changed = False
+            for blk in self.blocks.values():
+                for s in blk.body:
+                    if not isinstance(s, nir.Assign) or s.target.name in self.tuples:
+                        continue
+                    src = None
+                    if isinstance(s.value, nir.Var):
+                        src = s.value.name
+                    elif isinstance(s.value, nir.Expr) and s.value.op in ("exhaust_iter",
+                                                                           "cast"):
+                        src = s.value.value.name
+                    if src in self.tuples:
+                        self.tuples[s.target.name] = self.tuples[src]
+                        changed = True
+        for t, n in self.tuples.items():
+            typ = self.types.get(t)
+            for k in range(n):
+                self.types[f"{t}__{k}"] = typ[k] if isinstance(typ, types.BaseTuple) \
+                    else types.float64
+
+    def const_of(self, var):
+        try:
+            d = self.fir.get_definition(var)
+        except Exception:
+            return None
+        if isinstance(d, nir.Const):
+            if d.value is None or isinstance(d.value, (bool, int, float, np.number,
+                                                       np.bool_)):
+                return ir.Const(d.value)
+            return None
+        if isinstance(d, (nir.Global, nir.FreeVar)):
+            v = d.value
+            if isinstance(v, (bool, int, float, np.number, np.bool_)):
+                return ir.Const(v)
+        return None
+
+    def operand(self, var):
+        if var is None:
+            return None
+        c = self.const_of(var)
+        if c is not None:
+            return c
+        return ir.Var(var.name)
+
+    def index_operands(self, index_var):
+        if index_var.name in self.tuples:
+            return tuple(ir.Var(f"{index_var.name}__{k}")
+                         for k in range(self.tuples[index_var.name]))
+        typ = self.types.get(index_var.name)
+        if isinstance(typ, types.BaseTuple):
+            return (ir.Var(index_var.name),)
+        return (self.operand(index_var),)
+
+    def convert(self, stmt):
+        loc = stmt.loc
+        if isinstance(stmt, nir.Del):
+            return []
+        if isinstance(stmt, (nir.SetItem, nir.StaticSetItem)):
+            arr = stmt.target
+            if not isinstance(self.types.get(arr.name), types.Array):
+                self.error("item assignment to a non-array", loc=loc,
+                           construct="setitem")
+            if isinstance(stmt, nir.StaticSetItem):
+                idx = stmt.index
+                if isinstance(idx, tuple):
+                    index = tuple(ir.Const(i) for i in idx)
+                elif isinstance(idx, (int, np.integer)):
+                    index = (ir.Const(int(idx)),)
+                else:
+                    self.error("slice assignment is not supported", loc=loc,
+                               construct="slice assignment",
+                               remedy="write the elements in a loop")
+            else:
+                self._check_index(stmt.index, loc)
+                index = self.index_operands(stmt.index)
+            return [ir.Store(ir.Var(arr.name), index, self.operand(stmt.value), loc=loc)]
+        if isinstance(stmt, nir.Print):
+            return []
+        if isinstance(stmt, (nir.StaticRaise, nir.DynamicRaise)):
+            self.error("raise statements are not supported inside differentiated "
+                       "kernels", loc=loc, construct="raise",
+                       remedy="validate the inputs before calling the kernel")
+        if not isinstance(stmt, nir.Assign):
+            self.error(f"unsupported statement {type(stmt).__name__}", loc=loc,
+                       construct=type(stmt).__name__)
+        tgt = stmt.target.name
+        val = stmt.value
+        ttype = self.types.get(tgt)
+        if isinstance(val, nir.Arg):
+            return []
+        if isinstance(ttype, (types.RangeType, types.RangeIteratorType, types.Module,
+                              types.Function, types.Dispatcher, types.NumberClass,
+                              types.DType)) or \
+                type(ttype).__name__ in ("Module", "Function", "Dispatcher", "NumberClass",
+                                         "DType"):
+            return []
+        if isinstance(val, (nir.Const, nir.Global, nir.FreeVar)):
+            if self.const_of(stmt.target) is not None or val.value is None:
+                return []
+            v = val.value
+            if isinstance(v, (bool, int, float, np.number, np.bool_)):
+                return [ir.Assign(tgt, ir.Copy(ir.Const(v)), loc=loc)]
+            if isinstance(v, np.ndarray):
+                return [ir.Assign(tgt, ir.Copy(ir.GlobalRef(v, name=getattr(val, "name",
+                                                                              "glob"))),
+                                  loc=loc)]
+            if isinstance(v, tuple) and all(isinstance(x, (int, float)) for x in v):
+                return [ir.Assign(tgt, ir.Copy(ir.Const(v)), loc=loc)]
+            return []  # modules, functions: resolved where they are called
+        if tgt in self.tuples:
+            return self.convert_tuple(tgt, val, loc)
+        if isinstance(val, nir.Var):
+            return [ir.Assign(tgt, ir.Copy(self.operand(val)), loc=loc)]
+        if not isinstance(val, nir.Expr):
+            self.error(f"unsupported value {val}", loc=loc)
+        return self.convert_expr(tgt, val, loc)
+
+    def convert_tuple(self, tgt, val, loc):
+        n = self.tuples[tgt]
+        if isinstance(val, nir.Expr) and val.op == "build_tuple":
+            srcs = [self.operand(v) for v in val.items]
+        else:
+            src = val.name if isinstance(val, nir.Var) else val.value.name
+            srcs = [ir.Var(f"{src}__{k}") for k in range(n)]
+        return [ir.Assign(f"{tgt}__{k}", ir.Copy(srcs[k]), loc=loc) for k in range(n)]
+
+    def _check_index(self, index_var, loc):
+        typ = self.types.get(index_var.name)
+        elems = list(typ) if isinstance(typ, types.BaseTuple) else [typ]
+        for t in elems:
+            if not isinstance(t, (types.Integer, types.Boolean)):
+                self.error("only integer indices are supported (no slices or array "
+                           "indices)", loc=loc, construct=f"index of type {typ}",
+                           remedy="index elements with integers inside a loop")
+
+    def convert_expr(self, tgt, e, loc):
+        op = e.op
+        ttype = self.types.get(tgt)
+        if op in ("binop", "inplace_binop", "unary"):
+            fn = e.immutable_fn if op == "inplace_binop" else e.fn
+            args = (e.lhs, e.rhs) if op != "unary" else (e.value,)
+            for a in args:
+                if isinstance(self.types.get(a.name), types.Array):
+                    self.error("whole-array NumPy expressions are not supported yet",
+                               loc=loc, construct=f"array {getattr(fn, '__name__', fn)}",
+                               remedy="write the operation as an element-wise loop")
+            return [ir.Assign(tgt, ir.Op(fn, tuple(self.operand(a) for a in args)),
+                              loc=loc)]
+        if op == "call":
+            return self.convert_call(tgt, e, loc)
+        if op == "getattr":
+            vtype = self.types.get(e.value.name)
+            if isinstance(vtype, types.Array) and e.attr in ("shape", "size", "ndim"):
+                return [ir.Assign(tgt, ir.Attr(ir.Var(e.value.name), e.attr), loc=loc)]
+            try:
+                resolve_value(self.fir, e.value)
+                return []
+            except (LookupError, AttributeError):
+                pass
+            self.error(f"attribute '.{e.attr}' is not supported", loc=loc,
+                       construct=f"getattr {e.attr}")
+        if op in ("static_getitem", "getitem", "typed_getitem"):
+            vtype = self.types.get(e.value.name)
+            if isinstance(vtype, types.Array):
+                if isinstance(ttype, types.Array):
+                    self.error("array slices and views are not supported", loc=loc,
+                               construct="array slice",
+                               remedy="index single elements inside a loop")
+                if op == "static_getitem" and e.index_var is None:
+                    idx = e.index if isinstance(e.index, tuple) else (e.index,)
+                    if not all(isinstance(i, (int, np.integer)) for i in idx):
+                        self.error("slices are not supported", loc=loc, construct="slice")
+                    index = tuple(ir.Const(int(i)) for i in idx)
+                else:
+                    iv = e.index_var if op == "static_getitem" else e.index
+                    self._check_index(iv, loc)
+                    index = self.index_operands(iv)
+                return [ir.Assign(tgt, ir.Load(ir.Var(e.value.name), index), loc=loc)]
+            if isinstance(vtype, types.BaseTuple):
+                k = e.index if op == "static_getitem" else None
+                if k is None:
+                    c = self.const_of(e.index)
+                    k = c.value if c is not None else None
+                if not isinstance(k, (int, np.integer)):
+                    self.error("tuples must be indexed with constant integers", loc=loc,
+                               construct="tuple index")
+                if e.value.name in self.tuples:
+                    return [ir.Assign(tgt, ir.Copy(ir.Var(f"{e.value.name}__{int(k)}")),
+                                      loc=loc)]
+                return [ir.Assign(tgt, ir.Item(ir.Var(e.value.name), int(k)), loc=loc)]
+            self.error(f"indexing a value of type {vtype} is not supported", loc=loc,
+                       construct="getitem")
+        if op == "cast":
+            return [ir.Assign(tgt, ir.Copy(self.operand(e.value)), loc=loc)]
+        if op in ("getiter", "iternext", "pair_first", "pair_second"):
+            self.error("only loops over range() or prange() are supported", loc=loc,
+                       construct="iterator")
+        self.error(f"the expression '{op}' is not supported", loc=loc, construct=op,
+                   remedy="rewrite it with scalar operations and element-wise loops")
+
+    def convert_call(self, tgt, e, loc):
+        try:
+            fn = resolve_value(self.fir, e.func)
+        except (LookupError, AttributeError):
+            self.error("cannot resolve the called function statically", loc=loc,
+                       construct="dynamic call")
+        if fn in _RANGE:
+            return []
+        args = tuple(self.operand(a) for a in e.args)
+        kws = tuple((k, self._kw_operand(v)) for k, v in e.kws)
+        if e.vararg is not None:
+            self.error("star-arguments are not supported", loc=loc, construct="*args")
+        if fn in ALLOCATORS:
+            return [ir.Assign(tgt, ir.Alloc(fn, args, kws), loc=loc)]
+        fname = getattr(fn, "__name__", str(fn))
+        arg_types = [self.types.get(a.name) for a in e.args]
+        if any(isinstance(t, types.Array) for t in arg_types) and fn is not len:
+            self.error(f"whole-array call {fname}() is not supported yet", loc=loc,
+                       construct=f"{fname} on an array",
+                       remedy="write the reduction or operation as an element-wise loop")
+        ttype = self.types.get(tgt)
+        if rules.lookup(fn) is not None or fn in rules.NONDIFFERENTIABLE or \
+                self.extra_callee_ok(fn):
+            return [ir.Assign(tgt, ir.Op(fn, args, kws), loc=loc)]
+        float_involved = isinstance(ttype, types.Float) or any(
+            isinstance(t, types.Float) for t in arg_types)
+        if not float_involved:
+            return [ir.Assign(tgt, ir.Op(fn, args, kws), loc=loc)]
+        remedy = (f"register a derivative with @kadj.register_adjoint({fname}), or mark "
+                  "the arguments that flow into it non-differentiable (wrt=...)")
+        if isinstance(ttype, types.Complex):
+            remedy = "complex-valued kernels are not supported yet"
+        self.error(f"no derivative rule for {fname}()", loc=loc,
+                   construct=f"call to {fname}", remedy=remedy)
+
+    def _kw_operand(self, var):
+        c = self.const_of(var)
+        if c is not None:
+            return c
+        try:
+            obj = resolve_value(self.fir, var)
+            return ir.GlobalRef(obj, name=_qualname(obj))
+        except (LookupError, AttributeError):
+            return ir.Var(var.name)
+
+
+def _qualname(obj):
+    for mod, prefix in ((np, "np"), (math, "math")):
+        name = getattr(obj, "__name__", None)
+        if name and getattr(mod, name, None) is obj:
+            return f"{prefix}.{name}"
+    return getattr(obj, "__name__", "obj")
+
+
+def _strip_trailing_continue(stmts):
+    if stmts and isinstance(stmts[-1], ir.Continue):
+        return stmts[:-1]
+    return stmts
+
+
+def _has_return(stmts):
+    return any(isinstance(s, ir.Return) for s in ir.walk(stmts))
+
+
+def _lower_loop_returns(stmts, st, in_loop=False):
+    """Rewrite ``return`` inside loops as (result, flag, break), with a check of the
+    flag after each loop."""
+    out = []
+    state = {}
+    for idx, s in enumerate(stmts):
+        if isinstance(s, ir.If):
+            s = replace(s, then=tuple(_lower_loop_returns(s.then, st, in_loop)),
+                        orelse=tuple(_lower_loop_returns(s.orelse, st, in_loop)))
+            out.append(s)
+        elif isinstance(s, (ir.ForRange, ir.Loop)):
+            body = _lower_loop_returns(s.body, st, True)
+            if _has_return(body):
+                flag = st.__dict__.setdefault("_retflag", st.fresh("returned", types.boolean))
+                rv = st.__dict__.setdefault(
+                    "_retval", st.fresh("result", st.tk.return_type)
+                    if isinstance(st.tk.return_type, (types.Number, types.Boolean)) else None)
+                body = _returns_to_breaks(body, flag, rv)
+                s = replace(s, body=tuple(body))
+                rest = _lower_loop_returns(list(stmts[idx + 1:]), st, in_loop)
+                ret = ir.Return(ir.Var(rv) if rv else None, loc=s.loc)
+                out.append(s)
+                out.append(ir.If(ir.Var(flag), (ret,), tuple(rest), loc=s.loc))
+                state["done"] = True
+                break
+            out.append(replace(s, body=tuple(body)))
+        else:
+            out.append(s)
+    return out
+
+
+def _returns_to_breaks(stmts, flag, rv):
+    out = []
+    for s in stmts:
+        if isinstance(s, ir.Return):
+            if rv is not None and s.value is not None and s.value != ir.Var(rv):
+                out.append(ir.Assign(rv, ir.Copy(s.value), loc=s.loc))
+            out.append(ir.Assign(flag, ir.Copy(ir.Const(True)), loc=s.loc))
+            out.append(ir.Break(loc=s.loc))
+        elif isinstance(s, ir.If):
+            out.append(replace(s, then=tuple(_returns_to_breaks(s.then, flag, rv)),
+                               orelse=tuple(_returns_to_breaks(s.orelse, flag, rv))))
+        else:
+            out.append(s)  # nested loops were lowered already
+    return out
+
+
+def _rename_loop_indices(stmts):
+    """``for $it in range(..): i = $it`` -> ``for i in range(..)`` when ``i`` is assigned
+    nowhere else (keeps the user's loop variable name in the generated code)."""
+    counts = {}
+    for s in ir.walk(stmts):
+        if isinstance(s, ir.Assign):
+            counts[s.target] = counts.get(s.target, 0) + 1
+    reads = {}
+    for s in ir.walk(stmts):
+        for v in ir.stmt_reads(s):
+            reads[v] = reads.get(v, 0) + 1
+
+    def fix(seq):
+        out = []
+        for s in seq:
+            if isinstance(s, ir.ForRange):
+                body = list(fix(s.body))
+                index = s.index
+                while body and isinstance(body[0], ir.Assign) and \
+                        body[0].expr == ir.Copy(ir.Var(index)) and \
+                        counts.get(body[0].target) == 1 and reads.get(index, 0) == 1 and \
+                        not body[0].target.startswith("_"):
+                    index = body[0].target
+                    body.pop(0)
+                    # the new index may itself be copied once more (numba's $phi)
+                out.append(replace(s, index=index, body=tuple(body)))
+            elif isinstance(s, ir.Loop):
+                out.append(replace(s, body=tuple(fix(s.body))))
+            elif isinstance(s, ir.If):
+                out.append(replace(s, then=tuple(fix(s.then)), orelse=tuple(fix(s.orelse))))
+            else:
+                out.append(s)
+        return out
+
+    return fix(stmts)
+
+
+def structurize(tk, extra_callee_ok=None):
+    """Typed kernel -> :class:`kadj.ir.Kernel`."""
+    return Structurizer(tk, extra_callee_ok).run()
