@@ -498,7 +498,7 @@ class Structurizer:
                 return [ir.Assign(tgt, ir.Item(ir.Var(e.value.name), int(k)), loc=loc)]
             self.error(f"indexing a value of type {vtype} is not supported", loc=loc,
                        construct="getitem")
-        if op == "cast":
+        if op in ("cast", "exhaust_iter"):
             return [ir.Assign(tgt, ir.Copy(self.operand(e.value)), loc=loc)]
         if op in ("getiter", "iternext", "pair_first", "pair_second"):
             self.error("only loops over range() or prange() are supported", loc=loc,

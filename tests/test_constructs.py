@@ -1,0 +1,236 @@
+"""Gradients of kernels exercising each supported construct, checked against float64
+central finite differences (tests/fdcheck.py)."""
+import math
+
+import numpy as np
+import pytest
+from numba import njit, prange
+
+import kadj
+from fdcheck import fd_check
+
+rng = np.random.default_rng(42)
+
+
+def R(*shape):
+    return rng.standard_normal(shape)
+
+
+@njit
+def heat_step(u, u_new, alpha):
+    for i in range(1, u.shape[0] - 1):
+        u_new[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+
+
+@njit
+def recurrence_inplace(y, a):
+    for i in range(1, y.shape[0]):
+        y[i] = a * y[i - 1] + y[i]
+
+
+@njit
+def horner(x, c, out):
+    for i in range(x.shape[0]):
+        p = c[c.shape[0] - 1]
+        for k in range(c.shape[0] - 2, -1, -1):
+            p = p * x[i] + c[k]
+        out[i] = p
+
+
+@njit
+def sumsq(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * x[i]
+    return math.sqrt(s)
+
+
+@njit
+def branchy(x, y):
+    for i in range(x.shape[0]):
+        if x[i] > 0.0 and x[i] < 1.5:
+            y[i] = x[i] * x[i]
+        elif x[i] <= -0.5:
+            y[i] = -x[i]
+        else:
+            y[i] = math.sin(x[i])
+
+
+@njit
+def while_loop(x, out):
+    for i in range(x.shape[0]):
+        v = x[i]
+        k = 0
+        while k < 5:
+            v = v * 0.9 + math.cos(v)
+            k += 1
+        out[i] = v
+
+
+@njit
+def breaks(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        if x[i] > 1.2:
+            break
+        if x[i] < -1.0:
+            continue
+        s += x[i] * 2.0 + s * 0.1
+    return s
+
+
+@njit
+def early_return(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s = s + x[i] ** 2
+        if s > 3.0:
+            return s * 2.0
+    return s
+
+
+@njit
+def _pair(a, b):
+    return a * b, a + b
+
+
+@njit
+def _sq(a):
+    return a * a
+
+
+@njit
+def helpers_tuples(x, y, out):
+    for i in range(x.shape[0]):
+        p, q = _pair(x[i], y[i])
+        out[i] = _sq(p) + q
+
+
+@njit
+def scratch(x, out):
+    n = x.shape[0]
+    tmp = np.empty(n)
+    for i in range(n):
+        tmp[i] = math.exp(x[i])
+    for i in range(n):
+        out[i] = tmp[i] * tmp[(i + 1) % n]
+
+
+@njit
+def stencil2d(u, v, c):
+    n, m = u.shape
+    for i in range(n):
+        for j in range(m):
+            v[i, j] = c * (u[(i + 1) % n, j] + u[i - 1, j] + u[i, (j + 1) % m]
+                           + u[i, j - 1] - 4.0 * u[i, j])
+
+
+@njit
+def inplace_ops(x, y):
+    for i in range(x.shape[0]):
+        y[i] += x[i]
+        y[i] *= x[i]
+        y[i] -= 0.5 * x[i]
+        y[i] /= (1.0 + x[i] * x[i])
+
+
+@njit
+def step_neg(x, out):
+    acc = 0.0
+    for i in range(x.shape[0] - 1, -1, -2):
+        acc = acc * 0.5 + x[i]
+        out[i] = acc
+
+
+@njit
+def minmax_abs(x, y):
+    for i in range(x.shape[0]):
+        y[i] = max(x[i], 0.1) + min(x[i] * 2.0, 0.3) + abs(x[i]) + np.minimum(np.maximum(x[i], -0.5), 0.5)
+
+
+@njit
+def gather_scatter(idx, w, x, y):
+    for k in range(idx.shape[0]):
+        y[idx[k]] += w[k] * x[k]
+
+
+@njit
+def reassigned_scalar(x, out):
+    for i in range(x.shape[0]):
+        t = x[i]
+        t = t * t
+        t = math.tanh(t) + t
+        out[i] = t
+
+
+@njit(parallel=True)
+def par_map(x, y):
+    for i in prange(x.shape[0]):
+        y[i] = math.exp(-x[i] * x[i])
+
+
+@njit
+def newton_sqrt(a, out):
+    for i in range(a.shape[0]):
+        x = 1.0
+        for _ in range(20):
+            x = 0.5 * (x + a[i] / x)
+        out[i] = x
+
+
+@njit
+def cond_on_scalar_reassign(x, out, alpha):
+    for i in range(x.shape[0]):
+        a = alpha
+        if x[i] > 0:
+            a = alpha * 2.0
+        out[i] = a * x[i]
+
+
+CASES = [
+    ("heat_step", heat_step, lambda: (R(9), np.zeros(9), 0.1)),
+    ("recurrence_inplace", recurrence_inplace, lambda: (R(7), 0.7)),
+    ("horner", horner, lambda: (R(5), R(4), np.zeros(5))),
+    ("sumsq", sumsq, lambda: (R(6),)),
+    ("branchy", branchy, lambda: (np.array([0.3, 1.0, -0.7, -0.2, 1.8, 0.6]), np.zeros(6))),
+    ("while_loop", while_loop, lambda: (R(4), np.zeros(4))),
+    ("breaks", breaks, lambda: (np.array([0.3, -1.5, 0.8, 0.2, 1.6, 0.4]),)),
+    ("early_return", early_return, lambda: (np.array([0.5, 0.9, 1.1, 1.3, 0.2]),)),
+    ("early_return_none", early_return, lambda: (np.array([0.5, 0.2, 0.3]),)),
+    ("helpers_tuples", helpers_tuples, lambda: (R(5), R(5), np.zeros(5))),
+    ("scratch", scratch, lambda: (R(6) * 0.3, np.zeros(6))),
+    ("stencil2d", stencil2d, lambda: (R(4, 5), np.zeros((4, 5)), 0.3)),
+    ("inplace_ops", inplace_ops, lambda: (R(5), R(5))),
+    ("step_neg", step_neg, lambda: (R(7), np.zeros(7))),
+    ("minmax_abs", minmax_abs, lambda: (np.array([0.31, -0.72, 0.05, 1.3, -1.1]),
+                                        np.zeros(5))),
+    ("gather_scatter", gather_scatter, lambda: (np.array([0, 2, 2, 1, 0]), R(5), R(5),
+                                                np.zeros(3))),
+    ("reassigned_scalar", reassigned_scalar, lambda: (R(5), np.zeros(5))),
+    ("par_map", par_map, lambda: (R(6), np.zeros(6))),
+    ("newton_sqrt", newton_sqrt, lambda: (np.array([0.5, 2.0, 3.0]), np.zeros(3))),
+    ("cond_on_scalar_reassign", cond_on_scalar_reassign,
+     lambda: (np.array([0.5, -0.3, 1.2]), np.zeros(3), 0.7)),
+]
+
+
+@pytest.mark.parametrize("name,kernel,make", CASES, ids=[c[0] for c in CASES])
+def test_gradient_matches_finite_differences(name, kernel, make):
+    k = kadj.differentiate(kernel)
+    fd_check(k, make(), rtol=1e-5, atol=1e-8)
+
+
+def test_float32_stays_float32():
+    k = kadj.differentiate(heat_step)
+    u = R(8).astype(np.float32)
+    args = (u, np.zeros(8, np.float32), np.float32(0.1))
+    plan = k.adjoint_plan(*args)
+    bufs = [np.zeros(8, np.float32), np.ones(8, np.float32), np.zeros(1, np.float32)]
+    k.adjoint(*args, *bufs)
+    assert all(b.dtype == np.float32 for b in bufs)
+    assert "float64" not in k.adjoint_source(*args).replace("np.float64", "")
+    ref = [np.zeros(8), np.ones(8), np.zeros(1)]
+    k.adjoint(u.astype(np.float64), np.zeros(8), 0.1, *ref)
+    np.testing.assert_allclose(bufs[0], ref[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bufs[2], ref[2], rtol=1e-4)
+    assert plan.adjoint_args == (0, 1, 2)
