@@ -56,7 +56,7 @@ class Analysis:
         return isinstance(x, ir.Var) and x.name in self.varied
 
 
-def analyze(kernel, slot_args):
+def analyze(kernel, slot_args, returns_value=True):
     a = Analysis(kernel=kernel, slot_args=tuple(slot_args))
     T = kernel.types
     body = kernel.body
@@ -86,6 +86,7 @@ def analyze(kernel, slot_args):
     a.work_arrays = a.param_arrays & a.loaded & a.stored
     _loop_assigned(body, a, False)
     _activity(kernel, a)
+    _usefulness(kernel, a, returns_value)
     _recompute(body, a)
     _needed(body, a)
     loop_indices = {s.index for s in ir.walk(body) if isinstance(s, ir.ForRange)}
@@ -173,6 +174,48 @@ def _activity(kernel, a):
                         isinstance(T[arr].dtype, types.Float):
                     a.varied_arrays.add(arr)
                     changed = True
+
+
+def _usefulness(kernel, a, returns_value):
+    """Backward fixpoint: variables whose adjoint can reach an output (a store into an
+    array with an adjoint, or the returned value).  Active = varied and useful."""
+    from . import ops
+    useful = set()
+    stmts = list(ir.walk(kernel.body))
+    for s in stmts:
+        if isinstance(s, ir.Store) and s.array.name in a.varied_arrays and \
+                isinstance(s.value, ir.Var):
+            useful.add(s.value.name)
+        elif isinstance(s, ir.Return) and returns_value and isinstance(s.value, ir.Var):
+            useful.add(s.value.name)
+    changed = True
+    while changed:
+        changed = False
+        for s in stmts:
+            if not isinstance(s, ir.Assign) or s.target not in useful or \
+                    s.target not in a.varied:
+                continue
+            e = s.expr
+            new = set()
+            if isinstance(e, ir.Copy) and isinstance(e.src, ir.Var):
+                new.add(e.src.name)
+            elif isinstance(e, ir.Op):
+                rule = rules.lookup(e.fn)
+                if rule is not None:
+                    args = [ops.var(x.name) if isinstance(x, ir.Var) else ops.const(0.0)
+                            for x in e.args]
+                    try:
+                        contribs = rule.vjp(ops.var("__g"), ops.var(s.target), *args)
+                    except TypeError:
+                        contribs = [1.0] * len(args)
+                    for x, c in zip(e.args, contribs):
+                        if c is not None and isinstance(x, ir.Var):
+                            new.add(x.name)
+            new -= useful
+            if new:
+                useful |= new
+                changed = True
+    a.varied &= useful
 
 
 # ---- recomputation ------------------------------------------------------------------

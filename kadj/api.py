@@ -124,7 +124,7 @@ class DifferentiatedKernel:
         kernel = structurize.structurize(tk)
         plan = self._plan(kernel, arg_types)
         slot_names = tuple(self.arg_names[i] for i in plan.adjoint_args)
-        an = analysis.analyze(kernel, slot_names)
+        an = analysis.analyze(kernel, slot_names, plan.returns_value)
         adj = reverse.write_adjoint(kernel, an, slot_names, plan.returns_value)
         files = {loc.filename for loc in _locs(tk.func_ir) if loc.filename}
         pyfn, disk = codegen.build(adj, plan, key, files)

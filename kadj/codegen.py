@@ -31,9 +31,27 @@ def cache_dir():
     return d
 
 
+_SELF_HASH = None
+
+
+def _kadj_hash():
+    """Hash of kadj's own sources: a new kadj never loads an old kadj's adjoints."""
+    global _SELF_HASH
+    if _SELF_HASH is None:
+        h = hashlib.sha256()
+        here = os.path.dirname(os.path.abspath(__file__))
+        for root, _dirs, files in sorted(os.walk(here)):
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    with open(os.path.join(root, f), "rb") as fh:
+                        h.update(fh.read())
+        _SELF_HASH = h.hexdigest()[:16]
+    return _SELF_HASH
+
+
 def cache_key(py_func, arg_types, wrt, options, target):
     code = py_func.__code__
-    parts = [CACHE_VERSION, target, py_func.__module__, py_func.__qualname__,
+    parts = [CACHE_VERSION, _kadj_hash(), target, py_func.__module__, py_func.__qualname__,
              code.co_filename, repr(code.co_code), repr(code.co_consts),
              repr(tuple(str(t) for t in arg_types)), repr(wrt),
              repr(sorted((k, repr(v)) for k, v in options.items()))]

@@ -319,10 +319,53 @@ class Writer:
                         live.discard(s.index)
         return live
 
+    def find_single_use(self):
+        """Variables defined once and read once, later in the same statement sequence:
+        their adjoint is assigned (not accumulated) at the use and read at the def."""
+        a = self.a
+        uses, where_def, where_use = {}, {}, {}
+
+        def visit(seq):
+            for pos, s in enumerate(seq):
+                if isinstance(s, ir.Assign):
+                    where_def[s.target] = (id(seq), pos)
+                    ops_ = ir.operands(s.expr)
+                elif isinstance(s, ir.Store):
+                    ops_ = (s.array,) + tuple(s.index) + (s.value,)
+                elif isinstance(s, ir.If):
+                    ops_ = (s.cond,)
+                    visit(s.then)
+                    visit(s.orelse)
+                elif isinstance(s, ir.ForRange):
+                    ops_ = (s.start, s.stop, s.step)
+                    visit(s.body)
+                elif isinstance(s, ir.Loop):
+                    ops_ = ()
+                    visit(s.body)
+                elif isinstance(s, ir.Return):
+                    ops_ = (s.value,) if s.value is not None else ()
+                else:
+                    ops_ = ()
+                for x in ops_:
+                    if isinstance(x, ir.Var):
+                        uses[x.name] = uses.get(x.name, 0) + 1
+                        where_use[x.name] = (id(seq), pos)
+
+        visit(self.k.body)
+        out = set()
+        for v in a.varied:
+            if v in self.k.args or v in a.pushed or a.assign_count.get(v) != 1:
+                continue
+            if uses.get(v) == 1 and v in where_def and v in where_use and \
+                    where_def[v][0] == where_use[v][0] and where_def[v][1] < where_use[v][1]:
+                out.add(v)
+        self.single_use = out
+
     # ---- the function ------------------------------------------------------------
     def write(self):
         k, a = self.k, self.a
         self.liveness()
+        self.find_single_use()
         params = list(k.args)
         slot_params = []
         for name in self.slot_args:
@@ -357,7 +400,7 @@ class Writer:
             self.emit(1, f"_sp_{kind} = 0")
         inits = []
         for v in sorted(a.varied, key=self.n):
-            if isinstance(self.T.get(v), types.Float):
+            if isinstance(self.T.get(v), types.Float) and v not in self.single_use:
                 inits.append(f"{self.adj(v)} = {self.zero(self.T[v])}")
         for v in sorted(self.declare, key=self.n):
             inits.append(f"{self.n(v)} = {self.zero(self.T.get(v))}")
@@ -495,7 +538,8 @@ class Writer:
                 if a.active(s.value) and self.returns_value:
                     self.comment(depth, s.loc)
                     t = self.T[s.value.name]
-                    self.emit(depth, f"{self.adj(s.value.name)} += "
+                    op = "=" if s.value.name in self.single_use else "+="
+                    self.emit(depth, f"{self.adj(s.value.name)} {op} "
                                      f"{self.cast('adj_return', t)}")
         if len(self.lines) == start:
             self.emit(depth, "pass")
@@ -508,8 +552,9 @@ class Writer:
             self.comment(depth, s.loc)
             contribs = self.contributions(s)
             adjv = self.adj(v)
-            reset = a.assign_count.get(v, 0) > 1 or v in a.in_loop or any(
-                isinstance(x, ir.Var) and x.name == v for x in ir.operands(s.expr))
+            reset = v not in self.single_use and (
+                a.assign_count.get(v, 0) > 1 or v in a.in_loop or any(
+                    isinstance(x, ir.Var) and x.name == v for x in ir.operands(s.expr)))
             if contribs:
                 self._g = adjv
                 if reset and any(t == v for t, _ in contribs):
@@ -518,7 +563,8 @@ class Writer:
                     self.emit(depth, f"{adjv} = {self.zero(self.T[v])}")
                     reset = False
                 for target, text in contribs:
-                    self.emit(depth, f"{target} += {text}")
+                    op = "=" if target in self._single_adj else "+="
+                    self.emit(depth, f"{target} {op} {text}")
             if reset:
                 self.emit(depth, f"{adjv} = {self.zero(self.T[v])}")
         if v in a.pushed and v not in recomputed:
@@ -564,6 +610,10 @@ class Writer:
                 out.append((self.adj(x.name), self.cast(self.sym(ops._lift(c), t), t)))
         return out
 
+    @property
+    def _single_adj(self):
+        return {self.adj(v) for v in self.single_use}
+
     def rev_store(self, s, depth):
         a = self.a
         arr = s.array.name
@@ -573,7 +623,8 @@ class Writer:
         ref = f"adj_{self.n(arr)}[{', '.join(self.o(i) for i in s.index)}]"
         if a.active(s.value):
             t = self.T[s.value.name]
-            self.emit(depth, f"{self.adj(s.value.name)} += {self.cast(ref, t)}")
+            op = "=" if s.value.name in self.single_use else "+="
+            self.emit(depth, f"{self.adj(s.value.name)} {op} {self.cast(ref, t)}")
         self.emit(depth, f"{ref} = {self.zero(self.T[arr].dtype)}")
         if arr in a.restore_arrays:
             fref = f"{self.arr(arr)}[{', '.join(self.o(i) for i in s.index)}]"
