@@ -384,7 +384,7 @@ class Writer:
         self._last_loc = None
         self.rev(k.body, 1, loop_depth=0)
         for name in self.slot_args:
-            if not isinstance(self.T.get(name), types.Array):
+            if not isinstance(self.T.get(name), types.Array) and name in a.varied:
                 self.emit(1, f"adj_{name}_buf[0] += {self.cast(self.adj(name), self.T[name])}")
         self.emit(1, "return _retval" if self.has_retval else "return None")
         main = self.lines[body_start:]
@@ -675,6 +675,10 @@ class Writer:
                 reads |= ir.var_names((x.cond,))
             elif isinstance(x, ir.ForRange):
                 reads |= ir.var_names((x.start, x.stop, x.step))
+        for x in ir.walk(loop.body):
+            if isinstance(x, ir.ForRange):
+                for r in ir.walk(self.a.recompute.get(x.uid, ())):
+                    reads |= ir.stmt_reads(r)
         keep = []
         for x in reversed(rec):
             defs = {y.target for y in ir.walk((x,)) if isinstance(y, ir.Assign)}

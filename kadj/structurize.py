@@ -36,10 +36,11 @@ _MAX_BLOCK_VISITS = 16
 
 
 class _Ctx:
-    __slots__ = ("header", "follow", "stop")
+    __slots__ = ("header", "follow", "stop", "header_alt")
 
-    def __init__(self, header=None, follow=None, stop=None):
+    def __init__(self, header=None, follow=None, stop=None, header_alt=None):
         self.header, self.follow, self.stop = header, follow, stop
+        self.header_alt = header_alt if header_alt is not None else header
 
 
 class Structurizer:
@@ -54,6 +55,7 @@ class Structurizer:
         self.visits = {}
         self.uid = 0
         self.extra_callee_ok = extra_callee_ok or (lambda fn: False)
+        self._find_array_aliases()
         self._find_scalarized_tuples()
 
     # ---- errors -------------------------------------------------------------------
@@ -100,7 +102,8 @@ class Structurizer:
             rl = self.resolve_trivial(label)
             if ctx.stop is not None and (label == ctx.stop or rl == ctx.stop):
                 return out
-            if ctx.header is not None and label == ctx.header and label != entering:
+            if ctx.header is not None and label in (ctx.header, ctx.header_alt) and \
+                    label != entering:
                 out.append(ir.Continue())
                 return out
             if ctx.follow is not None and rl == ctx.follow:
@@ -130,7 +133,7 @@ class Structurizer:
             if isinstance(term, nir.Branch):
                 merge = self.ipdom(label, ctx)
                 stop = None if merge == _EXIT else merge
-                sub = _Ctx(ctx.header, ctx.follow, stop)
+                sub = _Ctx(ctx.header, ctx.follow, stop, ctx.header_alt)
                 then = self.seq(term.truebr, sub)
                 orelse = self.seq(term.falsebr, sub)
                 out.append(ir.If(self.operand(term.cond), tuple(then), tuple(orelse),
@@ -149,7 +152,7 @@ class Structurizer:
         out = []
         for t in term.get_targets():
             rt = self.resolve_trivial(t)
-            if (ctx.header is not None and t == ctx.header) or \
+            if (ctx.header is not None and t in (ctx.header, ctx.header_alt)) or \
                     (ctx.follow is not None and rt == ctx.follow):
                 out.append(_EXIT)
             else:
@@ -208,8 +211,11 @@ class Structurizer:
                            loc=self.blocks[header].loc, construct="loop",
                            remedy="rewrite the loop with a simple condition and break")
         follow = self.resolve_trivial(follow)
-        ctx = _Ctx(header=header, follow=follow, stop=None)
-        rng = self.range_header(header)
+        real = self.resolve_trivial(header)
+        if real not in body:
+            real = header
+        ctx = _Ctx(header=header, follow=follow, stop=None, header_alt=real)
+        rng = self.range_header(real)
         loc = self.blocks[header].loc
         self.uid += 1
         uid = self.uid
@@ -220,7 +226,7 @@ class Structurizer:
             pre, start, stop_, step = self.freeze_bounds(start, stop_, step, stmts, loc)
             return pre + [ir.ForRange(index, start, stop_, step, tuple(stmts), loc=loc,
                                       uid=uid)], follow
-        stmts = self.seq(header, ctx, entering=header)
+        stmts = self.seq(real, ctx, entering=real)
         stmts = _strip_trailing_continue(stmts)
         return [ir.Loop(tuple(stmts), loc=loc, uid=uid)], follow
 
@@ -298,7 +304,71 @@ class Structurizer:
         return None
 
     # ---- statements -------------------------------------------------------------
+    def _find_array_aliases(self):
+        """Array variables defined once as a copy of another array (a helper's array
+        parameter after inlining, ``a = x``) are replaced by the array they name."""
+        defs = {}
+        for blk in self.blocks.values():
+            for s in blk.body:
+                if isinstance(s, nir.Assign):
+                    defs.setdefault(s.target.name, []).append(s.value)
+        self.alias = {}
+        for name, vals in defs.items():
+            if len(vals) == 1 and isinstance(vals[0], nir.Var) and \
+                    isinstance(self.types.get(name), types.Array) and \
+                    vals[0].name not in ():
+                self.alias[name] = vals[0].name
+
+        def chase(n):
+            seen = 0
+            while n in self.alias and seen < 50:
+                n = self.alias[n]
+                seen += 1
+            return n
+
+        self.alias = {k: chase(k) for k in self.alias}
+
+    def _find_direct_index_tuples(self):
+        """Index tuples built right before a single array access are used directly:
+        ``u[i, j]`` rather than a tuple of copies."""
+        counts = {}
+        for blk in self.blocks.values():
+            for s in blk.body:
+                for v in s.list_vars():
+                    counts[v.name] = counts.get(v.name, 0) + 1
+        self.direct_index = {}
+        for blk in self.blocks.values():
+            body = blk.body
+            for pos, s in enumerate(body):
+                if not (isinstance(s, nir.Assign) and isinstance(s.value, nir.Expr)
+                        and s.value.op == "build_tuple"):
+                    continue
+                name = s.target.name
+                if counts.get(name) != 2:  # its definition and one use
+                    continue
+                items = s.value.items
+                item_names = {v.name for v in items}
+                for later in body[pos + 1:]:
+                    used = {v.name for v in later.list_vars()}
+                    if name in used:
+                        idx = None
+                        if isinstance(later, (nir.SetItem,)) and later.index.name == name:
+                            idx = True
+                        elif isinstance(later, nir.Assign) and isinstance(later.value,
+                                                                          nir.Expr) and \
+                                later.value.op in ("getitem", "static_getitem") and \
+                                getattr(later.value, "index", None) is not None and \
+                                isinstance(later.value.index, nir.Var) and \
+                                later.value.index.name == name:
+                            idx = True
+                        if idx:
+                            self.direct_index[name] = tuple(items)
+                        break
+                    if isinstance(later, nir.Assign) and later.target.name in item_names:
+                        break
+
     def _find_scalarized_tuples(self):
+        self._find_direct_index_tuples()
         for blk in self.blocks.values():
             for s in blk.body:
                 if isinstance(s, nir.Assign) and isinstance(s.value, nir.Expr) and \
@@ -340,6 +410,13 @@ class Structurizer:
             v = d.value
             if isinstance(v, (bool, int, float, np.number, np.bool_)):
                 return ir.Const(v)
+        if isinstance(d, nir.Expr) and d.op == "getattr":
+            try:
+                v = resolve_value(self.fir, var)
+            except (LookupError, AttributeError):
+                return None
+            if isinstance(v, (bool, int, float, np.number, np.bool_)):
+                return ir.Const(v)
         return None
 
     def operand(self, var):
@@ -348,9 +425,15 @@ class Structurizer:
         c = self.const_of(var)
         if c is not None:
             return c
-        return ir.Var(var.name)
+        return ir.Var(self.alias.get(var.name, var.name))
+
+    def avar(self, var):
+        return ir.Var(self.alias.get(var.name, var.name))
 
     def index_operands(self, index_var):
+        direct = self.direct_index.get(index_var.name)
+        if direct is not None:
+            return tuple(self.operand(v) for v in direct)
         if index_var.name in self.tuples:
             return tuple(ir.Var(f"{index_var.name}__{k}")
                          for k in range(self.tuples[index_var.name]))
@@ -381,7 +464,7 @@ class Structurizer:
             else:
                 self._check_index(stmt.index, loc)
                 index = self.index_operands(stmt.index)
-            return [ir.Store(ir.Var(arr.name), index, self.operand(stmt.value), loc=loc)]
+            return [ir.Store(self.avar(arr), index, self.operand(stmt.value), loc=loc)]
         if isinstance(stmt, nir.Print):
             return []
         if isinstance(stmt, (nir.StaticRaise, nir.DynamicRaise)):
@@ -394,7 +477,7 @@ class Structurizer:
         tgt = stmt.target.name
         val = stmt.value
         ttype = self.types.get(tgt)
-        if isinstance(val, nir.Arg):
+        if isinstance(val, nir.Arg) or tgt in self.alias:
             return []
         if isinstance(ttype, (types.RangeType, types.RangeIteratorType, types.Module,
                               types.Function, types.Dispatcher, types.NumberClass,
@@ -415,6 +498,8 @@ class Structurizer:
             if isinstance(v, tuple) and all(isinstance(x, (int, float)) for x in v):
                 return [ir.Assign(tgt, ir.Copy(ir.Const(v)), loc=loc)]
             return []  # modules, functions: resolved where they are called
+        if tgt in self.direct_index:
+            return []
         if tgt in self.tuples:
             return self.convert_tuple(tgt, val, loc)
         if isinstance(val, nir.Var):
@@ -459,7 +544,9 @@ class Structurizer:
         if op == "getattr":
             vtype = self.types.get(e.value.name)
             if isinstance(vtype, types.Array) and e.attr in ("shape", "size", "ndim"):
-                return [ir.Assign(tgt, ir.Attr(ir.Var(e.value.name), e.attr), loc=loc)]
+                return [ir.Assign(tgt, ir.Attr(self.avar(e.value), e.attr), loc=loc)]
+            if self.const_of(ir_var(tgt, loc)) is not None:
+                return []
             try:
                 resolve_value(self.fir, e.value)
                 return []
@@ -483,7 +570,7 @@ class Structurizer:
                     iv = e.index_var if op == "static_getitem" else e.index
                     self._check_index(iv, loc)
                     index = self.index_operands(iv)
-                return [ir.Assign(tgt, ir.Load(ir.Var(e.value.name), index), loc=loc)]
+                return [ir.Assign(tgt, ir.Load(self.avar(e.value), index), loc=loc)]
             if isinstance(vtype, types.BaseTuple):
                 k = e.index if op == "static_getitem" else None
                 if k is None:
@@ -550,6 +637,10 @@ class Structurizer:
             return ir.GlobalRef(obj, name=_qualname(obj))
         except (LookupError, AttributeError):
             return ir.Var(var.name)
+
+
+def ir_var(name, loc):
+    return nir.Var(None, name, loc)
 
 
 def _qualname(obj):

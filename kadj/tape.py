@@ -239,7 +239,7 @@ class Tape:
             return
         if not self.copy_inputs:
             raise self._overwrite_error(launch, i, needs[0])
-        tracked.snapshots[version] = tracked.array.copy()
+        tracked.snapshots[version] = tracked.array.copy(order="K")
 
     def _overwrite_error(self, launch, i, reader):
         what = f"argument '{launch.arg_name(i)}' ({_describe(launch.args[i])})"

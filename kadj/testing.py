@@ -7,9 +7,9 @@ value).  :func:`check_grad` establishes, against float64 central finite
 differences of ``F`` and independently of how the adjoint was built, that
 
 * the inner-product identity ``<ct, J d> == <adjoint(ct), d>`` holds for one random
-  cotangent ``ct`` and one random direction ``d`` (the "dot-product test" of adjoint
-  codes; its cost does not grow with the input size, JAX's ``check_vjp`` does the
-  same);
+  cotangent ``ct`` and, per input argument, one random direction ``d`` (the
+  "dot-product test" of adjoint codes; one adjoint call and two forward runs per
+  argument, whatever the size, as in JAX's ``check_vjp``);
 * for small inputs (at most ``full_jacobian_max`` elements) every Jacobian column from
   finite differences matches the rows the adjoint produces;
 * the adjoint call leaves the forward arguments untouched, as API.md promises.
@@ -68,8 +68,9 @@ class GradCheckResult:
     inputs / outputs:     names of the checked inputs and of the outputs
                           (``"return"`` for a return value), in flattening order.
     precision:            ``"float64"`` or ``"float32"``, which chose the defaults.
-    directional_fd:       ``<ct, J d>`` from central differences (per unit step).
-    directional_adjoint:  ``<adjoint(ct), d>`` (per unit step).
+    directional_fd:       ``<ct, J d>`` from central differences (per unit step),
+                          summed over the per-argument directions.
+    directional_adjoint:  ``<adjoint(ct), d>`` (per unit step), summed likewise.
     jacobian_checked:     whether full Jacobian columns were compared too.
     max_abs_error:        largest absolute mismatch over every comparison made.
     max_rel_error:        largest mismatch relative to the reference magnitude.
@@ -302,7 +303,7 @@ def _is_float_array(a):
 
 
 def _copy_args(args):
-    return [a.copy() if _is_array(a) else a for a in args]
+    return [a.copy(order="K") if _is_array(a) else a for a in args]
 
 
 def _read_inputs(problem, args):
@@ -416,24 +417,38 @@ def _round_to_outputs(problem, ct):
 
 
 def _inner_product_test(problem, ct, rng, eps, rtol, atol, unit):
+    """``<ct, J d>`` against ``<adjoint(ct), d>``, one random ``d`` per input.
+
+    One adjoint call serves every input; perturbing one argument at a time costs two
+    forward runs each and names the argument whose gradient is wrong.
+    """
     x = _read_inputs(problem, problem.args)
-    delta = eps * np.maximum(1.0, np.abs(x)) * rng.standard_normal(problem.n_in)
-    y_plus, y_minus, step = _evaluate_pair(problem, x, delta)
     g = _vjp(problem, ct)
     h2 = 2.0 * eps
-    fd = float(ct @ (y_plus - y_minus)) / h2
-    ad = float(g @ step) / h2
-    magnitude = max(abs(ad), float(np.abs(g * step).sum()) / h2)
-    noise = _NOISE_FACTOR * unit * float(
-        np.abs(ct) @ np.maximum(np.abs(y_plus), np.abs(y_minus))) / h2
-    tol = atol + rtol * magnitude + noise
-    np.testing.assert_allclose(
-        ad, fd, rtol=0.0, atol=tol,
-        err_msg=(f"The adjoint of kernel '{problem.name}' fails the inner-product "
-                 f"test: <adjoint(ct), d> = {ad!r} but central finite differences "
-                 f"give <ct, J d> = {fd!r} (inputs: {_names(problem.inputs)}; "
-                 f"outputs: {_names(problem.outputs)}; tolerance {tol:.3g})."))
-    return fd, ad, _errors(np.array([ad]), np.array([fd]), magnitude)
+    total_fd = total_ad = 0.0
+    worst = (0.0, 0.0)
+    for s in problem.inputs:
+        delta = np.zeros(problem.n_in)
+        part = slice(s.start, s.stop)
+        delta[part] = (eps * np.maximum(1.0, np.abs(x[part]))
+                       * rng.standard_normal(s.stop - s.start))
+        y_plus, y_minus, step = _evaluate_pair(problem, x, delta)
+        fd = float(ct @ (y_plus - y_minus)) / h2
+        ad = float(g @ step) / h2
+        magnitude = max(abs(ad), float(np.abs(g * step).sum()) / h2)
+        noise = _NOISE_FACTOR * unit * float(
+            np.abs(ct) @ np.maximum(np.abs(y_plus), np.abs(y_minus))) / h2
+        tol = atol + rtol * magnitude + noise
+        np.testing.assert_allclose(
+            ad, fd, rtol=0.0, atol=tol,
+            err_msg=(f"The adjoint of kernel '{problem.name}' fails the inner-product "
+                     f"test for argument '{s.name}': <adjoint(ct), d> = {ad!r} but "
+                     f"central finite differences give <ct, J d> = {fd!r} (outputs: "
+                     f"{_names(problem.outputs)}; tolerance {tol:.3g})."))
+        total_fd += fd
+        total_ad += ad
+        worst = max(worst, _errors(np.array([ad]), np.array([fd]), magnitude))
+    return total_fd, total_ad, worst
 
 
 def _fd_jacobian(problem, eps):
@@ -475,14 +490,15 @@ def _jacobian_test(problem, rng, eps, rtol, atol, unit, rows_max):
     tol = atol + noise
     row_blocks = problem.outputs if unit_rows else (None,)
     worst = (0.0, 0.0)
+    magnitude = np.abs(reference).max(initial=0.0)
     for s_in in problem.inputs:
+        cols = slice(s_in.start, s_in.stop)
         for s_out in row_blocks:
             rows = slice(None) if s_out is None else slice(s_out.start, s_out.stop)
-            cols = slice(s_in.start, s_in.stop)
             _assert_block(problem, s_in, s_out, adjoint_rows[rows, cols],
                           reference[rows, cols], rtol, tol)
-        block = (adjoint_rows[:, cols], reference[:, cols])
-        worst = max(worst, _errors(*block, np.abs(reference).max(initial=0.0)))
+        worst = max(worst, _errors(adjoint_rows[:, cols], reference[:, cols],
+                                   magnitude))
     return worst
 
 
