@@ -178,14 +178,14 @@ class Tape:
         Called by a differentiated kernel when this tape is active.
         """
         args = tuple(args)
-        plan = kernel.adjoint_plan(*args)
         index = len(self._launches)
         if config is not None:
             raise DifferentiationError(
                 f"The tape cannot record launch #{index} of kernel "
-                f"'{plan.kernel_name}' with launch configuration {config!r}: only "
-                "CPU kernels are recorded so far. Run the sequence on the CPU, or "
-                "call the kernel's adjoint yourself.")
+                f"'{getattr(kernel, '__name__', kernel)}' with launch configuration "
+                f"{config!r}: only CPU kernels are recorded so far. Run the sequence "
+                "on the CPU, or call the kernel's adjoint yourself.")
+        plan = kernel.adjoint_plan(*args)
         keys = tuple(self._track(plan, index, i, a) if _is_array(a)
                      else _check_value(plan, index, i, a) for i, a in enumerate(args))
         _check_aliasing(plan, index, keys)
@@ -244,12 +244,12 @@ class Tape:
     def _overwrite_error(self, launch, i, reader):
         what = f"argument '{launch.arg_name(i)}' ({_describe(launch.args[i])})"
         if reader.launch == launch.index:
-            head = (f"{launch.describe().capitalize()} reads and overwrites {what} "
+            head = (f"{_sentence(launch.describe())} reads and overwrites {what} "
                     "in place, and its adjoint needs the contents from before the "
                     "call.")
         else:
             earlier = self._launches[reader.launch]
-            head = (f"{launch.describe().capitalize()} would overwrite {what}, which "
+            head = (f"{_sentence(launch.describe())} would overwrite {what}, which "
                     f"{earlier.describe()} read as argument "
                     f"'{earlier.arg_name(reader.arg)}' and needs for its adjoint.")
         return DifferentiationError(
@@ -334,7 +334,7 @@ class Tape:
                 "identical view).")
         if array.dtype.kind != "f":
             raise DifferentiationError(
-                f"{what.capitalize()} has dtype {array.dtype}; only floating-point "
+                f"{_sentence(what)} has dtype {array.dtype}; only floating-point "
                 "arrays can be seeded.")
 
     def _replay(self, launch, buffers, scalars):
@@ -444,6 +444,10 @@ def _overlaps(a, b):
         return bool(np.shares_memory(a, b, max_work=100_000))
     except np.exceptions.TooHardError:
         return True
+
+
+def _sentence(text):
+    return text[:1].upper() + text[1:]
 
 
 def _describe(a):

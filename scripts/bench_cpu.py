@@ -1,0 +1,215 @@
+"""Time kadj's CPU adjoints against the forward kernels and careful hand-written adjoints.
+
+For every case in ``perf/cases_cpu.py`` this times, in one run:
+
+- the plain ``@njit`` forward, and the same kernel called through ``kadj.differentiate``
+  (the decorated forward should cost the same);
+- the hand-written adjoint and kadj's generated adjoint (``kernel.adjoint``),
+
+each as the median of ``--repeat`` calls after warm-up (compilation included in the
+warm-up, never in the timings); the four calls take turns, so that load from other
+processes affects them alike.  Adjoint buffers are in/out, so before every call they
+are refilled from the same seeds with ``np.copyto`` into preallocated buffers, outside
+the timed region: only the call itself is measured.  It then checks that kadj's adjoint
+and the hand-written one agree, and prints a table with adjoint/forward and kadj/hand
+ratios.
+
+Usage::
+
+    python scripts/bench_cpu.py                 # large sizes (~1-10 ms per forward)
+    python scripts/bench_cpu.py --size small --repeat 50
+    python scripts/bench_cpu.py --cases heat1d spmv
+    python scripts/bench_cpu.py --stat min      # on a busy machine
+
+Exits with status 1 when kadj's adjoint disagrees with the hand-written one or fails.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run from a checkout: perf/ and kadj/ live next to scripts/
+    sys.path.insert(0, str(ROOT))
+
+from perf.cases_cpu import CASES, copy_args, make_adjoints  # noqa: E402
+
+RTOL = 1e-8  # kadj and the hand-written adjoint may sum in different orders
+
+
+def time_calls(calls, repeat, stat=statistics.median):
+    """Median (or ``stat``) wall time of each ``call()`` in ``calls`` (name -> (call,
+    refill)) over ``repeat`` rounds.  The calls take turns within each round, so that
+    load from other processes affects them alike; ``refill()`` (or None) runs untimed
+    before each call."""
+    times = {name: [] for name in calls}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            for name, (call, refill) in calls.items():
+                if refill is not None:
+                    refill()
+                t0 = time.perf_counter()
+                call()
+                times[name].append(time.perf_counter() - t0)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {name: stat(ts) for name, ts in times.items()}
+
+
+def _load_kadj():
+    try:
+        import kadj
+
+        return kadj.differentiate, None
+    except Exception as exc:  # the core may not be importable in this checkout
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _agree(got, expected):
+    """Max error of ``got`` relative to the size of ``expected``, over all buffers."""
+    worst = 0.0
+    for g, e in zip(got, expected):
+        scale = max(float(np.max(np.abs(e))), 1e-300)
+        worst = max(worst, float(np.max(np.abs(g - e))) / scale)
+    return worst
+
+
+def bench_case(case, size, repeat, differentiate, seed=0, stat=statistics.median):
+    """Time one case; returns a dict of results (times in seconds)."""
+    rng = np.random.default_rng(seed)
+    n = case.size(size)
+    args = case.make_args(n, rng)  # the pre-call state every adjoint call sees
+    seeds = make_adjoints(case, args, rng)
+    fwd_args = copy_args(args)  # the forward writes its outputs; keep args pristine
+
+    work = tuple(np.empty_like(s) for s in seeds)
+
+    def refill():
+        for w, s in zip(work, seeds):
+            np.copyto(w, s)
+
+    result = {"case": case.name, "n": n, "description": case.description}
+    calls = {}
+
+    # warm-up: every call runs (and compiles) before timing starts
+    case.forward(*fwd_args)
+    calls["fwd"] = (lambda: case.forward(*fwd_args), None)
+
+    refill()
+    case.hand_adjoint(*args, *work)
+    hand_out = tuple(w.copy() for w in work)
+    calls["hand"] = (lambda: case.hand_adjoint(*args, *work), refill)
+
+    if differentiate is not None:
+        try:
+            kernel = differentiate(case.forward)
+            kernel(*fwd_args)
+            refill()
+            before = copy_args(args)
+            kernel.adjoint(*args, *work)
+            result["err"] = _agree(tuple(w.copy() for w in work), hand_out)
+            if not all(np.array_equal(a, b) for a, b in zip(args, before)):
+                raise AssertionError("kadj's adjoint modified a forward argument")
+            calls["kfwd"] = (lambda: kernel(*fwd_args), None)
+            calls["kadj"] = (lambda: kernel.adjoint(*args, *work), refill)
+        except Exception:
+            result["error"] = traceback.format_exc()
+
+    for name, (call, refill_) in calls.items():  # a second warm-up call each
+        if refill_ is not None:
+            refill_()
+        call()
+    result.update(time_calls(calls, repeat, stat))
+    return result
+
+
+_UNIT = {"ms": 1e3, "us": 1e6}
+
+
+def _fmt(seconds, unit):
+    return f"{seconds * _UNIT[unit]:9.3f}"
+
+
+def _ratio(a, b):
+    return f"{a / b:6.2f}x"
+
+
+def print_table(results, size, repeat, stat="median"):
+    unit = "ms" if max(r["fwd"] for r in results) >= 1e-3 else "us"
+    print(f"\nkadj CPU benchmarks: size={size}, {stat} of {repeat} calls, times in {unit}\n")
+    header = (
+        f"{'case':<11} {'n':>9} {'forward':>9} {'fwd kadj':>9} {'hand adj':>9} {'kadj adj':>9}"
+        f" {'hand/fwd':>8} {'kadj/fwd':>8} {'kadj/hand':>9}  {'max rel err':>11}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        line = f"{r['case']:<11} {r['n']:>9} {_fmt(r['fwd'], unit)} "
+        line += _fmt(r["kfwd"], unit) if "kfwd" in r else f"{'-':>9}"
+        line += f" {_fmt(r['hand'], unit)} "
+        line += _fmt(r["kadj"], unit) if "kadj" in r else f"{'-':>9}"
+        line += f" {_ratio(r['hand'], r['fwd']):>8}"
+        if "kadj" in r:
+            line += f" {_ratio(r['kadj'], r['fwd']):>8} {_ratio(r['kadj'], r['hand']):>9}"
+            flag = "" if r["err"] <= RTOL else "  MISMATCH"
+            line += f"  {r['err']:11.2e}{flag}"
+        else:
+            line += f" {'-':>8} {'-':>9}  {'-':>11}"
+        print(line)
+    print()
+    for r in results:
+        print(f"  {r['case']:<11} {r['description']}")
+    print()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=("small", "large"), default="large")
+    parser.add_argument("--repeat", type=int, default=20, help="timed calls per measurement")
+    parser.add_argument("--cases", nargs="*", help="case names (default: all)")
+    parser.add_argument("--stat", choices=("median", "min"), default="median",
+                        help="statistic over the repetitions (min is robust to load from "
+                             "other processes)")
+    opts = parser.parse_args(argv)
+
+    cases = CASES
+    if opts.cases:
+        known = {c.name: c for c in CASES}
+        unknown = [name for name in opts.cases if name not in known]
+        if unknown:
+            parser.error(f"unknown case(s) {unknown}; known: {sorted(known)}")
+        cases = tuple(known[name] for name in opts.cases)
+
+    differentiate, why = _load_kadj()
+    if differentiate is None:
+        print(f"kadj is not available ({why}); timing forward and hand-written adjoints only")
+
+    results = []
+    failed = False
+    for case in cases:
+        r = bench_case(case, opts.size, max(1, opts.repeat), differentiate,
+                       stat=min if opts.stat == "min" else statistics.median)
+        results.append(r)
+        if "error" in r:
+            failed = True
+            print(f"kadj failed on case {case.name}:\n{r['error']}", file=sys.stderr)
+        elif "err" in r and r["err"] > RTOL:
+            failed = True
+    print_table(results, opts.size, opts.repeat, opts.stat)
+    if failed:
+        print("FAILED: kadj's adjoint failed or disagrees with the hand-written adjoint")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
