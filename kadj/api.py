@@ -236,10 +236,10 @@ def _check_adjoints(name, plan, fwd, adjs):
         for b2 in adjs[j + 1:]:
             if np.shares_memory(b1, b2):
                 raise ValueError(f"{name}.adjoint: two adjoint buffers share memory")
-    written = [fwd[i] for i in plan.written]
-    for w in written:
+    for j in plan.written:
+        w = fwd[j]
         for i, a in enumerate(fwd):
-            if isinstance(a, np.ndarray) and a is not w and np.shares_memory(a, w):
+            if i != j and isinstance(a, np.ndarray) and np.shares_memory(a, w):
                 raise ValueError(
                     f"{name}.adjoint: argument {plan.arg_names[i]} overlaps an array the "
                     "kernel writes; kadj does not differentiate aliased arguments")

@@ -142,8 +142,14 @@ class Structurizer:
                     return out
                 label = stop
                 continue
+            if isinstance(term, (nir.StaticRaise, nir.DynamicRaise)):
+                self.error("raise statements (and asserts) are not supported inside "
+                           "differentiated kernels", loc=term.loc, construct="raise",
+                           remedy="validate the inputs before calling the kernel, "
+                                  "outside it")
             self.error(f"unsupported terminator {type(term).__name__}", loc=term.loc,
-                       construct=type(term).__name__)
+                       construct=type(term).__name__,
+                       remedy="rewrite this control flow with if/for/while")
 
     def succs(self, label, ctx):
         term = self.blocks[label].terminator
@@ -468,9 +474,9 @@ class Structurizer:
         if isinstance(stmt, nir.Print):
             return []
         if isinstance(stmt, (nir.StaticRaise, nir.DynamicRaise)):
-            self.error("raise statements are not supported inside differentiated "
-                       "kernels", loc=loc, construct="raise",
-                       remedy="validate the inputs before calling the kernel")
+            self.error("raise statements (and asserts) are not supported inside "
+                       "differentiated kernels", loc=loc, construct="raise",
+                       remedy="validate the inputs before calling the kernel, outside it")
         if not isinstance(stmt, nir.Assign):
             self.error(f"unsupported statement {type(stmt).__name__}", loc=loc,
                        construct=type(stmt).__name__)
