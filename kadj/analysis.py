@@ -48,6 +48,7 @@ class Analysis:
     restore_arrays: set = field(default_factory=set)
     has_rev: dict = field(default_factory=dict)      # id(stmt) -> bool
     index_saved: set = field(default_factory=set)    # loop uids whose index is saved
+    ascending: set = field(default_factory=set)      # loops reversible in forward order
 
     def is_float(self, name):
         return isinstance(self.kernel.types.get(name), types.Float)
@@ -97,6 +98,9 @@ def analyze(kernel, slot_args, returns_value=True):
             continue
         if a.assign_count.get(v, 0) > 1 or v in a.in_loop:
             a.pushed.add(v)
+    for s in ir.walk(body):
+        if isinstance(s, ir.ForRange) and _order_free(s, a):
+            a.ascending.add(s.uid)
     for v in a.pushed:
         t = T.get(v)
         if not isinstance(t, (types.Number, types.Boolean)):
@@ -388,3 +392,41 @@ def _needed(body, a):
             a.index_saved.add(s.uid)
     needed.discard(None)
     a.needed = needed
+
+
+def _order_free(loop, a):
+    """True when the reversed iterations of ``loop`` may run in forward order: nothing
+    is recorded on a tape inside it, no active value is carried from one iteration to
+    the next, every store into an array with an adjoint hits an element indexed by the
+    loop variable (distinct per iteration), and no array the loop stores is also loaded
+    in it.  Then each iteration's adjoint reads only adjoints of its own stored elements
+    and only adds (commutatively) into others."""
+    inner = list(ir.walk(loop.body))
+    if loop.uid in a.index_saved:
+        return False
+    stored = ir.stored_arrays(loop.body)
+    if stored & ir.loaded_arrays(loop.body):
+        return False
+    if stored & a.restore_arrays:
+        return False
+    order = {}
+    for pos, s in enumerate(inner):
+        if isinstance(s, (ir.Loop, ir.Break, ir.Continue, ir.Return)):
+            return False
+        if isinstance(s, ir.Assign):
+            if s.target in a.pushed:
+                return False
+            if s.target in a.varied:
+                if a.assign_count.get(s.target, 0) != 1:
+                    return False
+                order[s.target] = pos
+        if isinstance(s, ir.Store) and s.array.name in a.varied_arrays:
+            if ir.Var(loop.index) not in s.index:
+                return False
+    for pos, s in enumerate(inner):
+        for v in ir.stmt_reads(s):
+            if v in order and order[v] >= pos:
+                return False
+    if _reads_outside(a, loop, set(order)):
+        return False
+    return True

@@ -643,6 +643,10 @@ class Writer:
             k = self.fresh("k")
             self.emit(depth, f"for {k} in range({cnt} - 1, -1, -1):")
             self.emit(depth + 1, f"{idx} = {_add(lo, f'{k} * {st}' if st != '1' else k)}")
+        elif s.uid in a.ascending:
+            self.emit(depth, "# (iterations are independent: their adjoints run in forward "
+                             "order)")
+            self.emit(depth, f"for {idx} in range({lo}, {hi}, {st}):")
         elif st == "1":
             self.emit(depth, f"for {idx} in range({_add(hi, '-1')}, {_add(lo, '-1')}, -1):")
         elif st == "-1":
