@@ -96,7 +96,8 @@ def analyze(kernel, slot_args, returns_value=True):
             continue
         if any(v in rv for rv in a.recompute_vars.values()):
             continue
-        if a.assign_count.get(v, 0) > 1 or v in a.in_loop:
+        defs = a.assign_count.get(v, 0) + (1 if v in kernel.args else 0)
+        if defs > 1 or v in a.in_loop:
             a.pushed.add(v)
     for s in ir.walk(body):
         if isinstance(s, ir.ForRange) and _order_free(s, a):
@@ -289,13 +290,29 @@ def _recompute_loop(loop, a):
                 continue
             saved = set(rvars)
             rvars |= targets  # assignments inside may read each other (in order)
-            if all(ok_assign(x, counts) for x in assigns):
+            once_per_arm = all(
+                max([list(ir.walk(arm)).count(x) for x in []] + [0]) == 0 and
+                _max_assign_count(arm) <= 1 for arm in _arms(s))
+            if once_per_arm and all(ok_assign(x, counts) for x in assigns):
                 chosen.append(_assigns_only(s))
             else:
                 rvars.clear()
                 rvars |= saved
     a.recompute[loop.uid] = tuple(chosen)
     a.recompute_vars[loop.uid] = rvars
+
+
+def _arms(s):
+    yield s.then
+    yield s.orelse
+
+
+def _max_assign_count(seq):
+    counts = {}
+    for x in ir.walk(seq):
+        if isinstance(x, ir.Assign):
+            counts[x.target] = counts.get(x.target, 0) + 1
+    return max(counts.values(), default=0)
 
 
 def _assigns_only(s):

@@ -550,8 +550,21 @@ class Writer:
         active = v in a.varied
         if active:
             self.comment(depth, s.loc)
-            contribs = self.contributions(s)
             adjv = self.adj(v)
+            self_ref = any(isinstance(x, ir.Var) and x.name == v for x in ir.operands(s.expr))
+            if self_ref:
+                # v = f(v): the rule needs the new v (out) and the old v (operand)
+                g = self.fresh("g")
+                self.emit(depth, f"{g} = {adjv}")
+                self.emit(depth, f"{adjv} = {self.zero(self.T[v])}")
+                out_name = self.fresh("out")
+                self.emit(depth, f"{out_name} = {self.n(v)}")
+                if v in a.pushed and v not in recomputed:
+                    self.pop(depth, self.n(v), self.T[v])
+                for target, text in self.contributions(s, g=g, out=out_name):
+                    self.emit(depth, f"{target} += {text}")
+                return
+            contribs = self.contributions(s)
             reset = v not in self.single_use and (
                 a.assign_count.get(v, 0) > 1 or v in a.in_loop or any(
                     isinstance(x, ir.Var) and x.name == v for x in ir.operands(s.expr)))
@@ -570,7 +583,7 @@ class Writer:
         if v in a.pushed and v not in recomputed:
             self.pop(depth, self.n(v), self.T[v])
 
-    def contributions(self, s):
+    def contributions(self, s, g=None, out=None):
         """(adjoint target text, contribution text) pairs for an active assignment."""
         a = self.a
         e = s.expr
@@ -578,13 +591,13 @@ class Writer:
         out = []
         if isinstance(e, ir.Copy):
             if a.active(e.src):
-                out.append((self.adj(e.src.name), self.cast(self.adj(v),
+                out.append((self.adj(e.src.name), self.cast(g or self.adj(v),
                                                             self.T[e.src.name])))
         elif isinstance(e, ir.Load):
             arr = e.array.name
             if arr in a.varied_arrays:
                 ref = f"adj_{self.n(arr)}[{', '.join(self.o(i) for i in e.index)}]"
-                out.append((ref, self.cast(self.adj(v), self.T[arr].dtype)))
+                out.append((ref, self.cast(g or self.adj(v), self.T[arr].dtype)))
         elif isinstance(e, ir.Op):
             rule = rules.lookup(e.fn)
             if rule is None:
@@ -601,8 +614,10 @@ class Writer:
                     args.append(ops.const(x.value))
                 else:
                     args.append(ops.const(0.0))
-            contribs = rule.vjp(ops.var("__g"), ops.var(v), *args)
-            self._g = self.adj(v)
+            contribs = rule.vjp(ops.var("__g"), ops.var(out or v), *args)
+            self._g = g or self.adj(v)
+            if out:
+                self.names.setdefault(out, out)
             for x, c in zip(e.args, contribs):
                 if c is None or not a.active(x):
                     continue
