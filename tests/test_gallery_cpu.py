@@ -52,7 +52,6 @@ def is_float_scalar(a):
     return isinstance(a, (float, np.floating)) and not isinstance(a, bool)
 
 
-
 def to_float64(args):
     out = []
     for a in args:
