@@ -561,7 +561,7 @@ class Writer:
                 self.emit(depth, f"{out_name} = {self.n(v)}")
                 if v in a.pushed and v not in recomputed:
                     self.pop(depth, self.n(v), self.T[v])
-                for target, text in self.contributions(s, g=g, out=out_name):
+                for target, text in self.contributions(s, g=g, out_name=out_name):
                     self.emit(depth, f"{target} += {text}")
                 return
             contribs = self.contributions(s)
@@ -583,7 +583,7 @@ class Writer:
         if v in a.pushed and v not in recomputed:
             self.pop(depth, self.n(v), self.T[v])
 
-    def contributions(self, s, g=None, out=None):
+    def contributions(self, s, g=None, out_name=None):
         """(adjoint target text, contribution text) pairs for an active assignment."""
         a = self.a
         e = s.expr
@@ -614,10 +614,10 @@ class Writer:
                     args.append(ops.const(x.value))
                 else:
                     args.append(ops.const(0.0))
-            contribs = rule.vjp(ops.var("__g"), ops.var(out or v), *args)
+            contribs = rule.vjp(ops.var("__g"), ops.var(out_name or v), *args)
             self._g = g or self.adj(v)
-            if out:
-                self.names.setdefault(out, out)
+            if out_name:
+                self.names.setdefault(out_name, out_name)
             for x, c in zip(e.args, contribs):
                 if c is None or not a.active(x):
                     continue
