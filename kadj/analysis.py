@@ -49,6 +49,7 @@ class Analysis:
     has_rev: dict = field(default_factory=dict)      # id(stmt) -> bool
     index_saved: set = field(default_factory=set)    # loop uids whose index is saved
     ascending: set = field(default_factory=set)      # loops reversible in forward order
+    replay: dict = field(default_factory=dict)       # loop uid -> vars saved around it
 
     def is_float(self, name):
         return isinstance(self.kernel.types.get(name), types.Float)
@@ -102,6 +103,17 @@ def analyze(kernel, slot_args, returns_value=True):
     for s in ir.walk(body):
         if isinstance(s, ir.ForRange) and _order_free(s, a):
             a.ascending.add(s.uid)
+    while True:
+        a.replay = {}
+        _find_replay(body, a, False)
+        # a replayed iteration reads arrays as they were: restore those written elsewhere
+        extra = set()
+        for st in ir.walk(body):
+            if isinstance(st, ir.ForRange) and st.uid in a.replay:
+                extra |= ir.loaded_arrays(st.body) & a.stored
+        if extra <= a.restore_arrays:
+            break
+        a.restore_arrays |= extra
     for v in a.pushed:
         t = T.get(v)
         if not isinstance(t, (types.Number, types.Boolean)):
@@ -242,6 +254,21 @@ def _reads_outside(a, loop, names):
         if id(s) in inside or s is loop:
             continue
         if ir.stmt_reads(s) & names:
+            return True
+    return False
+
+
+def _index_read_outside(a, loop):
+    """Is the loop variable read outside the loop, other than inside another loop that
+    binds the same name (``for i`` twice)?"""
+    own = set()
+    for s in ir.walk(a.kernel.body):
+        if isinstance(s, ir.ForRange) and s.index == loop.index:
+            own |= set(map(id, ir.walk(s.body)))
+    for s in ir.walk(a.kernel.body):
+        if id(s) in own or s is loop:
+            continue
+        if loop.index in ir.stmt_reads(s):
             return True
     return False
 
@@ -405,7 +432,7 @@ def _needed(body, a):
     # loop indices are re-created by the reversed loop; save them when read outside it
     for s in ir.walk(body):
         if isinstance(s, ir.ForRange) and s.index in needed and \
-                _reads_outside(a, s, {s.index}):
+                _index_read_outside(a, s):
             a.index_saved.add(s.uid)
     needed.discard(None)
     a.needed = needed
@@ -447,3 +474,76 @@ def _order_free(loop, a):
     if _reads_outside(a, loop, set(order)):
         return False
     return True
+
+
+def _find_replay(stmts, a, inside_replay):
+    """Loops whose iterations carry no state into the next one but record values on the
+    tape inside them (an inner recurrence, a Newton iteration per element) are reversed
+    by checkpointing each iteration: the forward sweep runs them without recording, and
+    each reversed iteration first replays its own forward part, recording, then reverses
+    it.  The tape then holds one iteration's values instead of the whole loop's."""
+    for s in stmts:
+        if isinstance(s, ir.If):
+            _find_replay(s.then, a, inside_replay)
+            _find_replay(s.orelse, a, inside_replay)
+        elif isinstance(s, ir.Loop):
+            _find_replay(s.body, a, inside_replay)
+        elif isinstance(s, ir.ForRange):
+            ok = (not inside_replay) and _replayable(s, a)
+            if ok:
+                body_assigned = ir.assigned(s.body)
+                a.replay[s.uid] = tuple(sorted(v for v in a.pushed if v in body_assigned))
+            _find_replay(s.body, a, inside_replay or ok)
+
+
+def _replayable(loop, a):
+    if loop.uid in a.ascending or loop.uid in a.index_saved or not a.has_rev.get(id(loop)):
+        return False
+    inner = list(ir.walk(loop.body))
+    assigned_in = ir.assigned(loop.body)
+    needs_tape = any(isinstance(x, ir.Loop) for x in inner) or any(
+        isinstance(x, ir.Assign) and x.target in a.pushed for x in inner) or any(
+        isinstance(x, ir.ForRange) and x.uid in a.index_saved for x in inner)
+    if not needs_tape:
+        return False
+    for x in _level(loop.body):
+        if isinstance(x, (ir.Break, ir.Continue, ir.Return)):
+            return False
+    if any(isinstance(x, ir.Return) for x in inner):
+        return False
+    stored = ir.stored_arrays(loop.body)
+    if stored & ir.loaded_arrays(loop.body) or stored & a.restore_arrays:
+        return False
+    if any(isinstance(x, ir.Assign) and isinstance(x.expr, ir.Alloc) for x in inner):
+        return False
+    ok = [True]
+
+    def exposed(seq, defined):
+        defined = set(defined)
+        for x in seq:
+            reads = ir.stmt_reads(x)
+            if (reads & assigned_in) - defined - {loop.index}:
+                ok[0] = False
+            if isinstance(x, ir.Assign):
+                defined.add(x.target)
+            elif isinstance(x, ir.If):
+                d1 = exposed(x.then, defined)
+                d2 = exposed(x.orelse, defined)
+                defined |= (d1 & d2)
+            elif isinstance(x, ir.ForRange):
+                exposed(x.body, defined | {x.index})
+            elif isinstance(x, ir.Loop):
+                exposed(x.body, defined)
+        return defined
+
+    exposed(loop.body, set())
+    return ok[0]
+
+
+def _level(seq):
+    """Statements of a sequence and its if-arms, not descending into loops."""
+    for s in seq:
+        yield s
+        if isinstance(s, ir.If):
+            yield from _level(s.then)
+            yield from _level(s.orelse)

@@ -289,6 +289,7 @@ def register_adjoint(fn):
     """
     def deco(vjp):
         rules.register(fn, domain=(), name=getattr(fn, "__name__", "custom"))(vjp)
+        rules.CUSTOM[fn] = vjp
         return vjp
     return deco
 

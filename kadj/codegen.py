@@ -49,13 +49,104 @@ def _kadj_hash():
     return _SELF_HASH
 
 
+def _fingerprint(obj, h, seen, depth=0):
+    """Feed into ``h`` what the adjoint of code depending on ``obj`` depends on: bytecode,
+    constants, names, closure values and the globals the code reads (recursively for
+    jitted callees).  Objects without a stable description contribute their identity,
+    which only costs a cache miss in another process."""
+    import types as pytypes
+
+    import numpy as np
+
+    if depth > 8:
+        return
+    if isinstance(obj, (bool, int, float, complex, str, bytes, type(None))):
+        h.update(repr((type(obj).__name__, obj)).encode())
+        return
+    if isinstance(obj, np.generic):
+        h.update(repr((type(obj).__name__, obj.item())).encode())
+        return
+    if isinstance(obj, np.ndarray):
+        h.update(repr((obj.dtype.str, obj.shape)).encode())
+        h.update(np.ascontiguousarray(obj).tobytes())
+        return
+    if isinstance(obj, tuple):
+        h.update(b"(")
+        for x in obj:
+            _fingerprint(x, h, seen, depth + 1)
+        h.update(b")")
+        return
+    if isinstance(obj, pytypes.ModuleType):
+        h.update(("module:" + obj.__name__).encode())
+        return
+    if id(obj) in seen:
+        h.update(b"<seen>")
+        return
+    seen.add(id(obj))
+    py_func = getattr(obj, "py_func", None)
+    if py_func is not None:
+        obj = py_func
+    if isinstance(obj, pytypes.FunctionType):
+        _fingerprint_code(obj.__code__, h)
+        _fingerprint(obj.__defaults__ or (), h, seen, depth + 1)
+        for k, v in sorted((obj.__kwdefaults__ or {}).items()):
+            h.update(k.encode())
+            _fingerprint(v, h, seen, depth + 1)
+        for cell in obj.__closure__ or ():
+            try:
+                _fingerprint(cell.cell_contents, h, seen, depth + 1)
+            except ValueError:  # empty cell
+                h.update(b"<empty>")
+        for name in _global_names(obj.__code__):
+            if name in obj.__globals__:
+                h.update(name.encode())
+                _fingerprint(obj.__globals__[name], h, seen, depth + 1)
+        return
+    mod = getattr(obj, "__module__", None)
+    qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if mod and qual:
+        h.update(f"{mod}.{qual}".encode())
+    else:
+        h.update(f"{type(obj).__qualname__}@{id(obj)}".encode())
+
+
+def _global_names(code):
+    import types as pytypes
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, pytypes.CodeType):
+            names |= _global_names(c)
+    return sorted(names)
+
+
+def _fingerprint_code(code, h):
+    import types as pytypes
+    h.update(code.co_code)
+    h.update(repr(code.co_names).encode())
+    h.update(repr(code.co_varnames).encode())
+    for c in code.co_consts:
+        if isinstance(c, pytypes.CodeType):
+            _fingerprint_code(c, h)
+        else:
+            h.update(repr(c).encode())
+
+
 def cache_key(py_func, arg_types, wrt, options, target):
-    code = py_func.__code__
-    parts = [CACHE_VERSION, _kadj_hash(), target, py_func.__module__, py_func.__qualname__,
-             code.co_filename, repr(code.co_code), repr(code.co_consts),
+    """Key of one adjoint: kadj's own sources, the kernel (bytecode, closure, the
+    globals and jitted callees it reads), argument types, wrt, jit options and the
+    user-registered derivative rules."""
+    from . import rules
+    h = hashlib.sha256()
+    parts = [CACHE_VERSION, _kadj_hash(), target, str(py_func.__module__),
+             py_func.__qualname__, py_func.__code__.co_filename,
              repr(tuple(str(t) for t in arg_types)), repr(wrt),
              repr(sorted((k, repr(v)) for k, v in options.items()))]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+    h.update("\n".join(parts).encode())
+    _fingerprint(py_func, h, set())
+    for key in sorted(rules.CUSTOM, key=repr):
+        h.update(repr(key).encode())
+        _fingerprint(rules.CUSTOM[key], h, set())
+    return h.hexdigest()[:24]
 
 
 def _files_fresh(files):

@@ -70,6 +70,9 @@ class Writer:
         self.used = set(kernel.args)
         self.counter = 0
         self.tapes = set()
+        self.frames = []
+        self.nopush = False
+        self.skip_stores = False
         self._last_loc = None
         for arg in kernel.args:
             self.names[arg] = arg
@@ -214,7 +217,10 @@ class Writer:
         if s.name == "where":
             return f"({args[1]} if {args[0]} else {args[2]})"
         if s.name == "sign":
-            self.ns.setdefault("_sign", _sign_impl())
+            one = self.sym(ops.const(1.0), dtype)
+            zero = self.sym(ops.const(0.0), dtype)
+            x = args[0]
+            return f"({one} if {x} > 0 else (-{one} if {x} < 0 else {zero}))"
         return f"{_SYM_FUNCS[s.name]}({', '.join(args)})"
 
     def cast(self, text, target_type):
@@ -232,10 +238,34 @@ class Writer:
         return f"_tape_{kind}", f"_sp_{kind}"
 
     def push(self, depth, value_text, t):
+        if self.nopush:
+            return
         tape, sp = self.tape_of(t)
         if not isinstance(t, (types.Float,)):
             value_text = f"int({value_text})"
-        self.emit(depth, f"{tape}, {sp} = _push({tape}, {sp}, {value_text})")
+        self.emit(depth, f"{tape}[{sp}] = {value_text}")
+        self.emit(depth, f"{sp} += 1")
+        counts = self.frames[-1]["counts"]
+        kind = tape[len("_tape_"):]
+        counts[kind] = counts.get(kind, 0) + 1
+
+    def open_frame(self, depth, trip=None):
+        """Start a region whose pushes are reserved for up front (once per loop entry
+        for `for` loops: trip count x pushes per iteration), so that pushes inside
+        loops are plain stores."""
+        self.frames.append({"counts": {}, "at": len(self.lines), "depth": depth,
+                            "trip": trip})
+
+    def close_frame(self):
+        fr = self.frames.pop()
+        lines = []
+        for kind, n in sorted(fr["counts"].items()):
+            amount = str(n) if fr["trip"] is None else (
+                fr["trip"] if n == 1 else f"{n} * {fr['trip']}")
+            pad = "    " * fr["depth"]
+            lines.append(f"{pad}if _sp_{kind} + {amount} > _tape_{kind}.shape[0]:")
+            lines.append(f"{pad}    _tape_{kind} = _reserve(_tape_{kind}, _sp_{kind} + {amount})")
+        self.lines[fr["at"]:fr["at"]] = lines
 
     def pop(self, depth, target_text, t):
         tape, sp = self.tape_of(t)
@@ -251,14 +281,21 @@ class Writer:
         rvars = set()
         for rv in a.recompute_vars.values():
             rvars |= rv
+        from .analysis import _reads_outside
+        for s in ir.walk(self.k.body):
+            if isinstance(s, ir.ForRange) and s.uid in a.replay:
+                for v in ir.assigned(s.body):
+                    if not _reads_outside(a, s, {v}):
+                        rvars.add(v)
         live_out = set(a.needed) - rvars
         self.kept = set()
+        self._nopush_live = False
         self._live(self.k.body, live_out, None)
 
     def _stmt_needed(self, s):
         a = self.a
         if isinstance(s, ir.Assign):
-            if s.target in a.pushed:
+            if s.target in a.pushed and not self._nopush_live:
                 return True
             if isinstance(s.expr, ir.Alloc):
                 return s.target in a.loaded or s.target in a.varied_arrays
@@ -276,7 +313,7 @@ class Writer:
                         isinstance(s.expr, ir.Alloc) and s.target in live):
                     self.kept.add(id(s))
                     live = (live - {s.target}) | ir.stmt_reads(s)
-                    if s.target in self.a.pushed:
+                    if s.target in self.a.pushed and not self._nopush_live:
                         live = live | {s.target}
             elif isinstance(s, ir.Store):
                 if self._stmt_needed(s):
@@ -301,6 +338,9 @@ class Writer:
             elif isinstance(s, (ir.ForRange, ir.Loop)):
                 out = set(live)
                 head = set(live)
+                saved_np = self._nopush_live
+                if isinstance(s, ir.ForRange) and s.uid in self.a.replay:
+                    self._nopush_live = True
                 for _ in range(4):
                     body_in = self._live(s.body, head, (out, head))
                     new_head = head | body_in
@@ -310,7 +350,8 @@ class Writer:
                         break
                     head = new_head
                 inner = any(id(x) in self.kept for x in ir.walk(s.body))
-                counted = self.a.has_rev.get(id(s)) and (
+                self._nopush_live = saved_np
+                counted = self.a.has_rev.get(id(s)) and not self._nopush_live and (
                     isinstance(s, ir.Loop) or self._counted(s))
                 if inner or counted:
                     self.kept.add(id(s))
@@ -379,7 +420,9 @@ class Writer:
         body_start = len(self.lines)
         # forward and reverse sweeps are written first, set-up is prepended after
         self.emit(1, "# ---- forward sweep ----")
+        self.open_frame(1)
         self.fwd(k.body, 1, loop_depth=0)
+        self.close_frame()
         self.emit(1, "# ---- reverse sweep ----")
         self._last_loc = None
         self.rev(k.body, 1, loop_depth=0)
@@ -409,7 +452,9 @@ class Writer:
         for line in inits:
             self.emit(1, line)
         self.lines += main
-        self.ns["_push"] = _push_impl()
+        from .runtime_helpers import _reserve, _trips
+        self.ns["_reserve"] = _reserve
+        self.ns["_trips"] = _trips
         return "\n".join(self.lines) + "\n", tuple(params)
 
     @property
@@ -444,6 +489,8 @@ class Writer:
                     continue
                 self.emit(depth, f"{self.n(s.target)} = {self.expr(s.expr)}")
             elif isinstance(s, ir.Store):
+                if self.skip_stores:
+                    continue
                 self.comment(depth, s.loc)
                 ref = f"{self.arr(s.array.name)}[{', '.join(self.o(i) for i in s.index)}]"
                 if s.array.name in a.restore_arrays:
@@ -482,11 +529,23 @@ class Writer:
         if counted:
             cnt = self._count_name(s)
             self.emit(depth, f"{cnt} = 0")
-        self.emit(depth, f"for {idx} in range({self.o(s.start)}, {self.o(s.stop)}, "
-                         f"{self.o(s.step)}):")
+        replay = s.uid in a.replay and not self.nopush
+        if replay:
+            for v in a.replay[s.uid]:
+                self.push(depth, self.n(v), self.T[v])
+        lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
+        self.open_frame(depth, trip=f"_trips({lo}, {hi}, {st})")
+        if replay:
+            self.emit(depth, "# (not recorded here: each reversed iteration replays "
+                             "its own forward part)")
+        self.emit(depth, f"for {idx} in range({lo}, {hi}, {st}):")
         if counted:
             self.emit(depth + 1, f"{cnt} += 1")
+        saved = self.nopush
+        self.nopush = self.nopush or replay
         self.fwd(s.body, depth + 1, loop_depth + 1)
+        self.nopush = saved
+        self.close_frame()
         if counted and loop_depth > 0:
             self.push(depth, cnt, types.int64)
 
@@ -499,7 +558,9 @@ class Writer:
         self.emit(depth, "while True:")
         if counted:
             self.emit(depth + 1, f"{cnt} += 1")
+        self.open_frame(depth + 1)
         self.fwd(s.body, depth + 1, loop_depth + 1)
+        self.close_frame()
         if counted and loop_depth > 0:
             self.push(depth, cnt, types.int64)
 
@@ -562,7 +623,8 @@ class Writer:
                 if v in a.pushed and v not in recomputed:
                     self.pop(depth, self.n(v), self.T[v])
                 for target, text in self.contributions(s, g=g, out_name=out_name):
-                    self.emit(depth, f"{target} += {text}")
+                    op = "=" if target in self._single_adj else "+="
+                    self.emit(depth, f"{target} {op} {text}")
                 return
             contribs = self.contributions(s)
             reset = v not in self.single_use and (
@@ -668,8 +730,27 @@ class Writer:
             self.emit(depth, f"for {idx} in range({_add(hi, '1')}, {_add(lo, '1')}):")
         else:
             k = self.fresh("k")
-            self.emit(depth, f"for {k} in range(len(range({lo}, {hi}, {st})) - 1, -1, -1):")
+            self.emit(depth, f"for {k} in range(_trips({lo}, {hi}, {st}) - 1, -1, -1):")
             self.emit(depth + 1, f"{idx} = {lo} + {k} * {st}")
+        if s.uid in a.replay:
+            self.emit(depth + 1, "# replay this iteration's forward part, recording")
+            self.open_frame(depth + 1)
+            saved = (self.kept, self.skip_stores, self.nopush)
+            self.kept = set(map(id, ir.walk(s.body)))
+            self.skip_stores, self.nopush = True, False
+            self._last_loc = None
+            self.fwd(s.body, depth + 1, loop_depth + 1)
+            self.kept, self.skip_stores, self.nopush = saved
+            self.close_frame()
+            self._last_loc = None
+            saved_kept = self.kept
+            self.kept = set(map(id, ir.walk(s.body)))  # what the replay recorded
+            self.rev(s.body, depth + 1, loop_depth + 1, frozenset())
+            self.kept = saved_kept
+            if id(s) in self.kept:  # the forward sweep saved these before the loop
+                for v in reversed(a.replay[s.uid]):
+                    self.pop(depth, self.n(v), self.T[v])
+            return
         rec = a.recompute.get(s.uid, ())
         recomputed = a.recompute_vars.get(s.uid, set())
         needed_rec = self._needed_recompute(rec, s)
@@ -677,7 +758,7 @@ class Writer:
             self.emit(depth + 1, "# recompute")
             self.recompute(needed_rec, depth + 1)
         self.rev(s.body, depth + 1, loop_depth + 1, frozenset(recomputed))
-        if s.uid in a.index_saved:
+        if s.uid in a.index_saved and id(s) in self.kept:
             self.pop(depth, idx, self.T[s.index])
 
     def _needed_recompute(self, rec, loop):

@@ -44,6 +44,8 @@ class Rule:
 
 
 RULES: dict = {}
+# rules registered by users (kadj.register_adjoint): key -> vjp; part of the cache key
+CUSTOM: dict = {}
 
 # Functions whose result carries no derivative (integer-valued, boolean, or piecewise
 # constant): their outputs are inactive.

@@ -70,7 +70,8 @@ class Structurizer:
         body = _lower_loop_returns(body, self)
         if "_retflag" in self.__dict__:
             body.insert(0, ir.Assign(self._retflag, ir.Copy(ir.Const(False))))
-        body = _rename_loop_indices(body)
+        for _ in range(3):  # $it -> $phi -> i
+            body = _rename_loop_indices(body)
         first_loc = self.blocks[entry].loc
         return ir.Kernel(name=self.tk.name, args=self.tk.arg_names, body=tuple(body),
                          types=self.types, return_type=self.tk.return_type, loc=first_loc)
@@ -595,7 +596,8 @@ class Structurizer:
             return [ir.Assign(tgt, ir.Copy(self.operand(e.value)), loc=loc)]
         if op in ("getiter", "iternext", "pair_first", "pair_second"):
             self.error("only loops over range() or prange() are supported", loc=loc,
-                       construct="iterator")
+                       construct="iterator",
+                       remedy="loop over range(len(x)) and index x instead")
         self.error(f"the expression '{op}' is not supported", loc=loc, construct=op,
                    remedy="rewrite it with scalar operations and element-wise loops")
 
@@ -715,8 +717,9 @@ def _returns_to_breaks(stmts, flag, rv):
 
 
 def _rename_loop_indices(stmts):
-    """``for $it in range(..): i = $it`` -> ``for i in range(..)`` when ``i`` is assigned
-    nowhere else (keeps the user's loop variable name in the generated code)."""
+    """``for $it in range(..): i = $it`` -> ``for i in range(..)`` (keeps the user's loop
+    variable name).  A name reused by several loops (``for i`` twice) is renamed in each
+    when it is read only inside those loops."""
     counts = {}
     for s in ir.walk(stmts):
         if isinstance(s, ir.Assign):
@@ -725,6 +728,22 @@ def _rename_loop_indices(stmts):
     for s in ir.walk(stmts):
         for v in ir.stmt_reads(s):
             reads[v] = reads.get(v, 0) + 1
+    loops_of = {}
+    for s in ir.walk(stmts):
+        if isinstance(s, ir.ForRange) and s.body:
+            first = s.body[0]
+            if isinstance(first, ir.Assign) and first.expr == ir.Copy(ir.Var(s.index)) and \
+                    reads.get(s.index, 0) == 1 and not first.target.startswith("_"):
+                loops_of.setdefault(first.target, []).append(s)
+    ok = set()
+    for v, loops in loops_of.items():
+        if counts.get(v) != len(loops):
+            continue
+        inside = set()
+        for lp in loops:
+            inside |= set(map(id, ir.walk(lp.body)))
+        if all(id(s) in inside for s in ir.walk(stmts) if v in ir.stmt_reads(s)):
+            ok.add(v)
 
     def fix(seq):
         out = []
@@ -732,13 +751,10 @@ def _rename_loop_indices(stmts):
             if isinstance(s, ir.ForRange):
                 body = list(fix(s.body))
                 index = s.index
-                while body and isinstance(body[0], ir.Assign) and \
-                        body[0].expr == ir.Copy(ir.Var(index)) and \
-                        counts.get(body[0].target) == 1 and reads.get(index, 0) == 1 and \
-                        not body[0].target.startswith("_"):
+                if body and isinstance(body[0], ir.Assign) and \
+                        body[0].expr == ir.Copy(ir.Var(index)) and body[0].target in ok:
                     index = body[0].target
                     body.pop(0)
-                    # the new index may itself be copied once more (numba's $phi)
                 out.append(replace(s, index=index, body=tuple(body)))
             elif isinstance(s, ir.Loop):
                 out.append(replace(s, body=tuple(fix(s.body))))

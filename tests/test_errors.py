@@ -112,12 +112,7 @@ def _check_message(msg, kernel_name, line):
     assert len(remedy.strip(" :")) > 10, f"empty remedy in\n{msg}"
 
 
-_NO_REMEDY = pytest.mark.xfail(
-    strict=True, reason="kadj bug: this refusal has no 'What you can do' remedy (API.md)")
-REFUSED_CASES = [pytest.param(*c, id=c[0],
-                              marks=_NO_REMEDY if c[0] in ("iterate_array", "raises_inside")
-                              else ())
-                 for c in REFUSED]
+REFUSED_CASES = [pytest.param(*c, id=c[0]) for c in REFUSED]
 
 
 @pytest.mark.parametrize("name,kernel,make", REFUSED_CASES)
@@ -313,9 +308,7 @@ def test_adjoint_forward_args_overlapping_views(axpy_k):
     _expect(ValueError, "overlaps", axpy_k, args, np.zeros(4), np.ones(4), np.zeros(1))
 
 
-@pytest.mark.xfail(strict=True, reason="kadj bug: _check_adjoints skips `a is w`, so "
-                   "passing the same array object as a read and a written argument is "
-                   "not refused")
+# regression: _check_adjoints used to skip `a is w`
 def test_adjoint_forward_args_same_array(axpy_k):
     x = np.linspace(-1.0, 1.0, 4)
     args = (x, x, 0.3)     # y is x: the kernel writes an array it also reads as x

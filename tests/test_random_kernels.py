@@ -221,18 +221,12 @@ def _exec_kernel(src, name, filename="<string>", with_module_name=True):
     return kadj.differentiate(njit(ns[name]))
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError,
-                   reason="kadj bug: codegen.cache_key joins py_func.__module__, which is "
-                   "None for a function exec'd in globals without __name__ (TypeError)")
 def test_exec_without_module_name():
     src = "def k(x, y):\n    for i in range(x.shape[0]):\n        y[i] = math.sin(x[i])\n"
     k = _exec_kernel(src, "k", with_module_name=False)
     fd_check(k, (np.array([0.3, 0.8]), np.zeros(2)))
 
 
-@pytest.mark.xfail(strict=True, reason="kadj bug: the disk-cache key (codegen.cache_key) "
-                   "omits co_names, so two exec'd kernels with the same name and file "
-                   "differing only in sin vs cos share one cached adjoint")
 def test_exec_cache_key_sees_names():
     for fname in ("sin", "cos"):
         src = (f"def k(x, y):\n    for i in range(x.shape[0]):\n"
@@ -248,9 +242,6 @@ def _make_scaler(c):
     return kadj.differentiate(scale)
 
 
-@pytest.mark.xfail(strict=True, reason="kadj bug: the disk-cache key omits closure values "
-                   "(numba freezes them as constants), so kernels from one factory share "
-                   "the first one's cached adjoint: a silently wrong gradient")
 def test_closure_kernels_get_their_own_adjoint():
     x = np.array([0.5, -1.0, 2.0])
     for c in (2.0, 3.0):

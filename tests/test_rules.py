@@ -273,13 +273,7 @@ def test_unary_kernel_gradient(label, expr, key):
     fd_check(k, (x, np.zeros(6)), rtol=1e-5, atol=1e-8)
 
 
-_NO_CONTRIB = pytest.mark.xfail(
-    strict=True, reason="kadj bug: a float scalar argument that receives no contribution "
-    "(copysign's sign argument) leaves adj_<name> undefined in the generated adjoint "
-    "(numba NameError); see test_scalar_argument_without_contribution")
-BIN_CASES = [pytest.param(*b, form, id=f"{b[0]}-{form}",
-                          marks=_NO_CONTRIB if (b[0], form) == ("copysign", "scalar_second")
-                          else ())
+BIN_CASES = [pytest.param(*b, form, id=f"{b[0]}-{form}")
              for form in ("arrays", "scalar_second", "scalar_first") for b in BINARY]
 
 
@@ -320,8 +314,7 @@ NO_CONTRIB = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="kadj bug: adj_<scalar> is never defined in the "
-                   "generated adjoint when the scalar gets no contribution (NameError)")
+# regression: adj_<scalar> was never defined when the scalar got no contribution
 @pytest.mark.parametrize("label,body", NO_CONTRIB, ids=[c[0] for c in NO_CONTRIB])
 def test_scalar_argument_without_contribution(label, body):
     k, src = _make_kernel(label, body, ["x", "s"], "y")
@@ -333,11 +326,7 @@ def test_scalar_argument_without_contribution(label, body):
 F32 = [u for u in UNARY if u[0] in ("sin", "cos", "tan", "exp", "log", "sqrt", "tanh", "erf",
                                     "abs", "expm1", "log1p", "np_cbrt", "atan", "asinh")]
 F32_BIN = [b for b in BINARY if b[0] in ("mul", "truediv", "pow_op", "atan2", "hypot", "max")]
-_SIGN_F64 = pytest.mark.xfail(
-    strict=True, reason="kadj bug: runtime_helpers._sign returns float64 literals, so the "
-    "float32 adjoint of abs() multiplies in float64")
-F32_CASES = [pytest.param(*c, id=c[0], marks=_SIGN_F64 if c[0] == "abs" else ())
-             for c in F32 + F32_BIN]
+F32_CASES = [pytest.param(*c, id=c[0]) for c in F32 + F32_BIN]
 
 
 def _typemap(dispatcher, args):
@@ -391,9 +380,6 @@ def _gamma_kernel(x, y):
         y[i] = math.gamma(x[i])
 
 
-@pytest.mark.xfail(strict=True, reason="kadj bug: codegen.cache_key ignores the rule table, "
-                   "so a changed rule for a function nameable in the cached module "
-                   "(math.gamma here) gets the stale adjoint back from the disk cache")
 def test_changed_rule_is_not_served_from_disk_cache():
     x = np.array([1.3, 2.1])
     assert lookup(math.gamma) is None

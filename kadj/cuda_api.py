@@ -1,0 +1,218 @@
+"""The differentiated CUDA kernel: ``@kadj.differentiate`` above ``@cuda.jit``.
+
+::
+
+    k[blocks, threads](u, u_new, alpha)                                # forward
+    k.adjoint[blocks, threads](u, u_new, alpha, adj_u, adj_u_new, adj_alpha)
+    k.adjoint_source(u, u_new, alpha)       # the generated adjoint kernel (Python)
+    k.adjoint_plan(u, u_new, alpha)         # AdjointPlan, as for CPU kernels
+    k.adjoint_ptx(u, u_new, alpha, cc=(9, 0))   # PTX of the adjoint (no GPU needed)
+    k.adjoint_report(u, u_new, alpha)       # accumulation decisions (atomics, plain)
+
+The pipeline: :mod:`kadj.cuda.frontend` (numba-cuda's typing context; under the
+simulator, :mod:`kadj.cuda.shim`) -> :mod:`kadj.cuda.structure` -> kadj.analysis ->
+:mod:`kadj.cuda.writer` -> ``cuda.jit``.  Under the simulator the adjoint runs in the
+simulator like any kernel (where a block's threads run one after another, so a missing
+atomic goes unnoticed: check :meth:`adjoint_ptx`).
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+from numba.core import types
+
+from . import analysis
+from .api import DifferentiatedKernel
+from .errors import DifferentiationError
+
+_CUDA_OPTIONS_KEPT = ("fastmath", "debug", "lineinfo", "opt")
+
+
+@dataclass(frozen=True)
+class CompiledCudaAdjoint:
+    plan: object
+    source: str
+    pyfunc: object          # the adjoint as a plain Python function
+    kernel: object          # cuda.jit(pyfunc)
+    report: dict
+
+
+def simulator_enabled():
+    from numba.cuda.core import config
+    return bool(getattr(config, "ENABLE_CUDASIM", False))
+
+
+def _typeof(a):
+    import numba
+    return numba.typeof(a)
+
+
+class _Launcher:
+    def __init__(self, fn, config):
+        self.fn, self.config = fn, config
+
+    def __call__(self, *args):
+        return self.fn(self.config, args)
+
+
+class _AdjointProxy:
+    def __init__(self, owner):
+        self.owner = owner
+
+    def __getitem__(self, config):
+        return _Launcher(self.owner._run_adjoint, config)
+
+    def __call__(self, *args):
+        raise TypeError(f"{self.owner.__name__}.adjoint is a CUDA kernel: launch it as "
+                        f"{self.owner.__name__}.adjoint[blocks, threads](*args, *adjoints)")
+
+
+class CudaDifferentiatedKernel:
+    """A ``@cuda.jit`` kernel together with its generated adjoint kernel."""
+
+    def __init__(self, dispatcher, wrt=None):
+        if not hasattr(dispatcher, "py_func"):
+            raise TypeError(f"kadj.differentiate expects a @cuda.jit kernel, got "
+                            f"{dispatcher!r}")
+        self.dispatcher = dispatcher
+        self.py_func = dispatcher.py_func
+        self.__name__ = self.py_func.__name__
+        self.__doc__ = self.py_func.__doc__
+        self.__wrapped__ = self.py_func
+        self.wrt = tuple(wrt) if wrt is not None else None
+        code = self.py_func.__code__
+        self.arg_names = tuple(code.co_varnames[:code.co_argcount])
+        if self.wrt is not None:
+            unknown = [w for w in self.wrt if w not in self.arg_names]
+            if unknown:
+                raise ValueError(f"wrt names {unknown} are not arguments of "
+                                 f"{self.__name__}{self.arg_names}")
+        self._cache = {}
+        self._lock = threading.Lock()
+        self._last = None
+        self.adjoint = _AdjointProxy(self)
+
+    def __repr__(self):
+        return f"<kadj differentiated CUDA kernel {self.__name__}>"
+
+    # ---- forward --------------------------------------------------------------------
+    def __getitem__(self, config):
+        return self.dispatcher[config]
+
+    def forward(self, config, *args):
+        return self.dispatcher[config](*args)
+
+    # ---- compilation ----------------------------------------------------------------
+    def _arg_types(self, args):
+        if len(args) != len(self.arg_names):
+            raise TypeError(f"{self.__name__} takes {len(self.arg_names)} arguments "
+                            f"{self.arg_names}, got {len(args)}")
+        return tuple(_typeof(a) for a in args)
+
+    def compiled(self, *args):
+        arg_types = self._arg_types(args)
+        hit = self._cache.get(arg_types)
+        if hit is None:
+            with self._lock:
+                hit = self._cache.get(arg_types)
+                if hit is None:
+                    hit = self._build(arg_types)
+                    self._cache[arg_types] = hit
+        self._last = hit
+        return hit
+
+    def _options(self):
+        opts = getattr(self.dispatcher, "targetoptions", None) or {}
+        return {k: opts[k] for k in _CUDA_OPTIONS_KEPT if k in opts}
+
+    def _build(self, arg_types):
+        from numba import cuda
+
+        from .cuda.structure import structurize_cuda
+        from .cuda.writer import write_cuda_adjoint
+        if simulator_enabled():
+            from .cuda.shim import type_with_shim
+            tk = type_with_shim(self.py_func, arg_types)
+        else:
+            from .cuda.frontend import type_cuda_kernel
+            tk = type_cuda_kernel(self.py_func, arg_types)
+        kernel = structurize_cuda(tk)
+        # the argument layout is the CPU one (DifferentiatedKernel._plan)
+        plan = DifferentiatedKernel._plan(self, kernel, arg_types)
+        if plan.returns_value:
+            raise DifferentiationError("CUDA kernels cannot return values",
+                                       kernel=self.__name__)
+        slot_names = tuple(self.arg_names[i] for i in plan.adjoint_args)
+        an = analysis.analyze(kernel, slot_names, False)
+        adj, report = write_cuda_adjoint(kernel, an, slot_names)
+        ns = dict(adj.namespace)
+        code = compile(adj.source, f"<kadj adjoint of {self.__name__}>", "exec")
+        exec(code, ns)
+        pyfn = ns[adj.name]
+        jitted = cuda.jit(**self._options())(pyfn)
+        return CompiledCudaAdjoint(plan, adj.source, pyfn, jitted, report)
+
+    # ---- adjoint --------------------------------------------------------------------
+    def adjoint_plan(self, *args):
+        return self.compiled(*args).plan
+
+    def adjoint_source(self, *example_args):
+        if example_args:
+            return self.compiled(*example_args).source
+        if self._last is None:
+            raise DifferentiationError(
+                "adjoint_source() needs example arguments until the adjoint has been "
+                "compiled once", kernel=self.__name__)
+        return self._last.source
+
+    def adjoint_report(self, *args):
+        """How each adjoint accumulation is done: ``atomics`` (count of
+        ``cuda.atomic.add`` in the source), ``plain_accumulations`` (``+=`` into
+        thread-private elements), ``private_arrays``."""
+        return dict(self.compiled(*args).report)
+
+    def adjoint_signature(self, *args):
+        """numba signature (tuple of types) of the adjoint kernel for these arguments."""
+        comp = self.compiled(*args)
+        fwd_types = self._arg_types(args)
+        adj_types = []
+        for i in comp.plan.adjoint_args:
+            t = fwd_types[i]
+            if isinstance(t, types.Array):
+                adj_types.append(t)
+            else:
+                adj_types.append(types.Array(t, 1, "C"))
+        return tuple(fwd_types) + tuple(adj_types)
+
+    def adjoint_ptx(self, *args, cc=(9, 0)):
+        """PTX text of the adjoint kernel (``numba.cuda.compile_ptx``; no GPU needed)."""
+        from numba import cuda
+        comp = self.compiled(*args)
+        sig = self.adjoint_signature(*args)
+        ptx, _resty = cuda.compile_ptx(comp.pyfunc, sig, cc=cc)
+        return ptx
+
+    def _run_adjoint(self, config, args):
+        n = len(self.arg_names)
+        if len(args) < n:
+            raise TypeError(f"{self.__name__}.adjoint expects the {n} forward arguments "
+                            f"{self.arg_names} followed by their adjoints")
+        fwd, adjs = args[:n], args[n:]
+        comp = self.compiled(*fwd)
+        expected = comp.plan.adjoint_names()
+        if len(adjs) != len(expected):
+            raise TypeError(
+                f"{self.__name__}.adjoint expects {len(expected)} adjoint argument(s) "
+                f"{expected} after the forward arguments, got {len(adjs)}")
+        for i, buf, aname in zip(comp.plan.adjoint_args, adjs, expected):
+            x = fwd[i]
+            if hasattr(x, "shape") and not np.isscalar(x):
+                if tuple(buf.shape) != tuple(x.shape) or buf.dtype != x.dtype:
+                    raise ValueError(f"{self.__name__}.adjoint: {aname} must have the "
+                                     f"shape and dtype of {self.arg_names[i]}")
+            elif tuple(buf.shape) != (1,) or buf.dtype != np.asarray(x).dtype:
+                raise ValueError(f"{self.__name__}.adjoint: {aname} must be a 1-element "
+                                 f"array of dtype {np.asarray(x).dtype}")
+        comp.kernel[config](*fwd, *adjs)
