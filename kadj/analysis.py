@@ -50,6 +50,7 @@ class Analysis:
     index_saved: set = field(default_factory=set)    # loop uids whose index is saved
     ascending: set = field(default_factory=set)      # loops reversible in forward order
     replay: dict = field(default_factory=dict)       # loop uid -> vars saved around it
+    loop_saved: dict = field(default_factory=dict)   # loop uid -> vars saved around it
 
     def is_float(self, name):
         return isinstance(self.kernel.types.get(name), types.Float)
@@ -114,6 +115,7 @@ def analyze(kernel, slot_args, returns_value=True):
         if extra <= a.restore_arrays:
             break
         a.restore_arrays |= extra
+    _find_loop_saved(body, a, frozenset(), False)
     for v in a.pushed:
         t = T.get(v)
         if not isinstance(t, (types.Number, types.Boolean)):
@@ -547,3 +549,52 @@ def _level(seq):
         if isinstance(s, ir.If):
             yield from _level(s.then)
             yield from _level(s.orelse)
+
+
+def reverse_reads(stmts, a):
+    """Variables the reverse sweep of ``stmts`` reads (replayed loops: everything their
+    bodies read, since they re-execute)."""
+    out = set()
+    for s in ir.walk(stmts):
+        if isinstance(s, ir.Assign):
+            if s.target in a.varied:
+                out |= partial_reads(s, a)
+        elif isinstance(s, ir.Store):
+            if s.array.name in a.varied_arrays:
+                out |= ir.var_names(s.index)
+        elif isinstance(s, ir.If):
+            if a.has_rev.get(id(s)):
+                out |= ir.var_names((s.cond,))
+        elif isinstance(s, ir.ForRange):
+            if a.has_rev.get(id(s)):
+                out |= ir.var_names((s.start, s.stop, s.step))
+            for r in ir.walk(a.recompute.get(s.uid, ())):
+                out |= ir.stmt_reads(r)
+            if s.uid in a.replay:
+                for r in ir.walk(s.body):
+                    out |= ir.stmt_reads(r)
+    return out
+
+
+def _find_loop_saved(stmts, a, suppressed, inside_replay):
+    """A variable a loop overwrites but whose values the loop's own reverse never reads
+    (an accumulator ``s += ...`` read only after the loop) is not recorded at each
+    iteration: its value before the loop is saved once and restored after the loop's
+    reverse sweep."""
+    for s in stmts:
+        if isinstance(s, ir.If):
+            _find_loop_saved(s.then, a, suppressed, inside_replay)
+            _find_loop_saved(s.orelse, a, suppressed, inside_replay)
+        elif isinstance(s, (ir.ForRange, ir.Loop)):
+            is_replay = isinstance(s, ir.ForRange) and s.uid in a.replay
+            inner_supp = suppressed
+            if not (is_replay or inside_replay):
+                assigned_in = ir.assigned(s.body)
+                cand = {v for v in a.pushed if v in assigned_in} - suppressed
+                cand -= reverse_reads(s.body, a)
+                if isinstance(s, ir.ForRange):
+                    cand.discard(s.index)
+                if cand:
+                    a.loop_saved[s.uid] = tuple(sorted(cand))
+                    inner_supp = suppressed | cand
+            _find_loop_saved(s.body, a, inner_supp, inside_replay or is_replay)

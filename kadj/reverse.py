@@ -73,6 +73,7 @@ class Writer:
         self.frames = []
         self.nopush = False
         self.skip_stores = False
+        self.suppressed = frozenset()
         self._last_loc = None
         for arg in kernel.args:
             self.names[arg] = arg
@@ -479,7 +480,7 @@ class Writer:
                 continue
             if isinstance(s, ir.Assign):
                 self.comment(depth, s.loc)
-                if s.target in a.pushed:
+                if s.target in a.pushed and s.target not in self.suppressed:
                     self.push(depth, self.n(s.target), self.T[s.target])
                 if isinstance(s.expr, ir.Alloc):
                     self.emit(depth, f"{self.n(s.target)} = {self.expr(s.expr)}")
@@ -529,6 +530,9 @@ class Writer:
         if counted:
             cnt = self._count_name(s)
             self.emit(depth, f"{cnt} = 0")
+        saved_vars = a.loop_saved.get(s.uid, ())
+        for v in saved_vars:
+            self.push(depth, self.n(v), self.T[v])
         replay = s.uid in a.replay and not self.nopush
         if replay:
             for v in a.replay[s.uid]:
@@ -541,10 +545,11 @@ class Writer:
         self.emit(depth, f"for {idx} in range({lo}, {hi}, {st}):")
         if counted:
             self.emit(depth + 1, f"{cnt} += 1")
-        saved = self.nopush
+        saved = self.nopush, self.suppressed
         self.nopush = self.nopush or replay
+        self.suppressed = self.suppressed | set(saved_vars)
         self.fwd(s.body, depth + 1, loop_depth + 1)
-        self.nopush = saved
+        self.nopush, self.suppressed = saved
         self.close_frame()
         if counted and loop_depth > 0:
             self.push(depth, cnt, types.int64)
@@ -553,13 +558,19 @@ class Writer:
         counted = self.a.has_rev.get(id(s))
         cnt = self._count_name(s)
         self.comment(depth, s.loc)
+        saved_vars = self.a.loop_saved.get(s.uid, ())
+        for v in saved_vars:
+            self.push(depth, self.n(v), self.T[v])
         if counted:
             self.emit(depth, f"{cnt} = 0")
         self.emit(depth, "while True:")
         if counted:
             self.emit(depth + 1, f"{cnt} += 1")
         self.open_frame(depth + 1)
+        saved = self.suppressed
+        self.suppressed = self.suppressed | set(saved_vars)
         self.fwd(s.body, depth + 1, loop_depth + 1)
+        self.suppressed = saved
         self.close_frame()
         if counted and loop_depth > 0:
             self.push(depth, cnt, types.int64)
@@ -620,7 +631,7 @@ class Writer:
                 self.emit(depth, f"{adjv} = {self.zero(self.T[v])}")
                 out_name = self.fresh("out")
                 self.emit(depth, f"{out_name} = {self.n(v)}")
-                if v in a.pushed and v not in recomputed:
+                if v in a.pushed and v not in recomputed and v not in self.suppressed:
                     self.pop(depth, self.n(v), self.T[v])
                 for target, text in self.contributions(s, g=g, out_name=out_name):
                     op = "=" if target in self._single_adj else "+="
@@ -642,7 +653,7 @@ class Writer:
                     self.emit(depth, f"{target} {op} {text}")
             if reset:
                 self.emit(depth, f"{adjv} = {self.zero(self.T[v])}")
-        if v in a.pushed and v not in recomputed:
+        if v in a.pushed and v not in recomputed and v not in self.suppressed:
             self.pop(depth, self.n(v), self.T[v])
 
     def contributions(self, s, g=None, out_name=None):
@@ -757,7 +768,14 @@ class Writer:
         if needed_rec:
             self.emit(depth + 1, "# recompute")
             self.recompute(needed_rec, depth + 1)
+        saved_vars = a.loop_saved.get(s.uid, ())
+        saved = self.suppressed
+        self.suppressed = self.suppressed | set(saved_vars)
         self.rev(s.body, depth + 1, loop_depth + 1, frozenset(recomputed))
+        self.suppressed = saved
+        if id(s) in self.kept:
+            for v in reversed(saved_vars):
+                self.pop(depth, self.n(v), self.T[v])
         if s.uid in a.index_saved and id(s) in self.kept:
             self.pop(depth, idx, self.T[s.index])
 
@@ -807,7 +825,14 @@ class Writer:
             self.pop(depth, cnt, types.int64)
         k = self.fresh("k")
         self.emit(depth, f"for {k} in range({cnt}):")
+        saved_vars = self.a.loop_saved.get(s.uid, ())
+        saved = self.suppressed
+        self.suppressed = self.suppressed | set(saved_vars)
         self.rev(s.body, depth + 1, loop_depth + 1)
+        self.suppressed = saved
+        if id(s) in self.kept:
+            for v in reversed(saved_vars):
+                self.pop(depth, self.n(v), self.T[v])
 
 
 def _own_stmts(stmts):
