@@ -310,23 +310,59 @@ def _recompute_loop(loop, a):
                 continue
             if not ok_operand(s.cond):
                 continue
-            assigns = [x for x in inner if isinstance(x, ir.Assign)]
             counts = {}
-            for x in assigns:
-                counts[x.target] = counts.get(x.target, 0) + 1
-            targets = set(counts)
-            if not assigns or _reads_outside(a, loop, targets):
-                continue
-            saved = set(rvars)
-            rvars |= targets  # assignments inside may read each other (in order)
-            once_per_arm = all(
-                max([list(ir.walk(arm)).count(x) for x in []] + [0]) == 0 and
-                _max_assign_count(arm) <= 1 for arm in _arms(s))
-            if once_per_arm and all(ok_assign(x, counts) for x in assigns):
-                chosen.append(_assigns_only(s))
-            else:
-                rvars.clear()
-                rvars |= saved
+            for x in inner:
+                if isinstance(x, ir.Assign):
+                    counts[x.target] = counts.get(x.target, 0) + 1
+            multi = set()
+            for arm in _arms(s):
+                arm_counts = {}
+                for x in ir.walk(arm):
+                    if isinstance(x, ir.Assign):
+                        arm_counts[x.target] = arm_counts.get(x.target, 0) + 1
+                multi |= {t for t, c in arm_counts.items() if c > 1}
+            rejected = {t for t in counts if a.assign_count.get(t, 0) != counts[t]
+                        or t in multi or _reads_outside(a, loop, {t})}
+            while True:
+                accepted, bad = set(), set()
+
+                def visit(seq, avail):
+                    avail = set(avail)
+                    for x in seq:
+                        if isinstance(x, ir.Assign):
+                            saved_r = set(rvars)
+                            rvars.update(avail)
+                            good = x.target not in rejected and ok_assign(x, counts)
+                            rvars.clear()
+                            rvars.update(saved_r)
+                            if good:
+                                avail.add(x.target)
+                                accepted.add(x.target)
+                            else:
+                                bad.add(x.target)
+                        elif isinstance(x, ir.If):
+                            c = x.cond
+                            if isinstance(c, ir.Var) and c.name in assigned_in and \
+                                    c.name not in avail and c.name not in rvars and \
+                                    c.name != loop.index:
+                                bad.update(y.target for y in ir.walk((x,))
+                                           if isinstance(y, ir.Assign))
+                                continue
+                            a1 = visit(x.then, avail)
+                            a2 = visit(x.orelse, avail)
+                            avail |= (a1 | a2)
+                    return avail
+
+                visit(s.then, set())
+                visit(s.orelse, set())
+                newly = bad - rejected
+                if not newly:
+                    break
+                rejected |= newly
+            accepted -= rejected
+            if accepted:
+                chosen.append(_assigns_only(s, accepted))
+                rvars |= accepted
     a.recompute[loop.uid] = tuple(chosen)
     a.recompute_vars[loop.uid] = rvars
 
@@ -344,17 +380,20 @@ def _max_assign_count(seq):
     return max(counts.values(), default=0)
 
 
-def _assigns_only(s):
-    """The If with only its assignments (what the reverse sweep recomputes)."""
+def _assigns_only(s, keep_targets=None):
+    """The If with only its (kept) assignments: what the reverse sweep recomputes."""
     from dataclasses import replace
 
     def keep(seq):
         out = []
         for x in seq:
             if isinstance(x, ir.Assign):
-                out.append(x)
+                if keep_targets is None or x.target in keep_targets:
+                    out.append(x)
             elif isinstance(x, ir.If):
-                out.append(_assigns_only(x))
+                sub = _assigns_only(x, keep_targets)
+                if sub.then or sub.orelse:
+                    out.append(sub)
         return tuple(out)
 
     return replace(s, then=keep(s.then), orelse=keep(s.orelse))

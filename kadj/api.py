@@ -8,6 +8,7 @@ signature by the pipeline frontend -> structurize -> analysis -> reverse -> code
 """
 from __future__ import annotations
 
+import pickle
 import threading
 from dataclasses import dataclass
 
@@ -68,6 +69,7 @@ class DifferentiatedKernel:
                 raise ValueError(f"wrt names {unknown} are not arguments of "
                                  f"{self.__name__}{self.arg_names}")
         self._cache = {}
+        self._fast = {}
         self._lock = threading.Lock()
         self._last = None
 
@@ -99,6 +101,17 @@ class DifferentiatedKernel:
 
     def compiled(self, *args):
         """The compiled adjoint for these arguments' types."""
+        fast = _fast_key(args)
+        hit = self._fast.get(fast) if fast is not None else None
+        if hit is not None:
+            self._last = hit
+            return hit
+        hit = self._compiled_slow(args)
+        if fast is not None:
+            self._fast[fast] = hit
+        return hit
+
+    def _compiled_slow(self, args):
         arg_types = self._arg_types(args)
         hit = self._cache.get(arg_types)
         if hit is not None:
@@ -195,7 +208,44 @@ class DifferentiatedKernel:
         call = list(fwd) + list(adjs)
         if plan.returns_value:
             call.append(float(adj_return))
-        return comp.function(*call)
+        try:
+            return comp.function(*call)
+        except (pickle.UnpicklingError, EOFError, ValueError) as exc:
+            if not comp.disk_cached or isinstance(exc, ValueError) and \
+                    "pickle" not in str(exc):
+                raise
+            # numba's on-disk cache of this adjoint is damaged: compile without it
+            return self._uncached(fwd, comp)(*call)
+
+    def _uncached(self, fwd, comp):
+        from numba import njit
+        fresh = CompiledAdjoint(comp.plan, comp.source,
+                                njit(cache=False, **self._options())(comp.function.py_func),
+                                False)
+        self._cache = {k: (fresh if v is comp else v) for k, v in self._cache.items()}
+        self._fast = {k: (fresh if v is comp else v) for k, v in self._fast.items()}
+        self._last = fresh
+        return fresh.function
+
+
+def _fast_key(args):
+    """A cheap key that determines numba's argument types (dtype, ndim, layout,
+    writability for arrays; the Python type for scalars), or None."""
+    key = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            f = a.flags
+            key.append((a.dtype.str, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable,
+                        f.aligned, type(a) is np.ndarray))
+        elif isinstance(a, (float, int, bool, np.floating, np.integer, np.bool_)):
+            key.append(type(a))
+        else:
+            return None
+    return tuple(key)
+
+
+def _overlap(a, b):
+    return np.may_share_memory(a, b) and np.shares_memory(a, b)
 
 
 def _check_adjoints(name, plan, fwd, adjs):
@@ -229,17 +279,17 @@ def _check_adjoints(name, plan, fwd, adjs):
     arrays = [a for a in list(fwd) if isinstance(a, np.ndarray)]
     for buf, aname in zip(adjs, expected):
         for a in arrays:
-            if np.shares_memory(buf, a):
+            if _overlap(buf, a):
                 raise ValueError(f"{name}.adjoint: {aname} shares memory with a forward "
                                  "argument; adjoint buffers must be separate arrays")
     for j, b1 in enumerate(adjs):
         for b2 in adjs[j + 1:]:
-            if np.shares_memory(b1, b2):
+            if _overlap(b1, b2):
                 raise ValueError(f"{name}.adjoint: two adjoint buffers share memory")
     for j in plan.written:
         w = fwd[j]
         for i, a in enumerate(fwd):
-            if i != j and isinstance(a, np.ndarray) and np.shares_memory(a, w):
+            if i != j and isinstance(a, np.ndarray) and _overlap(a, w):
                 raise ValueError(
                     f"{name}.adjoint: argument {plan.arg_names[i]} overlaps an array the "
                     "kernel writes; kadj does not differentiate aliased arguments")

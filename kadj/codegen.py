@@ -20,9 +20,9 @@ import sys
 from .plan import AdjointPlan
 
 CACHE_VERSION = "kadj-adjoint-v1"
-_STANDARD = {"math", "np", "_push", "_sign"}
+_STANDARD = {"math", "np", "_push", "_sign", "_reserve", "_trips"}
 _HEADER = ("import math\nimport numpy as np\n"
-           "from kadj.runtime_helpers import _push, _sign\n\n\n")
+           "from kadj.runtime_helpers import _push, _sign, _reserve, _trips\n\n\n")
 
 
 def cache_dir():
@@ -175,9 +175,12 @@ def load_cached(key):
                            adjoint_args=tuple(meta["adjoint_args"]),
                            written=frozenset(meta["written"]), read=frozenset(meta["read"]),
                            returns_value=meta["returns_value"])
-        module = _import(src_path, key)
         with open(src_path) as fh:
-            source = fh.read()[len(_HEADER):]
+            text = fh.read()
+        if meta.get("sha256") != hashlib.sha256(text.encode()).hexdigest():
+            return None  # damaged or partly written: regenerate
+        module = _import(src_path, key)
+        source = text[len(_HEADER):]
         return plan, source, getattr(module, meta["function"]), meta.get("report", "")
     except Exception:  # a damaged cache entry is regenerated
         return None
@@ -210,6 +213,7 @@ def build(adj, plan, key, source_files, report=""):
                     "adjoint_args": list(plan.adjoint_args), "written": sorted(plan.written),
                     "read": sorted(plan.read), "returns_value": plan.returns_value,
                     "function": adj.name, "report": report,
+                    "sha256": hashlib.sha256((_HEADER + adj.source).encode()).hexdigest(),
                     "files": [[f, os.path.getmtime(f)] for f in sorted(source_files)
                               if os.path.exists(f)]}
             tmp = os.path.join(d, f"adj_{key}.json.{os.getpid()}.tmp")

@@ -595,11 +595,17 @@ class Writer:
             elif isinstance(s, ir.Store):
                 self.rev_store(s, depth)
             elif isinstance(s, ir.If):
+                def has(seq):
+                    return any(a.has_rev.get(id(x)) or (isinstance(x, ir.Assign) and
+                                                         x.target in a.pushed)
+                               for x in seq)
+                if not has(s.then) and has(s.orelse):
+                    self.emit(depth, f"if not {self.o(s.cond)}:")
+                    self.rev(s.orelse, depth + 1, loop_depth, recomputed)
+                    continue
                 self.emit(depth, f"if {self.o(s.cond)}:")
                 self.rev(s.then, depth + 1, loop_depth, recomputed)
-                if any(a.has_rev.get(id(x)) or (isinstance(x, ir.Assign) and
-                                                 x.target in a.pushed)
-                       for x in s.orelse):
+                if has(s.orelse):
                     self.emit(depth, "else:")
                     self.rev(s.orelse, depth + 1, loop_depth, recomputed)
             elif isinstance(s, ir.ForRange):
@@ -811,8 +817,12 @@ class Writer:
             if isinstance(s, ir.Assign):
                 self.emit(depth, f"{self.n(s.target)} = {self.expr(s.expr)}")
             elif isinstance(s, ir.If):
+                if not s.then:
+                    self.emit(depth, f"if not {self.o(s.cond)}:")
+                    self.recompute(s.orelse, depth + 1)
+                    continue
                 self.emit(depth, f"if {self.o(s.cond)}:")
-                self.recompute(s.then, depth + 1) if s.then else self.emit(depth + 1, "pass")
+                self.recompute(s.then, depth + 1)
                 if s.orelse:
                     self.emit(depth, "else:")
                     self.recompute(s.orelse, depth + 1)
