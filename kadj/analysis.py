@@ -63,6 +63,13 @@ def analyze(kernel, slot_args, returns_value=True):
     a = Analysis(kernel=kernel, slot_args=tuple(slot_args))
     T = kernel.types
     body = kernel.body
+    for name, t in T.items():
+        if isinstance(t, types.Complex) or (isinstance(t, types.Array) and
+                                            isinstance(t.dtype, types.Complex)):
+            raise DifferentiationError(
+                f"'{name}' is complex ({t}); complex-valued kernels are not supported yet",
+                kernel=kernel.name, construct="complex value",
+                remedy="split the computation into real and imaginary parts")
     for name in kernel.args:
         if isinstance(T.get(name), types.Array):
             a.param_arrays.add(name)

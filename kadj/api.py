@@ -167,6 +167,13 @@ class DifferentiatedKernel:
             if self.wrt is None or name in self.wrt or (is_arr and name in stored):
                 slots.append(i)
         returns = isinstance(kernel.return_type, types.Float)
+        if isinstance(kernel.return_type, types.BaseTuple) and any(
+                isinstance(t, (types.Float, types.Complex)) for t in kernel.return_type):
+            raise DifferentiationError(
+                f"it returns a tuple ({kernel.return_type}); only a single float return "
+                "value carries a gradient", kernel=self.__name__, construct="tuple return",
+                remedy="return one float (the loss) and write other results into output "
+                       "arrays")
         if isinstance(kernel.return_type, types.Complex):
             raise DifferentiationError("complex return values are not supported yet",
                                        kernel=self.__name__, construct="complex return")

@@ -76,6 +76,11 @@ class Alloc:
     kws: tuple = ()
 
 
+def make_tuple(*items):
+    """Marker callee of ``Op``: builds a tuple (of integers, e.g. a shape)."""
+    return items
+
+
 # ---- statements ------------------------------------------------------------------
 @dataclass(frozen=True)
 class Assign:

@@ -142,4 +142,8 @@ ge = _fn("ge", lambda a, b: a >= b)
 lt = _fn("lt", lambda a, b: a < b)
 le = _fn("le", lambda a, b: a <= b)
 land = _fn("land", lambda a, b: bool(a) and bool(b))
+eq = _fn("eq", lambda a, b: a == b)
+ne = _fn("ne", lambda a, b: a != b)
+floor = _fn("floor", math.floor)
+trunc = _fn("trunc", math.trunc)
 square = lambda x: x * x  # noqa: E731

@@ -44,7 +44,8 @@ _SYM_CMP = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 _SYM_FUNCS = {"sin": "math.sin", "cos": "math.cos", "tan": "math.tan", "sinh": "math.sinh",
               "cosh": "math.cosh", "tanh": "math.tanh", "exp": "math.exp",
               "log": "math.log", "sqrt": "math.sqrt", "pow": "math.pow",
-              "copysign": "math.copysign", "sign": "_sign"}
+              "copysign": "math.copysign", "sign": "_sign", "floor": "math.floor",
+              "trunc": "math.trunc"}
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,9 @@ class Writer:
         if isinstance(e, (ir.Op, ir.Alloc)):
             if isinstance(e, ir.Op) and e.fn in _INFIX and len(e.args) == 2 and not e.kws:
                 return f"{self.o(e.args[0])} {_INFIX[e.fn]} {self.o(e.args[1])}"
+            if isinstance(e, ir.Op) and e.fn is ir.make_tuple:
+                items = [self.o(x) for x in e.args]
+                return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
             if isinstance(e, ir.Op) and e.fn in _UNARY and len(e.args) == 1:
                 return f"{_UNARY[e.fn]}{self.o(e.args[0])}"
             f = self.bind(e.fn, getattr(e.fn, "__name__", "f"))
@@ -211,6 +215,8 @@ class Writer:
             return f"({args[0]} {_SYM_INFIX[s.name]} {args[1]})"
         if s.name == "neg":
             return f"(-{args[0]})"
+        if s.name in ("eq", "ne"):
+            return f"({args[0]} {'==' if s.name == 'eq' else '!='} {args[1]})"
         if s.name in _SYM_CMP:
             return f"({args[0]} {_SYM_CMP[s.name]} {args[1]})"
         if s.name == "land":

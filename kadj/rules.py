@@ -49,14 +49,17 @@ CUSTOM: dict = {}
 
 # Functions whose result carries no derivative (integer-valued, boolean, or piecewise
 # constant): their outputs are inactive.
+from .ir import make_tuple as _make_tuple  # noqa: E402
+
 NONDIFFERENTIABLE = {
+    _make_tuple,
     math.floor, math.ceil, math.trunc, np.floor, np.ceil, np.trunc, np.sign, np.rint,
     math.isnan, math.isinf, math.isfinite, np.isnan, np.isinf, np.isfinite,
     round, int, bool, len, range,
     operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
-    operator.not_, operator.and_, operator.or_, operator.xor, operator.mod,
+    operator.not_, operator.and_, operator.or_, operator.xor,
     operator.floordiv, operator.lshift, operator.rshift, operator.invert, operator.truth,
-    np.floor_divide, np.remainder, np.mod,
+    np.floor_divide,
 }
 
 
@@ -115,10 +118,26 @@ def _pow(g, out, a, b):
 
 # ---- min / max / clip ---------------------------------------------------------------
 # ties go to the first argument (the convention of JAX's max)
-register(max, np.maximum, np.fmax, domain=_PM, name="max")(
-    lambda g, out, a, b: (o.where(o.ge(a, b), g, 0.0), o.where(o.ge(a, b), 0.0, g)))
-register(min, np.minimum, np.fmin, domain=_PM, name="min")(
-    lambda g, out, a, b: (o.where(o.le(a, b), g, 0.0), o.where(o.le(a, b), 0.0, g)))
+def _extremum(first_wins):
+    def vjp(g, out, *args):
+        if len(args) == 2:
+            a, b = args
+            c = first_wins(a, b)
+            return (o.where(c, g, 0.0), o.where(c, 0.0, g))
+        # n arguments: the adjoint goes to the first argument equal to the result
+        contribs, taken = [], None
+        for x in args:
+            hit = o.eq(x, out) if taken is None else o.land(o.eq(x, out), o.ne(taken, 1.0))
+            contribs.append(o.where(hit, g, 0.0))
+            taken = o.where(o.eq(x, out), 1.0, 0.0) if taken is None else \
+                o.where(o.eq(x, out), 1.0, taken)
+        return tuple(contribs)
+    return vjp
+
+
+# ties go to the first argument (the convention of JAX's max)
+register(max, np.maximum, np.fmax, domain=_PM, name="max")(_extremum(o.ge))
+register(min, np.minimum, np.fmin, domain=_PM, name="min")(_extremum(o.le))
 
 
 @register(np.clip, domain=((-2.0, 2.0), (-1.0, -0.5), (0.5, 1.0)), name="clip")
@@ -183,6 +202,12 @@ register(math.erfc, name="erfc")(
     lambda g, out, x: (-(g * (2.0 / math.sqrt(math.pi)) * o.exp(-(x * x))),))
 register(math.copysign, np.copysign, domain=((0.3, 2.0), (-2.0, -0.3)), name="copysign")(
     lambda g, out, x, y: (g * o.copysign(1.0, x) * o.copysign(1.0, y), None))
+register(operator.mod, operator.imod, np.remainder, np.mod,
+         domain=((0.1, 0.9), (1.1, 2.0)), name="mod")(
+    # a % b = a - b * floor(a / b) (Python's sign convention)
+    lambda g, out, a, b: (g, -(g * o.floor(a / b))))
+register(math.fmod, np.fmod, domain=((0.1, 0.9), (1.1, 2.0)), name="fmod")(
+    lambda g, out, a, b: (g, -(g * o.trunc(a / b))))
 register(np.square, name="square")(lambda g, out, x: (2.0 * g * x,))
 register(float, np.float64, np.float32, name="float")(lambda g, out, x: (g,))
 

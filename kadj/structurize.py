@@ -376,11 +376,22 @@ class Structurizer:
 
     def _find_scalarized_tuples(self):
         self._find_direct_index_tuples()
+        call_args = set()
+        for blk in self.blocks.values():
+            for s in blk.body:
+                if isinstance(s, nir.Assign) and isinstance(s.value, nir.Expr) and \
+                        s.value.op == "call":
+                    call_args.update(v.name for v in s.value.args)
+                    call_args.update(v.name for _, v in s.value.kws)
+        self.tuple_values = set()
         for blk in self.blocks.values():
             for s in blk.body:
                 if isinstance(s, nir.Assign) and isinstance(s.value, nir.Expr) and \
                         s.value.op == "build_tuple":
-                    self.tuples[s.target.name] = len(s.value.items)
+                    if s.target.name in call_args:
+                        self.tuple_values.add(s.target.name)  # e.g. a shape
+                    else:
+                        self.tuples[s.target.name] = len(s.value.items)
         changed = True
         while changed:
             changed = False
@@ -507,6 +518,14 @@ class Structurizer:
             return []  # modules, functions: resolved where they are called
         if tgt in self.direct_index:
             return []
+        if tgt in getattr(self, "tuple_values", ()):
+            for v in val.items:
+                if isinstance(self.types.get(v.name), types.Float):
+                    self.error("a tuple of floats passed to a function is not supported",
+                               loc=loc, construct="tuple argument",
+                               remedy="pass the values as separate arguments")
+            return [ir.Assign(tgt, ir.Op(ir.make_tuple, tuple(self.operand(v)
+                                                            for v in val.items)), loc=loc)]
         if tgt in self.tuples:
             return self.convert_tuple(tgt, val, loc)
         if isinstance(val, nir.Var):

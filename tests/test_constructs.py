@@ -187,7 +187,42 @@ def cond_on_scalar_reassign(x, out, alpha):
         out[i] = a * x[i]
 
 
+@njit
+def min_max_three(x, y):
+    for i in range(x.shape[0]):
+        y[i] = min(x[i], 0.5, x[i] * x[i]) + max(x[i], -x[i], 0.1)
+
+
+@njit
+def float_mod(x, y):
+    for i in range(x.shape[0]):
+        y[i] = (x[i] * 3.0) % 1.0 + x[i] % 0.4
+
+
+@njit
+def scratch_2d(x, y):
+    n = x.shape[0]
+    t = np.zeros((n, 2))
+    for i in range(n):
+        t[i, 0] = x[i] * 2.0
+        t[i, 1] = x[i] * x[i]
+    for i in range(n):
+        y[i] = t[i, 0] * t[i, 1]
+
+
+@njit
+def reused_loop_variable(x, y, a):
+    for i in range(x.shape[0]):
+        y[i] = a * x[i]
+    for i in range(x.shape[0]):
+        y[i] = y[i] * y[i] + x[i]
+
+
 CASES = [
+    ("min_max_three", min_max_three, lambda: (np.array([0.3, -0.8, 1.3, 0.6]), np.zeros(4))),
+    ("float_mod", float_mod, lambda: (np.array([0.31, 0.52, 1.13]), np.zeros(3))),
+    ("scratch_2d", scratch_2d, lambda: (np.array([0.31, 0.52, 1.13]), np.zeros(3))),
+    ("reused_loop_variable", reused_loop_variable, lambda: (R(5), np.zeros(5), 0.7)),
     ("heat_step", heat_step, lambda: (R(9), np.zeros(9), 0.1)),
     ("recurrence_inplace", recurrence_inplace, lambda: (R(7), 0.7)),
     ("horner", horner, lambda: (R(5), R(4), np.zeros(5))),
@@ -234,3 +269,16 @@ def test_float32_stays_float32():
     np.testing.assert_allclose(bufs[0], ref[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(bufs[2], ref[2], rtol=1e-4)
     assert plan.adjoint_args == (0, 1, 2)
+
+
+@njit
+def _returns_pair(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i]
+    return s, s * s
+
+
+def test_tuple_return_is_refused():
+    with pytest.raises(kadj.DifferentiationError, match="single float"):
+        kadj.differentiate(_returns_pair).adjoint_plan(np.ones(3))
