@@ -501,27 +501,51 @@ def _order_free(loop, a):
         return False
     if stored & a.restore_arrays:
         return False
-    order = {}
-    for pos, s in enumerate(inner):
+    active_assigned = set()
+    for s in inner:
         if isinstance(s, (ir.Loop, ir.Break, ir.Continue, ir.Return)):
             return False
         if isinstance(s, ir.Assign):
             if s.target in a.pushed:
                 return False
             if s.target in a.varied:
-                if a.assign_count.get(s.target, 0) != 1:
-                    return False
-                order[s.target] = pos
+                active_assigned.add(s.target)
         if isinstance(s, ir.Store) and s.array.name in a.varied_arrays:
             if ir.Var(loop.index) not in s.index:
                 return False
-    for pos, s in enumerate(inner):
-        for v in ir.stmt_reads(s):
-            if v in order and order[v] >= pos:
-                return False
-    if _reads_outside(a, loop, set(order)):
+    # an active value carried from one iteration into the next orders the adjoints
+    if active_assigned & upward_exposed(loop):
+        return False
+    if _reads_outside(a, loop, active_assigned):
         return False
     return True
+
+
+def upward_exposed(loop):
+    """Variables the loop assigns that an iteration may read before assigning them
+    (values carried in from the previous iteration)."""
+    assigned_in = ir.assigned(loop.body)
+    out = set()
+
+    def visit(seq, defined):
+        defined = set(defined)
+        for x in seq:
+            out.update((ir.stmt_reads(x) & assigned_in) - defined - {loop.index})
+            if isinstance(x, ir.Assign):
+                defined.add(x.target)
+            elif isinstance(x, ir.If):
+                d1 = visit(x.then, defined)
+                d2 = visit(x.orelse, defined)
+                defined |= (d1 & d2)
+            elif isinstance(x, ir.ForRange):
+                visit(x.body, defined | {x.index})
+                visit(x.body, defined | {x.index} | ir.assigned(x.body))
+            elif isinstance(x, ir.Loop):
+                visit(x.body, defined)
+        return defined
+
+    visit(loop.body, set())
+    return out
 
 
 def _find_replay(stmts, a, inside_replay):
