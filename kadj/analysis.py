@@ -51,6 +51,7 @@ class Analysis:
     ascending: set = field(default_factory=set)      # loops reversible in forward order
     replay: dict = field(default_factory=dict)       # loop uid -> vars saved around it
     loop_saved: dict = field(default_factory=dict)   # loop uid -> vars saved around it
+    replay_fresh: set = field(default_factory=set)   # ids of first defs in replayed loops
 
     def is_float(self, name):
         return isinstance(self.kernel.types.get(name), types.Float)
@@ -113,6 +114,7 @@ def analyze(kernel, slot_args, returns_value=True):
             a.ascending.add(s.uid)
     while True:
         a.replay = {}
+        a.replay_fresh = set()
         _find_replay(body, a, False)
         # a replayed iteration reads arrays as they were: restore those written elsewhere
         extra = set()
@@ -565,6 +567,18 @@ def _find_replay(stmts, a, inside_replay):
             if ok:
                 body_assigned = ir.assigned(s.body)
                 a.replay[s.uid] = tuple(sorted(v for v in a.pushed if v in body_assigned))
+                # a value defined afresh at the top of each replayed iteration need not
+                # be recorded there: the replay of the earlier iteration redefines it
+                seen = set()
+                exposed = upward_exposed(s)
+                for x in s.body:
+                    if isinstance(x, ir.Assign) and x.target not in seen and \
+                            x.target not in exposed and x.target not in ir.stmt_reads(x):
+                        a.replay_fresh.add(id(x))
+                    for y in ir.walk((x,)):
+                        seen |= ir.stmt_reads(y)
+                        if isinstance(y, ir.Assign):
+                            seen.add(y.target)
             _find_replay(s.body, a, inside_replay or ok)
 
 

@@ -75,6 +75,7 @@ class Writer:
         self.nopush = False
         self.skip_stores = False
         self.suppressed = frozenset()
+        self.accumulators = {}
         self._last_loc = None
         for arg in kernel.args:
             self.names[arg] = arg
@@ -486,7 +487,8 @@ class Writer:
                 continue
             if isinstance(s, ir.Assign):
                 self.comment(depth, s.loc)
-                if s.target in a.pushed and s.target not in self.suppressed:
+                if s.target in a.pushed and s.target not in self.suppressed and \
+                        id(s) not in a.replay_fresh:
                     self.push(depth, self.n(s.target), self.T[s.target])
                 if isinstance(s.expr, ir.Alloc):
                     self.emit(depth, f"{self.n(s.target)} = {self.expr(s.expr)}")
@@ -665,7 +667,8 @@ class Writer:
                     self.emit(depth, f"{target} {op} {text}")
             if reset:
                 self.emit(depth, f"{adjv} = {self.zero(self.T[v])}")
-        if v in a.pushed and v not in recomputed and v not in self.suppressed:
+        if v in a.pushed and v not in recomputed and v not in self.suppressed and \
+                id(s) not in a.replay_fresh:
             self.pop(depth, self.n(v), self.T[v])
 
     def contributions(self, s, g=None, out_name=None):
@@ -682,6 +685,7 @@ class Writer:
             arr = e.array.name
             if arr in a.varied_arrays:
                 ref = f"adj_{self.n(arr)}[{', '.join(self.o(i) for i in e.index)}]"
+                ref = self.accumulators.get((arr, tuple(e.index)), ref)
                 out.append((ref, self.cast(g or self.adj(v), self.T[arr].dtype)))
         elif isinstance(e, ir.Op):
             rule = rules.lookup(e.fn)
@@ -730,7 +734,46 @@ class Writer:
             fref = f"{self.arr(arr)}[{', '.join(self.o(i) for i in s.index)}]"
             self.pop(depth, fref, self.T[arr].dtype)
 
+    def invariant_loads(self, loop):
+        """Loads inside ``loop`` whose element does not change during it (index
+        variables the loop does not assign, array the loop does not write): their
+        adjoints are summed in a local and added to the array once, after the loop."""
+        a = self.a
+        assigned_in = ir.assigned(loop.body) | {loop.index}
+        stored_in = ir.stored_arrays(loop.body)
+        found = []
+        for x in ir.walk(loop.body):
+            if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Load) and \
+                    x.target in a.varied:
+                e = x.expr
+                key = (e.array.name, tuple(e.index))
+                if e.array.name in a.varied_arrays and e.array.name not in stored_in and \
+                        not (ir.var_names(e.index) & assigned_in) and \
+                        key not in self.accumulators and key not in found:
+                    found.append(key)
+        return found
+
+    def open_accumulators(self, loop, depth):
+        keys = self.invariant_loads(loop)
+        for key in keys:
+            name = self.fresh("acc_" + self.n(key[0]))
+            self.accumulators[key] = name
+            self.emit(depth, f"{name} = {self.zero(self.T[key[0]].dtype)}")
+        return keys
+
+    def close_accumulators(self, keys, depth):
+        for key in keys:
+            arr, index = key
+            name = self.accumulators.pop(key)
+            self.emit(depth, f"adj_{self.n(arr)}[{', '.join(self.o(i) for i in index)}]"
+                             f" += {name}")
+
     def rev_for(self, s, depth, loop_depth):
+        keys = self.open_accumulators(s, depth)
+        self._rev_for(s, depth, loop_depth)
+        self.close_accumulators(keys, depth)
+
+    def _rev_for(self, s, depth, loop_depth):
         a = self.a
         idx = self.n(s.index)
         lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
