@@ -592,7 +592,7 @@ def _replayable(loop, a):
         isinstance(x, ir.ForRange) and x.uid in a.index_saved for x in inner)
     if not needs_tape:
         return False
-    for x in _level(loop.body):
+    for x in ir.walk_level(loop.body):
         if isinstance(x, (ir.Break, ir.Continue, ir.Return)):
             return False
     if any(isinstance(x, ir.Return) for x in inner):
@@ -602,37 +602,7 @@ def _replayable(loop, a):
         return False
     if any(isinstance(x, ir.Assign) and isinstance(x.expr, ir.Alloc) for x in inner):
         return False
-    ok = [True]
-
-    def exposed(seq, defined):
-        defined = set(defined)
-        for x in seq:
-            reads = ir.stmt_reads(x)
-            if (reads & assigned_in) - defined - {loop.index}:
-                ok[0] = False
-            if isinstance(x, ir.Assign):
-                defined.add(x.target)
-            elif isinstance(x, ir.If):
-                d1 = exposed(x.then, defined)
-                d2 = exposed(x.orelse, defined)
-                defined |= (d1 & d2)
-            elif isinstance(x, ir.ForRange):
-                exposed(x.body, defined | {x.index})
-            elif isinstance(x, ir.Loop):
-                exposed(x.body, defined)
-        return defined
-
-    exposed(loop.body, set())
-    return ok[0]
-
-
-def _level(seq):
-    """Statements of a sequence and its if-arms, not descending into loops."""
-    for s in seq:
-        yield s
-        if isinstance(s, ir.If):
-            yield from _level(s.then)
-            yield from _level(s.orelse)
+    return not upward_exposed(loop)
 
 
 def reverse_reads(stmts, a):

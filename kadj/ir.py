@@ -178,6 +178,15 @@ def walk(stmts):
             yield from walk(s.body)
 
 
+def walk_level(stmts):
+    """Statements of a sequence and of its if-arms, not descending into loops."""
+    for s in stmts:
+        yield s
+        if isinstance(s, If):
+            yield from walk_level(s.then)
+            yield from walk_level(s.orelse)
+
+
 def stmt_reads(s):
     """Variables a single statement reads (not counting nested bodies)."""
     if isinstance(s, Assign):

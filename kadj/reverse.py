@@ -526,7 +526,7 @@ class Writer:
             self.emit(depth, "pass")
 
     def _counted(self, loop):
-        return any(isinstance(x, ir.Break) for x in _own_stmts(loop.body))
+        return any(isinstance(x, ir.Break) for x in ir.walk_level(loop.body))
 
     def fwd_for(self, s, depth, loop_depth):
         a = self.a
@@ -892,15 +892,6 @@ class Writer:
         if id(s) in self.kept:
             for v in reversed(saved_vars):
                 self.pop(depth, self.n(v), self.T[v])
-
-
-def _own_stmts(stmts):
-    """Statements of a loop body, not descending into nested loops."""
-    for s in stmts:
-        yield s
-        if isinstance(s, ir.If):
-            yield from _own_stmts(s.then)
-            yield from _own_stmts(s.orelse)
 
 
 def _add(a, b):

@@ -574,6 +574,12 @@ class Structurizer:
             if self.const_of(ir_var(tgt, loc)) is not None:
                 return []
             try:
+                obj = resolve_value(self.fir, ir_var(tgt, loc))
+            except (LookupError, AttributeError):
+                obj = None
+            if isinstance(obj, np.ndarray):
+                return [ir.Assign(tgt, ir.Copy(ir.GlobalRef(obj, name=e.attr)), loc=loc)]
+            try:
                 resolve_value(self.fir, e.value)
                 return []
             except (LookupError, AttributeError):
