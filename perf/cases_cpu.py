@@ -236,6 +236,29 @@ def horner_adjoint(coeffs, x, y, adj_coeffs, adj_x, adj_y):
         adj_x[i] += g * d
 
 
+@njit
+def horner_adjoint_reverse(coeffs, x, y, adj_coeffs, adj_x, adj_y):
+    """The same adjoint written the mechanical way: store the Horner iterates of each
+    element in a small buffer, then run the recurrence backwards."""
+    k = coeffs.shape[0]
+    ps = np.empty(k, dtype=x.dtype)
+    for i in range(x.shape[0]):
+        xi = x[i]
+        p = coeffs[k - 1]
+        for j in range(k - 2, -1, -1):
+            ps[j] = p
+            p = p * xi + coeffs[j]
+        g = adj_y[i]
+        adj_y[i] = 0.0
+        gx = 0.0
+        for j in range(k - 1):
+            adj_coeffs[j] += g
+            gx += g * ps[j]
+            g = g * xi
+        adj_coeffs[k - 1] += g
+        adj_x[i] += gx
+
+
 def horner_args(n, rng, degree=8):
     return (rng.standard_normal(degree + 1) / 2.0, rng.uniform(-1.0, 1.0, n), np.zeros(n))
 
@@ -336,6 +359,17 @@ CASES = (
         large_n=500_000,
     ),
     Case(
+        name="horner_rev",
+        description="Horner again; hand adjoint reverses the recurrence (stored iterates)",
+        forward=horner,
+        hand_adjoint=horner_adjoint_reverse,
+        make_args=horner_args,
+        adjoint_args=(0, 1, 2),
+        check_n=5,
+        small_n=10_000,
+        large_n=500_000,
+    ),
+    Case(
         name="spmv",
         description="CSR SpMV, ~16 nnz/row, banded",
         forward=spmv,
@@ -352,6 +386,7 @@ CASES = (
 CHECK_ARGS = {
     "recurrence": _recurrence_check_args,
     "horner": _horner_check_args,
+    "horner_rev": _horner_check_args,
     "spmv": _spmv_check_args,
 }
 
