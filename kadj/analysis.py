@@ -101,14 +101,27 @@ def analyze(kernel, slot_args, returns_value=True):
     _recompute(body, a)
     _needed(body, a)
     loop_indices = {s.index for s in ir.walk(body) if isinstance(s, ir.ForRange)}
-    for v in a.needed:
-        if v in loop_indices and a.assign_count.get(v, 0) == 0:
-            continue
-        if any(v in rv for rv in a.recompute_vars.values()):
-            continue
-        defs = a.assign_count.get(v, 0) + (1 if v in kernel.args else 0)
-        if defs > 1 or v in a.in_loop:
-            a.pushed.add(v)
+    while True:
+        for v in a.needed:
+            if v in loop_indices and a.assign_count.get(v, 0) == 0:
+                continue
+            if any(v in rv for rv in a.recompute_vars.values()):
+                continue
+            defs = a.assign_count.get(v, 0) + (1 if v in kernel.args else 0)
+            if defs > 1 or v in a.in_loop:
+                a.pushed.add(v)
+        # an `if` that records values must be re-decided in the reverse sweep to pop
+        # them: its condition is needed too
+        extra = set()
+        for s in ir.walk(body):
+            if isinstance(s, ir.If) and isinstance(s.cond, ir.Var) and \
+                    s.cond.name not in a.needed and any(
+                        isinstance(x, ir.Assign) and x.target in a.pushed
+                        for x in ir.walk(s.then + s.orelse)):
+                extra.add(s.cond.name)
+        if not extra:
+            break
+        a.needed |= extra
     for s in ir.walk(body):
         if isinstance(s, ir.ForRange) and _order_free(s, a):
             a.ascending.add(s.uid)

@@ -81,8 +81,20 @@ class DifferentiatedKernel:
         from . import tape as _tape
         t = _tape.active()
         if t is not None:
-            return t.record(self, args)
+            return t.record(self, self.complete_args(args))
         return self.dispatcher(*args)
+
+    def complete_args(self, args):
+        """``args`` with omitted trailing arguments filled from the defaults."""
+        n = len(self.arg_names)
+        if len(args) >= n:
+            return tuple(args)
+        defaults = self.py_func.__defaults__ or ()
+        missing = n - len(args)
+        if missing > len(defaults):
+            raise TypeError(f"{self.__name__} takes {n} arguments {self.arg_names}, got "
+                            f"{len(args)}")
+        return tuple(args) + tuple(defaults[len(defaults) - missing:])
 
     def forward(self, *args):
         """Run the forward kernel without recording it on a tape."""
@@ -101,6 +113,7 @@ class DifferentiatedKernel:
 
     def compiled(self, *args):
         """The compiled adjoint for these arguments' types."""
+        args = self.complete_args(args)
         fast = _fast_key(args)
         hit = self._fast.get(fast) if fast is not None else None
         if hit is not None:
@@ -206,8 +219,9 @@ class DifferentiatedKernel:
         """
         n = len(self.arg_names)
         if len(args) < n:
-            raise TypeError(f"{self.__name__}.adjoint expects the {n} forward arguments "
-                            f"{self.arg_names} followed by their adjoints")
+            raise TypeError(f"{self.__name__}.adjoint expects all {n} forward arguments "
+                            f"{self.arg_names} (defaults included) followed by their "
+                            "adjoints")
         fwd, adjs = args[:n], args[n:]
         comp = self.compiled(*fwd)
         plan = comp.plan
@@ -367,11 +381,17 @@ def value_and_grad(f, argnums=0):
     def run(*args):
         comp = k.compiled(*args)
         plan = comp.plan
+        nargs = len(k.arg_names)
+        for i in nums:
+            if not -nargs <= i < nargs:
+                raise IndexError(f"argnums {i} is out of range for {k.__name__}, which "
+                                 f"takes {nargs} arguments")
+        idx = tuple(i % nargs for i in nums)
         if not plan.returns_value:
             raise DifferentiationError(
                 f"{k.__name__} does not return a float, so it has no gradient",
                 kernel=k.__name__, remedy="return the scalar loss from the function")
-        for i in nums:
+        for i in idx:
             if i not in plan.adjoint_args:
                 raise DifferentiationError(
                     f"argument {i} ('{k.arg_names[i]}') is not differentiable (not a float "
@@ -385,7 +405,7 @@ def value_and_grad(f, argnums=0):
                 bufs.append(np.zeros(1, dtype=np.asarray(x).dtype))
         value = k.adjoint(*args, *bufs, adj_return=1.0)
         grads = []
-        for i in nums:
+        for i in idx:
             b = bufs[plan.adjoint_args.index(i)]
             grads.append(b if isinstance(args[i], np.ndarray) else b[0].item())
         return value, (grads[0] if single else tuple(grads))

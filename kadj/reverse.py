@@ -84,9 +84,12 @@ class Writer:
     def n(self, var):
         if var in self.names:
             return self.names[var]
-        if var.startswith("$"):
+        helper = re.match(r"^(?P<fn>[A-Za-z_]\w*?)_v\d+_(?P<rest>\w+)$", var)
+        if var.startswith("$") or (helper and helper.group("rest").startswith("_v")):
             self.tmp += 1
             base = f"t{self.tmp}"
+        elif helper:
+            base = f"{helper.group('rest')}_{helper.group('fn').strip('_')}"
         else:
             base = re.sub(r"\W", "_", var).strip("_") or "v"
             if base[0].isdigit():
@@ -142,8 +145,12 @@ class Writer:
             v = x.value
             if isinstance(v, (bool, np.bool_)):
                 return repr(bool(v))
-            if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
-                return f"np.float64({str(v)!r})"
+            if isinstance(v, (float, np.floating)) and (math.isinf(v) or math.isnan(v)):
+                text = "math.nan" if math.isnan(v) else (
+                    "math.inf" if v > 0 else "(-math.inf)")
+                if isinstance(v, np.float32):
+                    return f"np.float32({text})"
+                return text
             if isinstance(v, np.floating):
                 return f"np.{type(v).__name__}({float(v)!r})"
             if isinstance(v, np.integer):
@@ -158,7 +165,7 @@ class Writer:
             nm = getattr(obj, "__name__", None)
             if nm and getattr(mod, nm, None) is obj:
                 return f"{prefix}.{nm}"
-        if obj in (min, max, abs, len, bool, int, float, round, pow):
+        if any(obj is f for f in (min, max, abs, len, bool, int, float, round, pow)):
             return obj.__name__
         for k, v in self.ns.items():
             if v is obj:
@@ -594,9 +601,11 @@ class Writer:
         a = self.a
         start = len(self.lines)
         for s in reversed(stmts):
-            if not a.has_rev.get(id(s)) and not (isinstance(s, ir.Assign) and
-                                                s.target in a.pushed and
-                                                id(s) in self.kept):
+            if isinstance(s, (ir.ForRange, ir.Loop)) and not a.has_rev.get(id(s)) and \
+                    id(s) in self.kept:
+                self.pop_loop_saves(s, depth)  # values the forward saved around it
+                continue
+            if not self.needs_reverse(s):
                 continue
             if isinstance(s, ir.Assign):
                 self.rev_assign(s, depth, recomputed)
@@ -604,9 +613,7 @@ class Writer:
                 self.rev_store(s, depth)
             elif isinstance(s, ir.If):
                 def has(seq):
-                    return any(a.has_rev.get(id(x)) or (isinstance(x, ir.Assign) and
-                                                         x.target in a.pushed)
-                               for x in seq)
+                    return any(self.needs_reverse(x) for x in seq)
                 if not has(s.then) and has(s.orelse):
                     self.emit(depth, f"if not {self.o(s.cond)}:")
                     self.rev(s.orelse, depth + 1, loop_depth, recomputed)
@@ -833,6 +840,31 @@ class Writer:
                 self.pop(depth, self.n(v), self.T[v])
         if s.uid in a.index_saved and id(s) in self.kept:
             self.pop(depth, idx, self.T[s.index])
+
+    def needs_reverse(self, s):
+        """Does statement ``s`` have reverse code or values to pop?"""
+        a = self.a
+        if a.has_rev.get(id(s)):
+            return True
+        if isinstance(s, ir.Assign):
+            return (s.target in a.pushed and id(s) in self.kept and
+                    s.target not in self.suppressed and id(s) not in a.replay_fresh)
+        if isinstance(s, ir.If):
+            return any(self.needs_reverse(x) for x in s.then + s.orelse)
+        if isinstance(s, (ir.ForRange, ir.Loop)):
+            return id(s) in self.kept and (
+                s.uid in a.loop_saved or
+                (isinstance(s, ir.ForRange) and s.uid in a.index_saved))
+        return False
+
+    def pop_loop_saves(self, s, depth):
+        """Restore what the forward sweep saved before a loop without reverse code."""
+        if self.nopush:
+            return
+        for v in reversed(self.a.loop_saved.get(s.uid, ())):
+            self.pop(depth, self.n(v), self.T[v])
+        if isinstance(s, ir.ForRange) and s.uid in self.a.index_saved:
+            self.pop(depth, self.n(s.index), self.T[s.index])
 
     def _needed_recompute(self, rec, loop):
         """The recomputable statements whose values the reversed body reads."""

@@ -36,11 +36,15 @@ _MAX_BLOCK_VISITS = 16
 
 
 class _Ctx:
-    __slots__ = ("header", "follow", "stop", "header_alt")
+    __slots__ = ("header", "follow", "stop", "header_alt", "exits")
 
-    def __init__(self, header=None, follow=None, stop=None, header_alt=None):
+    def __init__(self, header=None, follow=None, stop=None, header_alt=None, exits=None):
         self.header, self.follow, self.stop = header, follow, stop
         self.header_alt = header_alt if header_alt is not None else header
+        self.exits = exits or {}  # other loop exits: label -> (selector var, value)
+
+    def sub(self, stop):
+        return _Ctx(self.header, self.follow, stop, self.header_alt, self.exits)
 
 
 class Structurizer:
@@ -110,8 +114,13 @@ class Structurizer:
             if ctx.follow is not None and rl == ctx.follow:
                 out.append(ir.Break())
                 return out
+            if rl in ctx.exits:
+                sel, value = ctx.exits[rl]
+                out.append(ir.Assign(sel, ir.Copy(ir.Const(value))))
+                out.append(ir.Break())
+                return out
             if label in self.loops and label != entering:
-                loop_stmt, follow = self.loop(label)
+                loop_stmt, follow = self.loop(label, ctx)
                 out.extend(loop_stmt)
                 label = follow
                 continue
@@ -134,7 +143,7 @@ class Structurizer:
             if isinstance(term, nir.Branch):
                 merge = self.ipdom(label, ctx)
                 stop = None if merge == _EXIT else merge
-                sub = _Ctx(ctx.header, ctx.follow, stop, ctx.header_alt)
+                sub = ctx.sub(stop)
                 then = self.seq(term.truebr, sub)
                 orelse = self.seq(term.falsebr, sub)
                 out.append(ir.If(self.operand(term.cond), tuple(then), tuple(orelse),
@@ -160,15 +169,19 @@ class Structurizer:
         for t in term.get_targets():
             rt = self.resolve_trivial(t)
             if (ctx.header is not None and t in (ctx.header, ctx.header_alt)) or \
-                    (ctx.follow is not None and rt == ctx.follow):
+                    (ctx.follow is not None and rt == ctx.follow) or rt in ctx.exits:
                 out.append(_EXIT)
             else:
                 out.append(t)
         return out
 
     def ipdom(self, label, ctx):
-        # post-dominators on the sub-graph reachable from `label`
-        nodes, stack = set(), [label]
+        return self.common_pdom([label], ctx, strict=True)
+
+    def common_pdom(self, labels, ctx, strict=False):
+        """Nearest block post-dominating all ``labels`` (``strict``: other than the
+        label itself), on the sub-graph reachable from them."""
+        nodes, stack = set(), list(labels)
         while stack:
             n = stack.pop()
             if n in nodes or n == _EXIT:
@@ -187,28 +200,50 @@ class Structurizer:
                 new = new | {n}
                 if new != pdom[n]:
                     pdom[n], changed = new, True
-        cands = pdom[label] - {label}
+        cands = set.intersection(*(pdom[lb] for lb in labels))
+        if strict:
+            cands -= set(labels)
         if not cands:
             return _EXIT
         return max(cands, key=lambda c: len(pdom[c]))
 
-    def loop(self, header):
+    def returns_only(self, label):
+        """Does every path from ``label`` run straight into a ``return``?"""
+        seen = set()
+        while label not in seen:
+            seen.add(label)
+            term = self.blocks[label].terminator
+            if isinstance(term, nir.Return):
+                return True
+            if isinstance(term, nir.Jump):
+                label = term.target
+                continue
+            return False
+        return False
+
+    def loop(self, header, outer=None):
+        outer = outer or _Ctx()
         info = self.loops[header]
         body = set(info.body)
         follow = None
+        cands = []
         hterm = self.blocks[header].terminator
         if isinstance(hterm, nir.Branch):
             outs = [t for t in hterm.get_targets() if t not in body]
             if len(outs) == 1:
-                follow = outs[0]
-        if follow is None:
-            for b in sorted(body):
-                term = self.blocks[b].terminator
-                if header in term.get_targets() and isinstance(term, nir.Branch):
-                    outs = [t for t in term.get_targets() if t not in body]
-                    if len(outs) == 1:
-                        follow = outs[0]
-                        break
+                cands.append(outs[0])
+        for b in sorted(body):
+            term = self.blocks[b].terminator
+            if header in term.get_targets() and isinstance(term, nir.Branch):
+                outs = [t for t in term.get_targets() if t not in body]
+                if len(outs) == 1:
+                    cands.append(outs[0])
+        for c in cands:  # the exit the loop condition takes, not an early return
+            if not self.returns_only(c):
+                follow = c
+                break
+        if follow is None and cands:
+            follow = cands[0]
         if follow is None:
             exits = sorted(info.exits)
             if len(exits) == 1:
@@ -221,7 +256,18 @@ class Structurizer:
         real = self.resolve_trivial(header)
         if real not in body:
             real = header
-        ctx = _Ctx(header=header, follow=follow, stop=None, header_alt=real)
+        # other exits that rejoin the code after the loop (an inlined helper's return
+        # inside its loop): leave by a selector value and a break, dispatch after it
+        others = []
+        for e in sorted(info.exits):
+            re_ = self.resolve_trivial(e)
+            if re_ != follow and re_ not in others and not self.returns_only(re_):
+                others.append(re_)
+        exits, sel = {}, None
+        if others:
+            sel = self.fresh("exit", types.int64)
+            exits = {e: (sel, j + 1) for j, e in enumerate(others)}
+        ctx = _Ctx(header=header, follow=follow, stop=None, header_alt=real, exits=exits)
         rng = self.range_header(real)
         loc = self.blocks[header].loc
         self.uid += 1
@@ -231,11 +277,26 @@ class Structurizer:
             stmts = list(extra) + self.seq(body_entry, ctx)
             stmts = _strip_trailing_continue(stmts)
             pre, start, stop_, step = self.freeze_bounds(start, stop_, step, stmts, loc)
-            return pre + [ir.ForRange(index, start, stop_, step, tuple(stmts), loc=loc,
-                                      uid=uid)], follow
-        stmts = self.seq(real, ctx, entering=real)
-        stmts = _strip_trailing_continue(stmts)
-        return [ir.Loop(tuple(stmts), loc=loc, uid=uid)], follow
+            loop_stmts = pre + [ir.ForRange(index, start, stop_, step, tuple(stmts),
+                                            loc=loc, uid=uid)]
+        else:
+            stmts = self.seq(real, ctx, entering=real)
+            stmts = _strip_trailing_continue(stmts)
+            loop_stmts = [ir.Loop(tuple(stmts), loc=loc, uid=uid)]
+        if not exits:
+            return loop_stmts, follow
+        merge = self.common_pdom([follow] + others, outer)
+        stop = None if merge == _EXIT else merge
+        chain = tuple(self.seq(follow, outer.sub(stop)))
+        for e in reversed(others):
+            _, value = exits[e]
+            cond = self.fresh("took_exit", types.boolean)
+            arm = tuple(self.seq(e, outer.sub(stop)))
+            chain = (ir.Assign(cond, ir.Op(operator.eq, (ir.Var(sel), ir.Const(value))),
+                               loc=loc),
+                     ir.If(ir.Var(cond), arm, chain, loc=loc))
+        return ([ir.Assign(sel, ir.Copy(ir.Const(0)), loc=loc)] + loop_stmts +
+                list(chain)), stop
 
     def freeze_bounds(self, start, stop, step, body, loc):
         """Loop bounds are evaluated once at loop entry: copy any bound variable the
@@ -405,14 +466,26 @@ class Structurizer:
                     elif isinstance(s.value, nir.Expr) and s.value.op in ("exhaust_iter",
                                                                            "cast"):
                         src = s.value.value.name
+                    elif isinstance(s.value, nir.Expr) and \
+                            s.value.op in ("static_getitem", "getitem") and \
+                            isinstance(self.types.get(s.target.name), types.BaseTuple):
+                        src = s.value.value.name  # a tuple taken out of a tuple
                     if src in self.tuples:
-                        self.tuples[s.target.name] = self.tuples[src]
+                        typ = self.types.get(s.target.name)
+                        self.tuples[s.target.name] = len(typ) if isinstance(
+                            typ, types.BaseTuple) else self.tuples[src]
                         changed = True
-        for t, n in self.tuples.items():
+        # element variables; elements that are tuples themselves are flattened too
+        work = list(self.tuples.items())
+        while work:
+            t, n = work.pop()
             typ = self.types.get(t)
             for k in range(n):
-                self.types[f"{t}__{k}"] = typ[k] if isinstance(typ, types.BaseTuple) \
-                    else types.float64
+                et = typ[k] if isinstance(typ, types.BaseTuple) else types.float64
+                self.types[f"{t}__{k}"] = et
+                if isinstance(et, types.BaseTuple):
+                    self.tuples[f"{t}__{k}"] = len(et)
+                    work.append((f"{t}__{k}", len(et)))
 
     def const_of(self, var):
         try:
@@ -534,14 +607,39 @@ class Structurizer:
             self.error(f"unsupported value {val}", loc=loc)
         return self.convert_expr(tgt, val, loc)
 
+    def copy_tuple(self, dst, src, loc):
+        """Element-wise copies ``dst = src`` of a flattened (possibly nested) tuple."""
+        if dst not in self.tuples:
+            return [ir.Assign(dst, ir.Copy(ir.Var(src)), loc=loc)]
+        if src not in self.tuples:
+            self.error("this tuple cannot be followed through the kernel", loc=loc,
+                       construct="tuple", remedy="unpack the tuple into scalars first")
+        out = []
+        for k in range(self.tuples[dst]):
+            out += self.copy_tuple(f"{dst}__{k}", f"{src}__{k}", loc)
+        return out
+
     def convert_tuple(self, tgt, val, loc):
         n = self.tuples[tgt]
         if isinstance(val, nir.Expr) and val.op == "build_tuple":
-            srcs = [self.operand(v) for v in val.items]
-        else:
-            src = val.name if isinstance(val, nir.Var) else val.value.name
-            srcs = [ir.Var(f"{src}__{k}") for k in range(n)]
-        return [ir.Assign(f"{tgt}__{k}", ir.Copy(srcs[k]), loc=loc) for k in range(n)]
+            out = []
+            for k, v in enumerate(val.items):
+                if f"{tgt}__{k}" in self.tuples:
+                    out += self.copy_tuple(f"{tgt}__{k}", v.name, loc)
+                else:
+                    out.append(ir.Assign(f"{tgt}__{k}", ir.Copy(self.operand(v)), loc=loc))
+            return out
+        if isinstance(val, nir.Expr) and val.op in ("static_getitem", "getitem"):
+            k = val.index if val.op == "static_getitem" else None
+            if k is None:
+                c = self.const_of(val.index)
+                k = c.value if c is not None else None
+            if not isinstance(k, (int, np.integer)):
+                self.error("tuples must be indexed with constant integers", loc=loc,
+                           construct="tuple index")
+            return self.copy_tuple(tgt, f"{val.value.name}__{int(k)}", loc)
+        src = val.name if isinstance(val, nir.Var) else val.value.name
+        return self.copy_tuple(tgt, src, loc)
 
     def _check_index(self, index_var, loc):
         typ = self.types.get(index_var.name)

@@ -282,3 +282,80 @@ def _returns_pair(x):
 def test_tuple_return_is_refused():
     with pytest.raises(kadj.DifferentiationError, match="single float"):
         kadj.differentiate(_returns_pair).adjoint_plan(np.ones(3))
+
+
+# ---- regressions: values of inner loops used after them -------------------------------
+@njit
+def inner_index_after_loop(x, out):
+    for i in range(1, x.shape[0]):
+        for j in range(i):
+            pass
+        out[i] = x[j] * x[i]
+
+
+@njit
+def _find_first(x, t):
+    for k in range(x.shape[0]):
+        if x[k] > t:
+            return k
+    return x.shape[0] - 1
+
+
+@njit
+def helper_search_index(x, out, t):
+    for i in range(x.shape[0]):
+        k = _find_first(x, x[i] + t)
+        out[i] = x[k] - x[i]
+
+
+@njit
+def for_else_inner(x, out, thr):
+    for i in range(x.shape[0]):
+        for j in range(x.shape[0]):
+            if x[j] > thr:
+                out[i] = x[j] * x[i]
+                break
+        else:
+            out[i] = -x[i]
+
+
+@njit
+def break_two_levels(x, out):
+    for i in range(x.shape[0]):
+        for j in range(x.shape[0]):
+            for k in range(x.shape[0]):
+                if x[k] > x[i] + x[j]:
+                    break
+            out[i] += x[k] * x[j]
+
+
+_u = np.random.default_rng(7).uniform(0.0, 1.0, 7)
+REGRESSIONS = [
+    ("inner_index_after_loop", inner_index_after_loop, lambda: (R(5), np.zeros(5))),
+    ("helper_search_index", helper_search_index,
+     lambda: (np.array([0.31, 0.12, 0.53, 0.24, 0.45]), np.zeros(5), 0.05)),
+    ("for_else_taken", for_else_inner, lambda: (_u.copy(), np.zeros(7), 0.8)),
+    ("for_else_not_taken", for_else_inner, lambda: (_u.copy(), np.zeros(7), 5.0)),
+    ("break_two_levels", break_two_levels, lambda: (_u.copy(), R(7))),
+]
+
+
+@pytest.mark.parametrize("name,kernel,make", REGRESSIONS, ids=[c[0] for c in REGRESSIONS])
+def test_regressions(name, kernel, make):
+    fd_check(kadj.differentiate(kernel), make(), rtol=1e-5, atol=1e-8)
+
+
+def test_negative_argnums():
+    x, y = R(4), R(4)
+    g1 = kadj.grad(sumsq_pair, argnums=-1)(x, y)
+    g2 = kadj.grad(sumsq_pair, argnums=1)(x, y)
+    np.testing.assert_array_equal(g1, g2)
+    np.testing.assert_allclose(g2, 2.0 * y * x * x, rtol=1e-12)
+
+
+@njit
+def sumsq_pair(x, y):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += (x[i] * y[i]) ** 2
+    return s

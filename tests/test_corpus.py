@@ -1639,25 +1639,10 @@ CASES = [
      lambda: (np.array([0.3, 0.7, 1.1, 2.5]), np.array([1.0, 0.5, 1.0]), np.zeros(4))),
 ]
 
-XFAIL = {
-    "nested_tuple_helper": "kadj bug (WRONG GRADIENT): a helper returning a nested tuple "
-                           "((a, b), c): the adjoint drops the contribution through (a, b)",
-    "nested_tuple_helper_top": "kadj bug: nested-tuple helper return outside a loop -> "
-                               "generated adjoint references an undefined name "
-                               "(numba NameError/TypingError)",
-    "gmm_loglik_2d": "kadj bug: -np.inf constant is emitted as np.float64('inf') in the "
-                     "generated adjoint, which numba cannot compile (TypingError)",
-    "running_max_neg_inf": "kadj bug: -np.inf constant -> np.float64('inf') in generated "
-                           "source -> numba TypingError",
-    "nan_sentinel": "kadj bug: np.nan constant -> np.float64('nan') in generated source -> "
-                    "numba TypingError",
-    "gauss_legendre_global_array": "kadj bug: a global numpy array constant crashes "
-                                   "reverse.bind with ValueError (array truth value)",
-    "return_in_while_in_for": "kadj limitation: `return` inside a while loop nested in a for "
-                              "loop is refused as 'control flow too tangled' (break works)",
-    "helper_loop_return_in_loop": "kadj limitation: helper with `return` inside its own loop, "
-                                  "called inside a loop, is refused as 'too tangled'",
-}
+# Cases that once failed (wrong gradients or crashes) and are kept as regressions:
+# nested-tuple helpers, -inf/nan constants, global array constants, return inside a
+# while inside a for, a helper's return inside its own loop called in a loop.
+XFAIL = {}
 
 
 def _copy(args):
@@ -1795,9 +1780,6 @@ def default_arg_kernel(x, out, a=0.5):
         out[i] = a * x[i] ** 2
 
 
-@pytest.mark.xfail(strict=True, reason="kadj bug: a kernel with a default argument runs "
-                   "outside a Tape but raises TypeError ('takes 3 arguments, got 2') inside "
-                   "a Tape and in adjoint_plan/adjoint")
 def test_corpus_default_argument_in_tape():
     k = kadj.differentiate(default_arg_kernel)
     x = np.array([1.0, 2.0])
