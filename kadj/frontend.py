@@ -148,15 +148,20 @@ def type_cpu_kernel(dispatcher, arg_types):
                 arg_types, "cpu")
 
 
-def _run(py_func, typingctx, targetctx, arg_types, target):
-    pipeline = _FrontendPipeline(typingctx, targetctx, None, tuple(arg_types), None,
-                                 _flags(), {})
-    pipeline.state.cr = None
-    try:
-        pipeline.compile_extra(py_func)
-    except compiler.CompilerError as exc:  # raised once the (lowering-less) pipeline ends
-        if "pipelines exhausted" not in str(exc):
-            raise
+def _run(py_func, typingctx, targetctx, arg_types, target, flags=None, context=None):
+    """Run the frontend pipeline; ``context`` is an optional context manager to run it in
+    (the CUDA target override), ``flags`` replaces the CPU flags."""
+    import contextlib
+
+    with (context or contextlib.nullcontext()):
+        pipeline = _FrontendPipeline(typingctx, targetctx, None, tuple(arg_types), None,
+                                     flags or _flags(), {})
+        pipeline.state.cr = None
+        try:
+            pipeline.compile_extra(py_func)
+        except compiler.CompilerError as exc:  # raised once the lowering-less pipeline ends
+            if "pipelines exhausted" not in str(exc):
+                raise
     st = pipeline.state
     if st.get("typemap") is None:
         raise DifferentiationError("numba could not type the kernel",

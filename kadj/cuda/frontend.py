@@ -25,11 +25,9 @@ from __future__ import annotations
 import copy
 import functools
 
-from numba.core import compiler
 from numba.core.compiler import Flags
 
-from ..errors import DifferentiationError
-from ..frontend import TypedKernel, _FrontendPipeline
+from ..frontend import _run
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,21 +60,5 @@ def type_cuda_kernel(py_func, arg_types):
     from numba.cuda.utils import numba_target_override
 
     typingctx, targetctx = contexts()
-    with numba_target_override():
-        pipeline = _FrontendPipeline(typingctx, targetctx, None, tuple(arg_types), None,
-                                     _flags(), {})
-        pipeline.state.cr = None
-        try:
-            pipeline.compile_extra(py_func)
-        except compiler.CompilerError as exc:
-            if "pipelines exhausted" not in str(exc):
-                raise
-    st = pipeline.state
-    if st.get("typemap") is None:
-        raise DifferentiationError("numba-cuda could not type the kernel",
-                                   kernel=py_func.__name__)
-    func_ir = st.func_ir
-    return TypedKernel(
-        name=py_func.__name__, py_func=py_func, func_ir=func_ir, typemap=dict(st.typemap),
-        calltypes=dict(st.calltypes), return_type=st.return_type,
-        arg_names=tuple(func_ir.arg_names), arg_types=tuple(arg_types), target="cuda")
+    return _run(py_func, typingctx, targetctx, arg_types, "cuda", flags=_flags(),
+                context=numba_target_override())
