@@ -264,23 +264,42 @@ class Writer:
         kind = tape[len("_tape_"):]
         counts[kind] = counts.get(kind, 0) + 1
 
-    def open_frame(self, depth, trip=None):
+    def open_frame(self, depth, trip=None, operands=(), hoist=None):
         """Start a region whose pushes are reserved for up front (once per loop entry
         for `for` loops: trip count x pushes per iteration), so that pushes inside
-        loops are plain stores."""
+        loops are plain stores.  ``hoist``: a replayed iteration whose reservations
+        move in front of the reversed loop when they do not vary between iterations
+        (the tape is back at the same height after each reversed iteration)."""
+        parent = self.frames[-1] if self.frames else None
         self.frames.append({"counts": {}, "at": len(self.lines), "depth": depth,
-                            "trip": trip})
+                            "trip": trip, "operands": set(operands), "hoist": hoist,
+                            "parent": parent})
 
     def close_frame(self):
         fr = self.frames.pop()
-        lines = []
+        amounts = {}
         for kind, n in sorted(fr["counts"].items()):
-            amount = str(n) if fr["trip"] is None else (
+            amounts[kind] = str(n) if fr["trip"] is None else (
                 fr["trip"] if n == 1 else f"{n} * {fr['trip']}")
-            pad = "    " * fr["depth"]
+        target = None
+        if fr["hoist"] is not None:
+            target = fr["hoist"]
+        elif fr["parent"] is not None and fr["parent"]["hoist"] is not None and \
+                not (fr["operands"] & fr["parent"]["hoist"]["assigned"]):
+            target = fr["parent"]["hoist"]
+        if target is not None:
+            for kind, amount in amounts.items():
+                target["amounts"].setdefault(kind, []).append(amount)
+            return
+        self.lines[fr["at"]:fr["at"]] = self._reserve_lines(amounts, fr["depth"])
+
+    def _reserve_lines(self, amounts, depth):
+        lines = []
+        pad = "    " * depth
+        for kind, amount in sorted(amounts.items()):
             lines.append(f"{pad}if _sp_{kind} + {amount} > _tape_{kind}.shape[0]:")
             lines.append(f"{pad}    _tape_{kind} = _reserve(_tape_{kind}, _sp_{kind} + {amount})")
-        self.lines[fr["at"]:fr["at"]] = lines
+        return lines
 
     def pop(self, depth, target_text, t):
         tape, sp = self.tape_of(t)
@@ -553,7 +572,8 @@ class Writer:
             for v in a.replay[s.uid]:
                 self.push(depth, self.n(v), self.T[v])
         lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
-        self.open_frame(depth, trip=f"_trips({lo}, {hi}, {st})")
+        self.open_frame(depth, trip=f"_trips({lo}, {hi}, {st})",
+                        operands=ir.var_names((s.start, s.stop, s.step)))
         if replay:
             self.emit(depth, "# (not recorded here: each reversed iteration replays "
                              "its own forward part)")
@@ -782,6 +802,7 @@ class Writer:
 
     def _rev_for(self, s, depth, loop_depth):
         a = self.a
+        header_at = len(self.lines)
         idx = self.n(s.index)
         lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
         self.comment(depth, s.loc)
@@ -807,7 +828,8 @@ class Writer:
             self.emit(depth + 1, f"{idx} = {lo} + {k} * {st}")
         if s.uid in a.replay:
             self.emit(depth + 1, "# replay this iteration's forward part, recording")
-            self.open_frame(depth + 1)
+            hoist = {"assigned": ir.assigned(s.body) | {s.index}, "amounts": {}}
+            self.open_frame(depth + 1, hoist=hoist)
             saved = (self.kept, self.skip_stores, self.nopush)
             self.kept = set(map(id, ir.walk(s.body)))
             self.skip_stores, self.nopush = True, False
@@ -823,6 +845,9 @@ class Writer:
             if id(s) in self.kept:  # the forward sweep saved these before the loop
                 for v in reversed(a.replay[s.uid]):
                     self.pop(depth, self.n(v), self.T[v])
+            if hoist["amounts"]:
+                amounts = {k: " + ".join(v) for k, v in hoist["amounts"].items()}
+                self.lines[header_at:header_at] = self._reserve_lines(amounts, depth)
             return
         rec = a.recompute.get(s.uid, ())
         recomputed = a.recompute_vars.get(s.uid, set())
