@@ -119,7 +119,7 @@ class Structurizer:
                 out.append(ir.Assign(sel, ir.Copy(ir.Const(value))))
                 out.append(ir.Break())
                 return out
-            if label in self.loops and label != entering:
+            if (label in self.loops or self.is_range_header(label)) and label != entering:
                 loop_stmt, follow = self.loop(label, ctx)
                 out.extend(loop_stmt)
                 label = follow
@@ -221,9 +221,19 @@ class Structurizer:
             return False
         return False
 
+    def is_range_header(self, label):
+        body = [x for x in self.blocks[label].body if not isinstance(x, nir.Del)]
+        return bool(body) and isinstance(body[0], nir.Assign) and \
+            isinstance(body[0].value, nir.Expr) and body[0].value.op == "iternext"
+
     def loop(self, header, outer=None):
         outer = outer or _Ctx()
-        info = self.loops[header]
+        info = self.loops.get(header)
+        if info is None:  # a for loop whose body never reaches a second iteration
+            from types import SimpleNamespace
+            info = SimpleNamespace(body={header}, exits=set())
+            term = self.blocks[header].terminator
+            info.body.add(term.truebr)  # (so that only the exit counts as outside)
         body = set(info.body)
         follow = None
         cands = []

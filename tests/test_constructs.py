@@ -359,3 +359,28 @@ def sumsq_pair(x, y):
     for i in range(x.shape[0]):
         s += (x[i] * y[i]) ** 2
     return s
+
+
+@njit
+def loop_returns_first_iteration(x, a):
+    for i in range(x.shape[0]):
+        return a * x[i]
+    return 0.0
+
+
+@njit
+def loop_breaks_first_iteration(x, y):
+    s = 1.0
+    for i in range(x.shape[0]):
+        s = s * x[i]
+        break
+    y[0] = s
+
+
+@pytest.mark.parametrize("kernel,make", [
+    (loop_returns_first_iteration, lambda: (R(4), 0.5)),
+    (loop_returns_first_iteration, lambda: (np.zeros(0), 0.5)),
+    (loop_breaks_first_iteration, lambda: (R(4), np.zeros(1))),
+], ids=["return", "return_empty", "break"])
+def test_loop_without_second_iteration(kernel, make):
+    fd_check(kadj.differentiate(kernel), make(), rtol=1e-6, atol=1e-9)
