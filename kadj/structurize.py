@@ -142,7 +142,7 @@ class Structurizer:
                 continue
             if isinstance(term, nir.Branch):
                 merge = self.ipdom(label, ctx)
-                stop = None if merge == _EXIT else merge
+                stop = None if merge == _EXIT else self.resolve_trivial(merge)
                 sub = ctx.sub(stop)
                 then = self.seq(term.truebr, sub)
                 orelse = self.seq(term.falsebr, sub)
@@ -296,7 +296,7 @@ class Structurizer:
         if not exits:
             return loop_stmts, follow
         merge = self.common_pdom([follow] + others, outer)
-        stop = None if merge == _EXIT else merge
+        stop = None if merge == _EXIT else self.resolve_trivial(merge)
         chain = tuple(self.seq(follow, outer.sub(stop)))
         for e in reversed(others):
             _, value = exits[e]

@@ -384,3 +384,25 @@ def loop_breaks_first_iteration(x, y):
 ], ids=["return", "return_empty", "break"])
 def test_loop_without_second_iteration(kernel, make):
     fd_check(kadj.differentiate(kernel), make(), rtol=1e-6, atol=1e-9)
+
+
+@njit
+def return_after_nested_if_with_loop(x, y):
+    n = x.shape[0]
+    v = 0.5
+    if x[0] > 0.3:
+        y[1] = x[1] * x[1]
+        if x[1] > 0.2:
+            for j in range(n):
+                v = y[j] * x[2]
+    else:
+        return 0.0
+    return v
+
+
+def test_return_reached_once_after_nested_branches():
+    # the return block must be structured once: its adjoint was counted twice
+    rng = np.random.default_rng(1)
+    args = (rng.uniform(0.35, 1.0, 5), rng.uniform(-0.5, 0.5, 5))
+    fd_check(kadj.differentiate(return_after_nested_if_with_loop), args, rtol=1e-6,
+             atol=1e-9)
