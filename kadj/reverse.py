@@ -861,10 +861,7 @@ class Writer:
         self.rev(s.body, depth + 1, loop_depth + 1, frozenset(recomputed))
         self.suppressed = saved
         if id(s) in self.kept:
-            for v in reversed(saved_vars):
-                self.pop(depth, self.n(v), self.T[v])
-        if s.uid in a.index_saved and id(s) in self.kept:
-            self.pop(depth, idx, self.T[s.index])
+            self.pop_loop_saves(s, depth)
 
     def needs_reverse(self, s):
         """Does statement ``s`` have reverse code or values to pop?"""
@@ -947,8 +944,7 @@ class Writer:
         self.rev(s.body, depth + 1, loop_depth + 1)
         self.suppressed = saved
         if id(s) in self.kept:
-            for v in reversed(saved_vars):
-                self.pop(depth, self.n(v), self.T[v])
+            self.pop_loop_saves(s, depth)
 
 
 def _add(a, b):
