@@ -52,6 +52,8 @@ class Analysis:
     replay: dict = field(default_factory=dict)       # loop uid -> vars saved around it
     loop_saved: dict = field(default_factory=dict)   # loop uid -> vars saved around it
     replay_fresh: set = field(default_factory=set)   # ids of first defs in replayed loops
+    checkpoint: dict = field(default_factory=dict)   # loop uid -> carried vars (CUDA)
+    carried_replay: bool = False   # replay loops that carry state (from checkpoints)
 
     def is_float(self, name):
         return isinstance(self.kernel.types.get(name), types.Float)
@@ -60,8 +62,11 @@ class Analysis:
         return isinstance(x, ir.Var) and x.name in self.varied
 
 
-def analyze(kernel, slot_args, returns_value=True):
-    a = Analysis(kernel=kernel, slot_args=tuple(slot_args))
+def analyze(kernel, slot_args, returns_value=True, carried_replay=False):
+    """``carried_replay``: loops whose iterations carry state are replayed too, each
+    reversed iteration starting from that state restored from a checkpoint
+    (:attr:`Analysis.checkpoint`; the CUDA writer, whose tape is bounded per thread)."""
+    a = Analysis(kernel=kernel, slot_args=tuple(slot_args), carried_replay=carried_replay)
     T = kernel.types
     body = kernel.body
     for name, t in T.items():
@@ -128,6 +133,7 @@ def analyze(kernel, slot_args, returns_value=True):
     while True:
         a.replay = {}
         a.replay_fresh = set()
+        a.checkpoint = {}
         _find_replay(body, a, False)
         # a replayed iteration reads arrays as they were: restore those written elsewhere
         extra = set()
@@ -579,7 +585,12 @@ def _find_replay(stmts, a, inside_replay):
             ok = (not inside_replay) and _replayable(s, a)
             if ok:
                 body_assigned = ir.assigned(s.body)
-                a.replay[s.uid] = tuple(sorted(v for v in a.pushed if v in body_assigned))
+                saved = {v for v in a.pushed if v in body_assigned}
+                carried = upward_exposed(s)
+                if carried:
+                    a.checkpoint[s.uid] = tuple(sorted(carried))
+                    saved |= carried
+                a.replay[s.uid] = tuple(sorted(saved))
                 # a value defined afresh at the top of each replayed iteration need not
                 # be recorded there: the replay of the earlier iteration redefines it
                 seen = set()
@@ -615,7 +626,7 @@ def _replayable(loop, a):
         return False
     if any(isinstance(x, ir.Assign) and isinstance(x.expr, ir.Alloc) for x in inner):
         return False
-    return not upward_exposed(loop)
+    return a.carried_replay or not upward_exposed(loop)
 
 
 def reverse_reads(stmts, a):

@@ -324,21 +324,25 @@ def _locs(func_ir):
 
 
 # ---- decorators and functional API ---------------------------------------------------
-def differentiate(kernel=None, wrt=None):
-    """Differentiate a numba kernel: ``@kadj.differentiate`` above ``@njit``.
+def differentiate(kernel=None, wrt=None, checkpoints=None):
+    """Differentiate a numba kernel: ``@kadj.differentiate`` above ``@njit`` or
+    ``@cuda.jit``.
 
     Also usable as ``kadj.differentiate(kernel, wrt=("u", "alpha"))`` and as
-    ``@kadj.differentiate(wrt=(...))``.
+    ``@kadj.differentiate(wrt=(...))``.  ``checkpoints`` (CUDA kernels): the number of
+    per-thread checkpoint slots for loops that carry state (default 24): reversing
+    such a loop of n iterations replays O(log n) forward iterations per reversed one
+    while n <= 2**checkpoints, in bounded per-thread memory.
     """
     if kernel is None:
-        return lambda k: differentiate(k, wrt=wrt)
+        return lambda k: differentiate(k, wrt=wrt, checkpoints=checkpoints)
     if isinstance(kernel, DifferentiatedKernel):
         if wrt is None or tuple(wrt) == kernel.wrt:
             return kernel
         kernel = kernel.dispatcher
     if _is_cuda(kernel):
         from .cuda_api import CudaDifferentiatedKernel
-        return CudaDifferentiatedKernel(kernel, wrt=wrt)
+        return CudaDifferentiatedKernel(kernel, wrt=wrt, checkpoints=checkpoints)
     return DifferentiatedKernel(kernel, wrt=wrt)
 
 

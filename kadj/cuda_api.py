@@ -72,7 +72,7 @@ class _AdjointProxy:
 class CudaDifferentiatedKernel:
     """A ``@cuda.jit`` kernel together with its generated adjoint kernel."""
 
-    def __init__(self, dispatcher, wrt=None):
+    def __init__(self, dispatcher, wrt=None, checkpoints=None):
         if not hasattr(dispatcher, "py_func"):
             raise TypeError(f"kadj.differentiate expects a @cuda.jit kernel, got "
                             f"{dispatcher!r}")
@@ -82,6 +82,10 @@ class CudaDifferentiatedKernel:
         self.__doc__ = self.py_func.__doc__
         self.__wrapped__ = self.py_func
         self.wrt = tuple(wrt) if wrt is not None else None
+        from .cuda.writer import DEFAULT_SLOTS
+        self.checkpoints = DEFAULT_SLOTS if checkpoints is None else int(checkpoints)
+        if self.checkpoints < 1:
+            raise ValueError("checkpoints must be a positive number of slots")
         code = self.py_func.__code__
         self.arg_names = tuple(code.co_varnames[:code.co_argcount])
         if self.wrt is not None:
@@ -145,8 +149,8 @@ class CudaDifferentiatedKernel:
             raise DifferentiationError("CUDA kernels cannot return values",
                                        kernel=self.__name__)
         slot_names = tuple(self.arg_names[i] for i in plan.adjoint_args)
-        an = analysis.analyze(kernel, slot_names, False)
-        adj, report = write_cuda_adjoint(kernel, an, slot_names)
+        an = analysis.analyze(kernel, slot_names, False, carried_replay=True)
+        adj, report = write_cuda_adjoint(kernel, an, slot_names, slots=self.checkpoints)
         ns = dict(adj.namespace)
         code = compile(adj.source, f"<kadj adjoint of {self.__name__}>", "exec")
         exec(code, ns)

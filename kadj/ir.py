@@ -91,10 +91,16 @@ class Assign:
 
 @dataclass(frozen=True)
 class Store:
+    """``array[index] = value``; with ``accumulate`` "add" or "sub", an increment
+    ``array[index] += value`` (``-=``) that never reads the element (CUDA's
+    ``cuda.atomic.add``/``sub``): its adjoint reads the element's adjoint and consumes
+    nothing."""
+
     array: Var
     index: tuple
     value: Any
     loc: Any = field(compare=False, default=None)
+    accumulate: Any = None
 
 
 @dataclass(frozen=True)
@@ -243,7 +249,8 @@ def fmt(stmts, indent=0):
         elif isinstance(s, Assign):
             lines.append(f"{pad}{s.target} = {_e(s.expr)}")
         elif isinstance(s, Store):
-            lines.append(f"{pad}{s.array.name}[{', '.join(map(_o, s.index))}] = "
+            op = {"add": "+=", "sub": "-="}.get(s.accumulate, "=")
+            lines.append(f"{pad}{s.array.name}[{', '.join(map(_o, s.index))}] {op} "
                          f"{_o(s.value)}")
         elif isinstance(s, Return):
             lines.append(f"{pad}return {_o(s.value) if s.value is not None else ''}")

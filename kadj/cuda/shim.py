@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import types as pytypes
 
+import numpy as np
+
 from numba import njit
 from numba.core import types
 from numba.extending import (overload, overload_attribute, register_model, models,
@@ -65,6 +67,39 @@ _grid.__name__, _gridsize.__name__, _syncthreads.__name__ = "grid", "gridsize", 
 shim.grid = _grid
 shim.gridsize = _gridsize
 shim.syncthreads = _syncthreads
+
+
+def _typed_only(name, typing):
+    def stub(*args):  # pragma: no cover - typed only
+        raise NotImplementedError
+    stub.__name__ = name
+    overload(stub, prefer_literal=True)(typing)
+    return stub
+
+
+def _atomic_typing(ary, idx, val):
+    return lambda ary, idx, val: ary[idx]
+
+
+def _array_typing(shape, dtype):
+    return lambda shape, dtype: np.empty(shape, dtype)
+
+
+def _submodule(name, **attrs):
+    m = pytypes.ModuleType(f"kadj_cuda_shim.{name}")
+    for k, v in attrs.items():
+        setattr(m, k, v)
+    return m
+
+
+shim.atomic = _submodule("atomic", **{
+    op: _typed_only(op, _atomic_typing)
+    for op in ("add", "sub", "max", "min", "nanmax", "nanmin", "exch", "inc", "dec",
+               "and_", "or_", "xor")})
+shim.shared = _submodule("shared", array=_typed_only("array", _array_typing))
+shim.local = _submodule("local", array=_typed_only("array", _array_typing))
+shim.syncwarp = _typed_only("syncwarp", lambda *a: (lambda *a: None))
+shim.threadfence = _typed_only("threadfence", lambda: (lambda: None))
 
 
 class _Dim3:

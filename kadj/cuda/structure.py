@@ -6,36 +6,19 @@ Every CUDA intrinsic becomes an :class:`~kadj.ir.Op` whose ``fn`` is a
 identifies it, so the same tree comes out of numba-cuda's typing context and of the
 simulator shim (:mod:`kadj.cuda.shim`), and the generated source calls ``cuda.<path>``.
 
-Refused for now (DifferentiationError): atomics, shared/local arrays, syncthreads and
-other intrinsics.
+``cuda.atomic.add``/``sub`` become accumulating :class:`~kadj.ir.Store` statements.
+Refused (DifferentiationError): ``atomic.max``/``min`` and other intrinsics not listed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from numba.core import ir as nir
+from numba.core import types
 
 from .. import ir
 from ..errors import DifferentiationError
 from ..structurize import Structurizer
 from . import shim as _shim
-
-INDEX_FUNCS = {"grid", "gridsize"}
-SPECIAL_REGS = {f"{r}.{c}" for r in ("threadIdx", "blockIdx", "blockDim", "gridDim")
-                for c in "xyz"} | {"warpsize", "laneid"}
-
-
-@dataclass(frozen=True)
-class CudaIntrinsic:
-    path: str
-
-    @property
-    def __name__(self):  # noqa: D401 - used by kadj's printers
-        return "cuda." + self.path
-
-    def __repr__(self):
-        return "cuda." + self.path
-
+from .intrinsics import INDEX_FUNCS, SPECIAL_REGS, CudaIntrinsic
 
 def _is_cuda_module(obj):
     import numba
@@ -74,18 +57,62 @@ class CudaStructurizer(Structurizer):
 
     def convert_call(self, tgt, e, loc):
         path = self.cuda_path(e.func)
-        if path is not None:
-            if path in INDEX_FUNCS:
-                args = tuple(self.operand(a) for a in e.args)
-                return [ir.Assign(tgt, ir.Op(CudaIntrinsic(path), args), loc=loc)]
-            remedy = {
-                "atomic.add": "not supported yet in this version of kadj's CUDA support",
-            }.get(path, "only cuda.grid, cuda.gridsize and threadIdx/blockIdx/blockDim/"
-                        "gridDim are supported so far")
-            raise DifferentiationError(
-                f"cuda.{path}() is not supported yet", kernel=self.tk.name, loc=loc,
-                construct=f"cuda.{path}", remedy=remedy)
-        return super().convert_call(tgt, e, loc)
+        if path is None:
+            return super().convert_call(tgt, e, loc)
+        if path in INDEX_FUNCS:
+            args = tuple(self.operand(a) for a in e.args)
+            return [ir.Assign(tgt, ir.Op(CudaIntrinsic(path), args), loc=loc)]
+        if path in ("atomic.add", "atomic.sub"):
+            return self.convert_atomic(tgt, e, loc, path[len("atomic."):])
+        if path in ("atomic.max", "atomic.min", "atomic.nanmax", "atomic.nanmin"):
+            self.error(f"cuda.{path}() in a differentiated kernel is not supported",
+                       loc=loc, construct=f"cuda.{path}",
+                       remedy="its adjoint must be routed to the thread whose value won; "
+                              "compute the winner explicitly (e.g. a second pass that "
+                              "compares each value with the result) or mark the "
+                              "values non-differentiable (wrt=...)")
+        self.error(f"cuda.{path}() is not supported in differentiated kernels", loc=loc,
+                   construct=f"cuda.{path}",
+                   remedy="supported: cuda.grid, cuda.gridsize, threadIdx/blockIdx/"
+                          "blockDim/gridDim, cuda.atomic.add/sub")
+
+    def convert_atomic(self, tgt, e, loc, op):
+        """``cuda.atomic.add(a, idx, v)`` -> an accumulating Store; its result (the old
+        value) must be unused."""
+        if len(e.args) != 3 or e.kws:
+            self.error(f"cuda.atomic.{op} takes (array, index, value)", loc=loc,
+                       construct=f"cuda.atomic.{op}")
+        arr, idx, val = e.args
+        if not isinstance(self.types.get(arr.name), types.Array):
+            self.error(f"cuda.atomic.{op} on a non-array", loc=loc,
+                       construct=f"cuda.atomic.{op}")
+        if self.var_used(tgt):
+            self.error(f"the value returned by cuda.atomic.{op} (the element's old "
+                       "value) is used; kadj does not differentiate that", loc=loc,
+                       construct=f"result of cuda.atomic.{op}",
+                       remedy="do not use the return value of the atomic in a "
+                              "differentiated kernel")
+        c = self.const_of(idx)
+        if c is not None:
+            index = tuple(ir.Const(int(x)) for x in c.value) if isinstance(
+                c.value, tuple) else (c,)
+        else:
+            index = self.index_operands(idx)
+        return [ir.Store(self.avar(arr), index, self.operand(val), loc=loc,
+                         accumulate=op)]
+
+    def var_used(self, name):
+        for block in self.fir.blocks.values():
+            for st in block.body:
+                if isinstance(st, nir.Assign) and st.target.name == name:
+                    if any(v.name == name for v in st.value.list_vars()):
+                        return True
+                    continue
+                if isinstance(st, nir.Del):
+                    continue
+                if any(v.name == name for v in st.list_vars()):
+                    return True
+        return False
 
 
 def ir_var(name, loc):

@@ -3,111 +3,58 @@
 Each thread of the adjoint kernel replays its forward part, then runs its reverse part
 (DESIGN.md).  What changes from the CPU writer:
 
-- accumulations into adjoint arrays (``adj_x[idx] += v``) become
-  ``cuda.atomic.add(adj_x, idx, v)`` unless the access is *thread-private*: every load
-  and store of ``x`` in the kernel uses exactly the index built from ``cuda.grid(n)``'s
-  components (each component once, all n of them), and those index variables are
-  assigned once.  Then no other thread touches that element and ``+=`` is safe.
-  Stores consume their element's adjoint with plain reads and writes (threads write
-  disjoint elements: DESIGN.md's rule for GPU kernels);
-- scalar arguments' adjoints are accumulated in a per-thread local and added to the
-  1-element buffer with one ``cuda.atomic.add(adj_a_buf, 0, adj_a)`` per thread;
-- CUDA intrinsics are written as ``cuda.<path>``;
-- no tapes, no work copies, no allocations (refused with DifferentiationError).
+- **Accumulation into adjoint arrays** is chosen per array from its index expressions
+  (:mod:`kadj.cuda.indexing`): plain ``+=`` for thread-private arrays, else
+  ``cuda.atomic.add``.  Stores consume their element's adjoint with plain reads and
+  writes (threads write disjoint elements: DESIGN.md's rule for GPU kernels); a forward
+  ``cuda.atomic.add(a, i, v)`` is an increment whose adjoint reads ``adj_a[i]``.
+- **Scalar arguments' adjoints** (``alpha``: the same for every thread) are summed
+  over the block first: each thread adds its share into one of 32 shared-memory
+  slots (lane ``tid % 32``, so a warp's threads hit distinct banks), then thread 0 adds
+  the block's total with one global atomic.
+- **The tape is per thread and bounded**: ``cuda.local.array`` stacks whose size is
+  the number of values recorded outside loops plus those of one replayed iteration.
+  Recording inside a loop that is not replayed is refused.
+- **Loops that carry state** (per-thread time stepping, recurrences) are reversed from
+  checkpoints: the state before the loop is checkpoint 0; reversing iteration ``r``
+  restarts from the nearest checkpoint at or below ``r`` and runs forward, leaving new
+  checkpoints at the midpoints (recursive bisection), then replays iteration ``r``
+  recording and reverses it.  With ``slots`` checkpoints this costs O(log n) forward
+  iterations per reversed one while n <= 2**slots, and stays exact beyond (longer
+  segments are replayed).
 """
 from __future__ import annotations
-
-import re
 
 from numba.core import types
 
 from .. import ir
 from ..errors import DifferentiationError
-from ..reverse import AdjointSource, Writer
-from .structure import SPECIAL_REGS, CudaIntrinsic
+from ..reverse import AdjRef, AdjointSource, Writer
+from .indexing import ThreadIndex, array_accesses
+from .intrinsics import SPECIAL_REGS, CudaIntrinsic
 
-_ACCUM = re.compile(r"^(adj_[A-Za-z_]\w*)\[([^\[\]]*)\] \+= (.*)$")
-
-
-def _grid_index_vars(kernel, assign_count):
-    """{variable: (grid call id, component)} for the components of cuda.grid(n)."""
-    comp = {}
-    ndims = {}
-    for s in ir.walk(kernel.body):
-        if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Op) and \
-                s.expr.fn == CudaIntrinsic("grid") and assign_count.get(s.target) == 1:
-            n = s.expr.args[0].value if s.expr.args and isinstance(s.expr.args[0],
-                                                                  ir.Const) else None
-            if n == 1:
-                comp[s.target] = (s.target, 0)
-            elif n in (2, 3):
-                comp[("tuple", s.target)] = (s.target, None)
-            ndims[s.target] = n
-    changed = True
-    while changed:
-        changed = False
-        for s in ir.walk(kernel.body):
-            if not isinstance(s, ir.Assign) or s.target in comp or \
-                    assign_count.get(s.target) != 1:
-                continue
-            e = s.expr
-            if isinstance(e, ir.Copy) and isinstance(e.src, ir.Var):
-                src = e.src.name
-                if src in comp:
-                    comp[s.target] = comp[src]
-                    changed = True
-                elif ("tuple", src) in comp:
-                    comp[("tuple", s.target)] = comp[("tuple", src)]
-                    comp[s.target] = None  # marker: the tuple itself
-                    changed = True
-            elif isinstance(e, ir.Item) and ("tuple", e.value.name) in comp:
-                call = comp[("tuple", e.value.name)][0]
-                comp[s.target] = (call, e.index)
-                changed = True
-    return {k: v for k, v in comp.items() if isinstance(k, str) and v is not None}, ndims
+DEFAULT_SLOTS = 24
 
 
 class CudaWriter(Writer):
-    def __init__(self, kernel, an, slot_args, fname):
+    def __init__(self, kernel, an, slot_args, fname, slots=DEFAULT_SLOTS):
         super().__init__(kernel, an, slot_args, False, fname)
         from numba import cuda
         self.ns["cuda"] = cuda
-        self.private_arrays = self._find_private_arrays()
-        self.atomic_count = 0
-        self.plain_count = 0
-
-    # ---- index analysis -----------------------------------------------------------
-    def _find_private_arrays(self):
-        k, a = self.k, self.a
-        comps, ndims = _grid_index_vars(k, a.assign_count)
-        accesses = {}
-        for s in ir.walk(k.body):
-            if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load):
-                accesses.setdefault(s.expr.array.name, []).append(s.expr.index)
-            elif isinstance(s, ir.Store):
-                accesses.setdefault(s.array.name, []).append(s.index)
-        private = set()
-        for arr, idxs in accesses.items():
-            ok = True
-            keys = set()
-            for idx in idxs:
-                if not all(isinstance(x, ir.Var) and x.name in comps for x in idx):
-                    ok = False
-                    break
-                cs = [comps[x.name] for x in idx]
-                calls = {c for c, _ in cs}
-                dims = sorted(d for _, d in cs)
-                if len(calls) != 1:
-                    ok = False
-                    break
-                call = next(iter(calls))
-                if dims != list(range(ndims[call])):
-                    ok = False
-                    break
-                keys.add(tuple(cs))
-            if ok and len(keys) == 1:
-                private.add(arr)
-        return private
+        self.slots = int(slots)
+        self.index = ThreadIndex(kernel, an.assign_count)
+        self.classes = {name: self.index.classify(name, idxs)
+                        for name, idxs in array_accesses(kernel).items()
+                        if name in an.varied_arrays}
+        self.private_arrays = {n for n, c in self.classes.items() if c.cls == "private"}
+        self.atomic_sites = {}      # array -> atomics written
+        self.plain_sites = {}       # array -> plain accumulations written
+        self.tape_size = {}
+        self.local_arrays = []      # (name, size, dtype name) declared in the prologue
+        self.loop_report = []
+        self.scalar_report = {}
+        self._ld = 0
+        self._replay_ld = None
 
     # ---- rendering ----------------------------------------------------------------
     def bind(self, obj, hint):
@@ -121,26 +68,199 @@ class CudaWriter(Writer):
             return "cuda." + e.fn.path
         return super().expr(e)
 
-    def emit(self, depth, text):
-        m = _ACCUM.match(text)
-        if m:
-            buf, index, value = m.groups()
-            arr = buf[4:]
-            scalar = arr.endswith("_buf") and arr[:-4] in self.slot_args and \
-                not isinstance(self.T.get(arr[:-4]), types.Array)
-            if scalar or self._array_of(arr) not in self.private_arrays:
-                idx = index if "," not in index else f"({index})"
-                self.atomic_count += 1
-                text = f"cuda.atomic.add({buf}, {idx}, {value})"
-            else:
-                self.plain_count += 1
-        super().emit(depth, text)
+    def accumulate(self, depth, target, op, text):
+        if not (isinstance(target, AdjRef) and op == "+="):
+            return super().accumulate(depth, target, op, text)
+        arr = target.array
+        if arr in self.private_arrays:
+            self.plain_sites[arr] = self.plain_sites.get(arr, 0) + 1
+            return super().accumulate(depth, target, op, text)
+        buf, _, rest = target.partition("[")
+        index = rest[:-1]
+        if len(target.index) > 1:
+            index = f"({index})"
+        self.atomic_sites[arr] = self.atomic_sites.get(arr, 0) + 1
+        self.emit(depth, f"cuda.atomic.add({buf}, {index}, {text})")
 
-    def _array_of(self, rendered):
-        for v, nm in self.names.items():
-            if nm == rendered:
-                return v
-        return rendered
+    def local_array(self, hint, size, dtype):
+        name = self.fresh(hint)
+        self.local_arrays.append((name, size, self.bind(dtype, str(dtype))))
+        return name
+
+    # ---- scalar adjoints: one atomic per block --------------------------------------
+    def finish_scalar_adjoints(self, names):
+        if not names:
+            return
+        self.emit(1, "# ---- scalar adjoints: summed over the block, one atomic per "
+                     "block ----")
+        tid = self.fresh("tid")
+        self.emit(1, f"{tid} = cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + "
+                     f"cuda.blockDim.y * cuda.threadIdx.z)")
+        reds = {}
+        for name in names:
+            dt = self.T[name]
+            red = self.fresh(f"red_{self.n(name)}")
+            reds[name] = red
+            self.emit(1, f"{red} = cuda.shared.array(32, {self.bind(dt, str(dt))})")
+            self.emit(1, f"if {tid} < 32:")
+            self.emit(2, f"{red}[{tid}] = {self.zero(dt)}")
+            self.scalar_report[name] = ("block-reduced: 32 shared-memory slots, "
+                                        "one global atomic per block")
+        self.emit(1, "cuda.syncthreads()")
+        for name in names:
+            self.emit(1, f"cuda.atomic.add({reds[name]}, {tid} % 32, "
+                         f"{self.cast(self.adj(name), self.T[name])})")
+        self.emit(1, "cuda.syncthreads()")
+        self.emit(1, f"if {tid} == 0:")
+        w = self.fresh("w")
+        used = self.fresh("slots")
+        self.emit(2, f"{used} = min(32, cuda.blockDim.x * cuda.blockDim.y * "
+                     f"cuda.blockDim.z)")
+        for name in names:
+            red = reds[name]
+            total = self.fresh("total")
+            self.emit(2, f"{total} = {red}[0]")
+            self.emit(2, f"for {w} in range(1, {used}):")
+            self.emit(3, f"{total} += {red}[{w}]")
+            self.emit(2, f"cuda.atomic.add(adj_{name}_buf, 0, {total})")
+            self.atomic_sites[name] = self.atomic_sites.get(name, 0) + 1
+
+    # ---- bounded per-thread tape ----------------------------------------------------
+    def fwd(self, stmts, depth, loop_depth):
+        prev = self._ld, self._replay_ld
+        if self.skip_stores and self._replay_ld is None:
+            self._replay_ld = loop_depth  # a replayed iteration starts here
+        self._ld = loop_depth
+        try:
+            super().fwd(stmts, depth, loop_depth)
+        finally:
+            self._ld, self._replay_ld = prev
+
+    def push(self, depth, value_text, t):
+        if self.nopush:
+            return
+        if self._ld > 0 and self._ld != self._replay_ld:
+            raise DifferentiationError(
+                "a loop overwrites values its adjoint needs, and this loop cannot be "
+                "reversed from checkpoints (a while loop, a break/continue, a nested "
+                "loop that records values, or an array both read and written in it); "
+                "a GPU thread's tape must be bounded", kernel=self.k.name,
+                loc=self._last_loc if hasattr(self, "_last_loc") else None,
+                construct="unbounded tape in a loop",
+                remedy="use `for ... in range(...)` loops without break, keep inner "
+                       "loops free of overwritten values, or assign each value once")
+        super().push(depth, value_text, t)
+        kind = self.tape_of(t)[0][len("_tape_"):]
+        self.tape_size[kind] = self.tape_size.get(kind, 0) + 1
+
+    def _reserve_lines(self, amounts, depth):
+        return []  # the per-thread tape is sized statically
+
+    def tape_init_lines(self):
+        lines = []
+        for kind in sorted(self.tapes):
+            dt = {"f64": types.float64, "f32": types.float32, "i64": types.int64}[kind]
+            lines.append(f"_tape_{kind} = cuda.local.array({self.tape_size.get(kind, 1)}, "
+                         f"{self.bind(dt, str(dt))})")
+            lines.append(f"_sp_{kind} = 0")
+        for name, size, dt in self.local_arrays:
+            lines.append(f"{name} = cuda.local.array({size}, {dt})")
+        return lines
+
+    # ---- loops reversed from checkpoints --------------------------------------------
+    def _body(self, s, depth, loop_depth, record):
+        saved = self.kept, self.skip_stores, self.nopush
+        self.kept = set(map(id, ir.walk(s.body)))
+        self.skip_stores, self.nopush = True, not record
+        self._last_loc = None
+        self.fwd(s.body, depth, loop_depth + 1)
+        self.kept, self.skip_stores, self.nopush = saved
+        self._last_loc = None
+
+    def _slot_type(self, v):
+        t = self.T[v]
+        if isinstance(t, types.Boolean):
+            return types.int8
+        return t
+
+    def _rev_for(self, s, depth, loop_depth):
+        a = self.a
+        if s.uid not in a.checkpoint:
+            return super()._rev_for(s, depth, loop_depth)
+        if loop_depth > 0:
+            raise DifferentiationError(
+                "a loop that carries state and overwrites values its adjoint needs is "
+                "nested in another loop", kernel=self.k.name, loc=s.loc,
+                construct="nested loop with carried state",
+                remedy="carry the state in the outer loop only, or split the kernel")
+        saved_vars = a.replay[s.uid]
+        idx = self.n(s.index)
+        lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
+        S = self.slots
+        self.comment(depth, s.loc)
+        self.emit(depth, f"# reversed from checkpoints ({S} slots, recursive bisection): "
+                         f"for {idx} in range({lo}, {hi}, {st})")
+        if id(s) in self.kept:
+            for v in reversed(saved_vars):
+                self.pop(depth, self.n(v), self.T[v])
+        n, top, cur, r, mid = (self.fresh(x) for x in ("n", "top", "cur", "r", "mid"))
+        ck_it = self.local_array("ck_iter", S, types.int64)
+        ck = {v: self.local_array(f"ck_{self.n(v)}", S, self._slot_type(v))
+              for v in saved_vars}
+
+        def save(d, slot):
+            for v in saved_vars:
+                self.emit(d, f"{ck[v]}[{slot}] = {self.n(v)}")
+
+        def load(d, slot):
+            for v in saved_vars:
+                val = f"{ck[v]}[{slot}]"
+                if isinstance(self.T[v], types.Boolean):
+                    val = f"{val} != 0"
+                self.emit(d, f"{self.n(v)} = {val}")
+
+        def at(k):
+            return _index(lo, k, st)
+
+        self.emit(depth, f"{n} = _trips({lo}, {hi}, {st})")
+        self.emit(depth, f"{top} = 0")
+        self.emit(depth, f"{ck_it}[0] = 0")
+        save(depth, 0)
+        self.emit(depth, f"for {r} in range({n} - 1, -1, -1):")
+        d1, d2, d3 = depth + 1, depth + 2, depth + 3
+        self.emit(d1, f"while {ck_it}[{top}] > {r}:")
+        self.emit(d2, f"{top} -= 1")
+        self.emit(d1, f"{cur} = {ck_it}[{top}]")
+        load(d1, top)
+        self.emit(d1, f"while {cur} < {r}:")
+        self.emit(d2, f"{mid} = {cur} + ({r} - {cur} + 1) // 2")
+        self.emit(d2, f"while {cur} < {mid}:")
+        self.emit(d3, f"{idx} = {at(cur)}")
+        self._body(s, d3, loop_depth + 1, record=False)
+        self.emit(d3, f"{cur} += 1")
+        self.emit(d2, f"if {mid} < {r} and {top} + 1 < {S}:")
+        self.emit(d3, f"{top} += 1")
+        self.emit(d3, f"{ck_it}[{top}] = {cur}")
+        save(d3, top)
+        self.emit(d1, f"{idx} = {at(r)}")
+        self.emit(d1, "# replay this iteration's forward part, recording")
+        self.open_frame(d1)
+        self._body(s, d1, loop_depth, record=True)
+        self.close_frame()
+        saved_kept = self.kept
+        self.kept = set(map(id, ir.walk(s.body)))
+        self.rev(s.body, d1, loop_depth + 1, frozenset())
+        self.kept = saved_kept
+        self.emit(depth, "# the state before the loop")
+        load(depth, 0)
+        self.loop_report.append({
+            "line": getattr(s.loc, "line", None), "index": idx,
+            "carried": [self.n(v) for v in a.checkpoint[s.uid]],
+            "checkpointed": [self.n(v) for v in saved_vars],
+            "slots": S,
+            "recompute": f"<= ceil(log2(n)) + 1 forward iterations per reversed one "
+                         f"(amortised) while n <= 2**{S}",
+        })
 
     # ---- checks -------------------------------------------------------------------
     def check(self):
@@ -149,33 +269,52 @@ class CudaWriter(Writer):
             names = ", ".join(sorted(a.work_arrays))
             raise DifferentiationError(
                 f"the kernel both reads and writes the array(s) {names}; the CUDA adjoint "
-                "does not support this yet", kernel=k.name,
+                "does not support this", kernel=k.name,
                 construct="array read and written",
                 remedy="write the result into a separate output array")
-        if a.pushed or a.restore_arrays or a.scratch_arrays:
+        if a.restore_arrays:
             raise DifferentiationError(
-                "the kernel overwrites values its adjoint needs (a loop-carried value or "
-                "a reassigned variable), which needs a tape; the CUDA adjoint does not "
-                "support tapes yet", kernel=k.name, construct="taped value",
-                remedy="assign each value once (new names), or keep loops free of "
-                       "carried values")
+                "the adjoint would need earlier contents of overwritten arrays "
+                f"({', '.join(sorted(a.restore_arrays))})", kernel=k.name,
+                construct="overwritten array", remedy="write into a separate array")
+        if a.scratch_arrays:
+            raise DifferentiationError(
+                "arrays allocated inside the kernel are not supported yet",
+                kernel=k.name, construct="array allocation",
+                remedy="pass scratch arrays as arguments")
 
     def write(self):
         self.check()
-        source, params = super().write()
-        if self.tapes:
-            raise DifferentiationError(
-                "the CUDA adjoint of this kernel would need a tape (loop trip counts or "
-                "overwritten values), which is not supported yet", kernel=self.k.name,
-                construct="tape", remedy="use loops with range() and no early exit")
-        return source, params
+        return super().write()
+
+    def report(self):
+        arrays = {}
+        for name, c in sorted(self.classes.items()):
+            n_at = self.atomic_sites.get(name, 0)
+            n_pl = self.plain_sites.get(name, 0)
+            how = "atomic" if n_at else ("plain" if n_pl else "none")
+            arrays[name] = {"class": c.cls, "accumulation": how, "why": c.why,
+                            "atomic_sites": n_at, "plain_sites": n_pl}
+        return {
+            "atomics": sum(self.atomic_sites.values()),
+            "plain_accumulations": sum(self.plain_sites.values()),
+            "private_arrays": tuple(sorted(self.private_arrays)),
+            "arrays": arrays,
+            "scalars": dict(self.scalar_report),
+            "loops": list(self.loop_report),
+            "tape": dict(self.tape_size),
+            "launch_ndim": self.index.ndim,
+        }
 
 
-def write_cuda_adjoint(kernel, an, slot_args):
+def _index(lo, k, st):
+    base = k if st == "1" else f"{k} * {st}"
+    return base if lo == "0" else f"{lo} + {base}"
+
+
+def write_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS):
     fname = f"{kernel.name}_adjoint"
-    w = CudaWriter(kernel, an, slot_args, fname)
+    w = CudaWriter(kernel, an, slot_args, fname, slots=slots)
     source, params = w.write()
-    report = {"atomics": w.atomic_count, "plain_accumulations": w.plain_count,
-              "private_arrays": tuple(sorted(w.private_arrays))}
     return AdjointSource(name=fname, source=source, namespace=w.ns,
-                         param_names=params), report
+                         param_names=params), w.report()

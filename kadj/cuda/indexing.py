@@ -1,0 +1,233 @@
+"""Which threads touch which array elements: the accumulation class of each array.
+
+The adjoint of a load ``x[idx]`` adds into ``adj_x[idx]``.  Whether two threads can add
+into the same element decides between a plain ``+=`` and an atomic, so every array gets
+a class from its index expressions (DESIGN.md, "Performance principles"):
+
+``private``
+    every load and store of the array uses one and the same *thread index*: a tuple of
+    distinct global thread coordinates covering every dimension of the launch.  A
+    coordinate is ``cuda.grid(n)``'s component, ``threadIdx.d + blockIdx.d * blockDim.d``
+    (either order), or the variable of a grid-stride loop
+    ``for i in range(<coordinate d>, n, <cuda.gridsize component d>)``; each such variable
+    is assigned exactly once.  No two threads share an element: plain ``+=``.
+``uniform``
+    the index does not depend on the thread (coefficients, ``w[k]`` in a loop): atomic
+    (reported so that a regression suite sees it).
+``neighbour``
+    coordinates plus or minus constants (stencils): atomic.
+``arbitrary``
+    anything else (index arrays, computed cells): atomic.
+
+When the proof fails for any access, the array is not private: unsure means atomic.
+The launch is taken to have as many dimensions as the highest coordinate the kernel
+uses (``cuda.grid(2)`` -> 2-D), as for any kernel written with ``cuda.grid``.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+from .. import ir
+from .intrinsics import CudaIntrinsic
+
+
+@dataclass(frozen=True)
+class ArrayClass:
+    name: str
+    cls: str            # private | uniform | neighbour | arbitrary
+    why: str
+
+
+def _op(e, fn):
+    return isinstance(e, ir.Op) and e.fn is fn and len(e.args) == 2
+
+
+def _intrinsic(e):
+    if isinstance(e, ir.Op) and isinstance(e.fn, CudaIntrinsic):
+        return e.fn.path
+    return None
+
+
+class ThreadIndex:
+    """Global thread coordinates and thread-(in)dependence of a kernel's variables."""
+
+    def __init__(self, kernel, assign_count):
+        self.k = kernel
+        self.once = {v for v, c in assign_count.items() if c == 1}
+        self.defs = {}
+        for s in ir.walk(kernel.body):
+            if isinstance(s, ir.Assign) and s.target in self.once:
+                self.defs[s.target] = s.expr
+        self.loops = {}
+        loop_count = {}
+        for s in ir.walk(kernel.body):
+            if isinstance(s, ir.ForRange):
+                loop_count[s.index] = loop_count.get(s.index, 0) + 1
+                self.loops[s.index] = s
+        self.coord = {}       # var -> dimension
+        self.size = {}        # var -> dimension (total threads along it)
+        self.ndim = 0
+        self._find(loop_count, assign_count)
+        self.varying = self._varying()
+
+    # ---- coordinates ---------------------------------------------------------------
+    def _reg(self, x):
+        if isinstance(x, ir.Var):
+            e = self.defs.get(x.name)
+            while isinstance(e, ir.Copy) and isinstance(e.src, ir.Var):
+                e = self.defs.get(e.src.name)
+            return _intrinsic(e) if e is not None else None
+        return None
+
+    def _find(self, loop_count, assign_count):
+        tuples = {}  # var -> ("grid"|"gridsize", n)
+        changed = True
+        while changed:
+            changed = False
+            for v, e in self.defs.items():
+                if v in self.coord or v in self.size or v in tuples:
+                    continue
+                dim = None
+                path = _intrinsic(e)
+                if path in ("grid", "gridsize") and e.args and \
+                        isinstance(e.args[0], ir.Const):
+                    n = int(e.args[0].value)
+                    self.ndim = max(self.ndim, n)
+                    if n == 1:
+                        (self.coord if path == "grid" else self.size)[v] = 0
+                    else:
+                        tuples[v] = (path, n)
+                    changed = True
+                    continue
+                if isinstance(e, ir.Copy) and isinstance(e.src, ir.Var):
+                    src = e.src.name
+                    for table in (self.coord, self.size, tuples):
+                        if src in table:
+                            table[v] = table[src]
+                            changed = True
+                    continue
+                if isinstance(e, ir.Item) and e.value.name in tuples:
+                    path, n = tuples[e.value.name]
+                    if e.index < n:
+                        (self.coord if path == "grid" else self.size)[v] = e.index
+                        changed = True
+                    continue
+                if _op(e, operator.add):
+                    dim = self._manual_coord(*e.args)
+                    if dim is not None:
+                        self.coord[v] = dim
+                        self.ndim = max(self.ndim, dim + 1)
+                        changed = True
+                    continue
+                if _op(e, operator.mul):
+                    regs = {self._reg(x) for x in e.args}
+                    for d, c in enumerate("xyz"):
+                        if regs == {f"blockDim.{c}", f"gridDim.{c}"}:
+                            self.size[v] = d
+                            changed = True
+        # grid-stride loops: for i in range(<coordinate d>, n, <size d>)
+        for idx, loop in self.loops.items():
+            if loop_count.get(idx) != 1 or assign_count.get(idx, 0):
+                continue
+            if isinstance(loop.start, ir.Var) and isinstance(loop.step, ir.Var):
+                d = self.coord.get(loop.start.name)
+                if d is not None and self.size.get(loop.step.name) == d:
+                    self.coord[idx] = d
+
+    def _manual_coord(self, a, b):
+        """threadIdx.d + blockIdx.d * blockDim.d (any order) -> d."""
+        for t, p in ((a, b), (b, a)):
+            reg = self._reg(t)
+            if reg is None or not reg.startswith("threadIdx."):
+                continue
+            c = reg[-1]
+            if not isinstance(p, ir.Var):
+                continue
+            pe = self.defs.get(p.name)
+            if _op(pe, operator.mul) and {self._reg(x) for x in pe.args} == {
+                    f"blockIdx.{c}", f"blockDim.{c}"}:
+                return "xyz".index(c)
+        return None
+
+    # ---- thread dependence ---------------------------------------------------------
+    def _varying(self):
+        """Variables whose value may differ between threads (data flow only)."""
+        out = set(self.coord)
+        stmts = list(ir.walk(self.k.body))
+        changed = True
+        while changed:
+            changed = False
+            for s in stmts:
+                if isinstance(s, ir.Assign) and s.target not in out:
+                    e = s.expr
+                    path = _intrinsic(e)
+                    hit = path is not None and (path.startswith("threadIdx") or
+                                                path in ("grid", "laneid"))
+                    hit = hit or bool(ir.var_names(ir.operands(e)) & out)
+                    if hit:
+                        out.add(s.target)
+                        changed = True
+                elif isinstance(s, ir.ForRange) and s.index not in out:
+                    if ir.var_names((s.start, s.stop, s.step)) & out:
+                        out.add(s.index)
+                        changed = True
+        return out
+
+    # ---- classification ------------------------------------------------------------
+    def offset_coord(self, x):
+        """(dimension) when x is a coordinate, or a coordinate plus/minus a constant."""
+        if not isinstance(x, ir.Var):
+            return None
+        if x.name in self.coord:
+            return self.coord[x.name]
+        e = self.defs.get(x.name)
+        if _op(e, operator.add) or _op(e, operator.sub):
+            a, b = e.args
+            if isinstance(b, ir.Const) and isinstance(a, ir.Var) and a.name in self.coord:
+                return self.coord[a.name]
+            if isinstance(a, ir.Const) and isinstance(b, ir.Var) and b.name in self.coord \
+                    and e.fn is operator.add:
+                return self.coord[b.name]
+        return None
+
+    def classify(self, name, indices):
+        """:class:`ArrayClass` of array ``name`` accessed with ``indices`` (tuples of
+        index operands, one per load/store/atomic)."""
+        keys = set()
+        private = True
+        for idx in indices:
+            dims = [self.coord.get(x.name) if isinstance(x, ir.Var) else None
+                    for x in idx]
+            if None in dims or sorted(dims) != list(range(self.ndim)) or \
+                    len(set(x.name for x in idx)) != len(idx):
+                private = False
+                break
+            keys.add(tuple(x.name for x in idx))
+        if private and len(keys) == 1 and self.ndim:
+            return ArrayClass(name, "private", "every access uses the thread's own "
+                              f"element {name}[{', '.join(next(iter(keys)))}]")
+        if private and len(keys) > 1:
+            return ArrayClass(name, "arbitrary", "accessed with different thread indices")
+        names = set()
+        for idx in indices:
+            names |= ir.var_names(idx)
+        if not names & self.varying:
+            return ArrayClass(name, "uniform", "the same element(s) for every thread")
+        if all(all(self.offset_coord(x) is not None or isinstance(x, ir.Const)
+                   for x in idx) for idx in indices):
+            return ArrayClass(name, "neighbour", "thread coordinates plus or minus "
+                              "constants: neighbouring threads share elements")
+        return ArrayClass(name, "arbitrary", "the index is computed (index arrays, "
+                          "arithmetic): threads may share elements")
+
+
+def array_accesses(kernel):
+    """{array name: [index tuple, ...]} over loads, stores and atomics."""
+    acc = {}
+    for s in ir.walk(kernel.body):
+        if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load):
+            acc.setdefault(s.expr.array.name, []).append(tuple(s.expr.index))
+        elif isinstance(s, ir.Store):
+            acc.setdefault(s.array.name, []).append(tuple(s.index))
+    return acc
