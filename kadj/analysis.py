@@ -138,7 +138,8 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False):
         # a replayed iteration reads arrays as they were: restore those written elsewhere
         extra = set()
         for st in ir.walk(body):
-            if isinstance(st, ir.ForRange) and st.uid in a.replay:
+            if isinstance(st, (ir.ForRange, ir.Loop)) and st.uid in a.replay and \
+                    not stale_loads_harmless(st, a):
                 extra |= ir.loaded_arrays(st.body) & a.stored
         if extra <= a.restore_arrays:
             break
@@ -479,6 +480,8 @@ def _needed(body, a):
                 r = visit(s.body)
             elif isinstance(s, ir.Return):
                 r = s.value is not None and a.active(s.value)
+            elif isinstance(s, ir.Barrier):
+                r = True  # mirrored in the reverse sweep
             a.has_rev[id(s)] = r
             any_rev = any_rev or r
         return any_rev
@@ -495,7 +498,9 @@ def _needed(body, a):
                     if v not in needed:
                         needed.add(v)
                         changed = True
-                if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load):
+                if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and (
+                        not a.carried_replay or
+                        _stored_during_or_after(a, uid, s.expr.array.name)):
                     a.restore_arrays.add(s.expr.array.name)
     a.restore_arrays &= (a.stored & a.loaded)
     # loop indices are re-created by the reversed loop; save them when read outside it
@@ -505,6 +510,24 @@ def _needed(body, a):
             a.index_saved.add(s.uid)
     needed.discard(None)
     a.needed = needed
+
+
+def _stored_during_or_after(a, uid, arr):
+    """Can a store into ``arr`` run after (or during) loop ``uid`` in the forward
+    sweep?  If not, a load that the loop's reverse recomputes reads the value the
+    forward read, and ``arr`` need not be restored."""
+    order = list(ir.walk(a.kernel.body))
+    pos = next(k for k, x in enumerate(order)
+               if isinstance(x, (ir.ForRange, ir.Loop)) and x.uid == uid)
+    for x in order[pos:]:
+        if isinstance(x, ir.Store) and x.array.name == arr:
+            return True
+    # enclosing loops run their whole body again
+    for x in order[:pos]:
+        if isinstance(x, (ir.ForRange, ir.Loop)) and any(
+                y is order[pos] for y in ir.walk(x.body)) and arr in ir.stored_arrays(x.body):
+            return True
+    return False
 
 
 def _order_free(loop, a):
@@ -524,7 +547,7 @@ def _order_free(loop, a):
         return False
     active_assigned = set()
     for s in inner:
-        if isinstance(s, (ir.Loop, ir.Break, ir.Continue, ir.Return)):
+        if isinstance(s, (ir.Loop, ir.Break, ir.Continue, ir.Return, ir.Barrier)):
             return False
         if isinstance(s, ir.Assign):
             if s.target in a.pushed:
@@ -551,7 +574,7 @@ def upward_exposed(loop):
     def visit(seq, defined):
         defined = set(defined)
         for x in seq:
-            out.update((ir.stmt_reads(x) & assigned_in) - defined - {loop.index})
+            out.update((ir.stmt_reads(x) & assigned_in) - defined - {getattr(loop, "index", None)})
             if isinstance(x, ir.Assign):
                 defined.add(x.target)
             elif isinstance(x, ir.If):
@@ -579,15 +602,22 @@ def _find_replay(stmts, a, inside_replay):
         if isinstance(s, ir.If):
             _find_replay(s.then, a, inside_replay)
             _find_replay(s.orelse, a, inside_replay)
-        elif isinstance(s, ir.Loop):
-            _find_replay(s.body, a, inside_replay)
-        elif isinstance(s, ir.ForRange):
+        elif isinstance(s, (ir.ForRange, ir.Loop)):
             ok = (not inside_replay) and _replayable(s, a)
+            if isinstance(s, ir.Loop):
+                if ok:
+                    saved = {v for v in a.pushed if v in ir.assigned(s.body)}
+                    carried = upward_exposed(s)
+                    a.checkpoint[s.uid] = tuple(sorted(carried))
+                    a.replay[s.uid] = tuple(sorted(saved | carried))
+                _find_replay(s.body, a, inside_replay or ok)
+                continue
             if ok:
                 body_assigned = ir.assigned(s.body)
                 saved = {v for v in a.pushed if v in body_assigned}
                 carried = upward_exposed(s)
-                if carried:
+                if carried or any(isinstance(x, (ir.Break, ir.Continue))
+                                  for x in ir.walk_level(s.body)):
                     a.checkpoint[s.uid] = tuple(sorted(carried))
                     saved |= carried
                 a.replay[s.uid] = tuple(sorted(saved))
@@ -607,6 +637,8 @@ def _find_replay(stmts, a, inside_replay):
 
 
 def _replayable(loop, a):
+    if isinstance(loop, ir.Loop) and not a.carried_replay:
+        return False
     if loop.uid in a.ascending or loop.uid in a.index_saved or not a.has_rev.get(id(loop)):
         return False
     inner = list(ir.walk(loop.body))
@@ -617,16 +649,55 @@ def _replayable(loop, a):
     if not needs_tape:
         return False
     for x in ir.walk_level(loop.body):
-        if isinstance(x, (ir.Break, ir.Continue, ir.Return)):
+        # (with checkpoints, each replayed iteration runs in a one-trip loop that its
+        # break/continue leave)
+        if isinstance(x, (ir.Break, ir.Continue)) and not a.carried_replay:
             return False
     if any(isinstance(x, ir.Return) for x in inner):
         return False
     stored = ir.stored_arrays(loop.body)
-    if stored & ir.loaded_arrays(loop.body) or stored & a.restore_arrays:
+    if (stored & ir.loaded_arrays(loop.body) or stored & a.restore_arrays) and \
+            not stale_loads_harmless(loop, a):
         return False
     if any(isinstance(x, ir.Assign) and isinstance(x.expr, ir.Alloc) for x in inner):
         return False
     return a.carried_replay or not upward_exposed(loop)
+
+
+def stale_loads_harmless(loop, a):
+    """With checkpoints (``a.carried_replay``): may a replayed iteration of ``loop``
+    read arrays the kernel writes, although they then hold later contents?  Yes when
+    no value loaded from them reaches anything the replay must get right: a value the
+    reverse sweep reads, the carried state, a recorded value, a branch condition, an
+    index or a loop bound (an in-place sum ``sm[t] += sm[t + s]`` in a shared-memory
+    reduction: its adjoint needs no values)."""
+    if not a.carried_replay:
+        return False
+    body = list(ir.walk(loop.body))
+    tainted = set()
+    changed = True
+    while changed:
+        changed = False
+        for x in body:
+            if isinstance(x, ir.Assign) and x.target not in tainted:
+                e = x.expr
+                if (isinstance(e, ir.Load) and e.array.name in a.stored) or \
+                        ir.var_names(ir.operands(e)) & tainted:
+                    tainted.add(x.target)
+                    changed = True
+    if not tainted:
+        return True
+    critical = set(a.needed) | set(a.pushed) | upward_exposed(loop)
+    for x in body:
+        if isinstance(x, ir.If):
+            critical |= ir.var_names((x.cond,))
+        elif isinstance(x, ir.ForRange):
+            critical |= ir.var_names((x.start, x.stop, x.step))
+        elif isinstance(x, ir.Store):
+            critical |= ir.var_names(x.index)
+        elif isinstance(x, ir.Assign) and isinstance(x.expr, ir.Load):
+            critical |= ir.var_names(x.expr.index)
+    return not (tainted & critical)
 
 
 def reverse_reads(stmts, a):
@@ -664,7 +735,7 @@ def _find_loop_saved(stmts, a, suppressed, inside_replay):
             _find_loop_saved(s.then, a, suppressed, inside_replay)
             _find_loop_saved(s.orelse, a, suppressed, inside_replay)
         elif isinstance(s, (ir.ForRange, ir.Loop)):
-            is_replay = isinstance(s, ir.ForRange) and s.uid in a.replay
+            is_replay = s.uid in a.replay
             inner_supp = suppressed
             if not (is_replay or inside_replay):
                 assigned_in = ir.assigned(s.body)

@@ -45,8 +45,16 @@ def simulator_enabled():
 
 
 def _typeof(a):
+    """numba type of a launch argument: NumPy and numba device arrays, scalars, and
+    any object exporting ``__cuda_array_interface__`` (CuPy arrays)."""
     import numba
-    return numba.typeof(a)
+    try:
+        return numba.typeof(a)
+    except (ValueError, TypeError):
+        if hasattr(a, "__cuda_array_interface__"):
+            from numba import cuda
+            return numba.typeof(cuda.as_cuda_array(a))
+        raise
 
 
 class _Launcher:
@@ -103,9 +111,19 @@ class CudaDifferentiatedKernel:
 
     # ---- forward --------------------------------------------------------------------
     def __getitem__(self, config):
-        return self.dispatcher[config]
+        """``k[grid, block](*args)`` / ``k[grid, block, stream](*args)``: the forward
+        launch, recorded on the active :class:`kadj.Tape` if there is one."""
+        return _Launcher(self._launch, config)
+
+    def _launch(self, config, args):
+        from . import tape as _tape
+        t = _tape.active()
+        if t is not None:
+            return t.record(self, args, config=config)
+        return self.dispatcher[config](*args)
 
     def forward(self, config, *args):
+        """Launch the forward kernel without recording it."""
         return self.dispatcher[config](*args)
 
     # ---- compilation ----------------------------------------------------------------
@@ -212,11 +230,28 @@ class CudaDifferentiatedKernel:
                 f"{expected} after the forward arguments, got {len(adjs)}")
         for i, buf, aname in zip(comp.plan.adjoint_args, adjs, expected):
             x = fwd[i]
+            if not hasattr(buf, "shape") or not hasattr(buf, "dtype"):
+                raise TypeError(f"{self.__name__}.adjoint: {aname} must be an array "
+                                f"(NumPy, numba device or CuPy), got {type(buf).__name__}")
             if hasattr(x, "shape") and not np.isscalar(x):
-                if tuple(buf.shape) != tuple(x.shape) or buf.dtype != x.dtype:
-                    raise ValueError(f"{self.__name__}.adjoint: {aname} must have the "
-                                     f"shape and dtype of {self.arg_names[i]}")
-            elif tuple(buf.shape) != (1,) or buf.dtype != np.asarray(x).dtype:
+                if tuple(buf.shape) != tuple(x.shape) or \
+                        np.dtype(buf.dtype) != np.dtype(x.dtype):
+                    raise ValueError(
+                        f"{self.__name__}.adjoint: {aname} must have the shape and dtype "
+                        f"of {self.arg_names[i]} ({tuple(x.shape)}, {np.dtype(x.dtype)}),"
+                        f" got ({tuple(buf.shape)}, {np.dtype(buf.dtype)})")
+            elif tuple(buf.shape) != (1,) or np.dtype(buf.dtype) != np.asarray(x).dtype:
                 raise ValueError(f"{self.__name__}.adjoint: {aname} must be a 1-element "
                                  f"array of dtype {np.asarray(x).dtype}")
+        _check_distinct(self.__name__, fwd, adjs, expected)
         comp.kernel[config](*fwd, *adjs)
+
+
+def _check_distinct(name, fwd, adjs, expected):
+    """Adjoint buffers must not be forward arguments (the adjoint reads those)."""
+    from .tape import _is_array, _key
+    fwd_keys = {_key(a) for a in fwd if _is_array(a)}
+    for buf, aname in zip(adjs, expected):
+        if _is_array(buf) and _key(buf) in fwd_keys:
+            raise ValueError(f"{name}.adjoint: {aname} is one of the forward arguments; "
+                             "pass a separate buffer")

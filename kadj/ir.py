@@ -140,6 +140,14 @@ class Continue:
 
 
 @dataclass(frozen=True)
+class Barrier:
+    """A barrier among the threads of a block (``cuda.syncthreads()``); the adjoint
+    mirrors it."""
+
+    loc: Any = field(compare=False, default=None)
+
+
+@dataclass(frozen=True)
 class Return:
     value: Any = None
     loc: Any = field(compare=False, default=None)

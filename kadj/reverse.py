@@ -328,7 +328,7 @@ class Writer:
         from .analysis import _reads_outside
         checkpointed = set()
         for s in ir.walk(self.k.body):
-            if isinstance(s, ir.ForRange) and s.uid in a.replay:
+            if isinstance(s, (ir.ForRange, ir.Loop)) and s.uid in a.replay:
                 carried = a.checkpoint.get(s.uid, ())  # restored from checkpoints
                 for v in ir.assigned(s.body):
                     if v not in carried and not _reads_outside(a, s, {v}):
@@ -369,6 +369,9 @@ class Writer:
             elif isinstance(s, ir.Return):
                 self.kept.add(id(s))
                 live = live | (ir.stmt_reads(s) if self.has_retval else set())
+            elif isinstance(s, ir.Barrier):
+                if self.keep_barriers:
+                    self.kept.add(id(s))
             elif isinstance(s, ir.Break):
                 self.kept.add(id(s))
                 live = set(ctx[0])
@@ -386,7 +389,7 @@ class Writer:
                 out = set(live)
                 head = set(live)
                 saved_np = self._nopush_live
-                if isinstance(s, ir.ForRange) and s.uid in self.a.replay:
+                if s.uid in self.a.replay:
                     self._nopush_live = True
                 for _ in range(4):
                     body_in = self._live(s.body, head, (out, head))
@@ -398,7 +401,8 @@ class Writer:
                     head = new_head
                 inner = any(id(x) in self.kept for x in ir.walk(s.body))
                 self._nopush_live = saved_np
-                counted = self.a.has_rev.get(id(s)) and not self._nopush_live and (
+                counted = self.a.has_rev.get(id(s)) and (
+                    not self._nopush_live or s.uid in self.a.checkpoint) and (
                     isinstance(s, ir.Loop) or self._counted(s))
                 if inner or counted:
                     self.kept.add(id(s))
@@ -502,6 +506,22 @@ class Writer:
         self.ns["_trips"] = _trips
         return "\n".join(self.lines) + "\n", tuple(params)
 
+    def alloc(self, s, depth):
+        """A scratch array allocated by the kernel, and its adjoint (zeros)."""
+        self.emit(depth, f"{self.n(s.target)} = {self.expr(s.expr)}")
+        if s.target in self.a.varied_arrays:
+            self.emit(depth, f"{self.adj(s.target)} = np.zeros_like({self.n(s.target)})")
+
+    # ---- barriers (a target that has them overrides these) -------------------------
+    keep_barriers = False      # the forward sweep runs the barriers
+
+    def fwd_barrier(self, s, depth):
+        raise DifferentiationError("barriers exist only in GPU kernels", kernel=self.k.name,
+                                   loc=s.loc, construct="barrier")
+
+    def rev_barrier(self, s, depth):
+        self.fwd_barrier(s, depth)
+
     def finish_scalar_adjoints(self, names):
         """Add the adjoints of scalar arguments into their 1-element buffers."""
         for name in names:
@@ -541,10 +561,7 @@ class Writer:
                         id(s) not in a.replay_fresh:
                     self.push(depth, self.n(s.target), self.T[s.target])
                 if isinstance(s.expr, ir.Alloc):
-                    self.emit(depth, f"{self.n(s.target)} = {self.expr(s.expr)}")
-                    if s.target in a.varied_arrays:
-                        self.emit(depth, f"{self.adj(s.target)} = "
-                                         f"np.zeros_like({self.n(s.target)})")
+                    self.alloc(s, depth)
                     continue
                 self.emit(depth, f"{self.n(s.target)} = {self.expr(s.expr)}")
             elif isinstance(s, ir.Store):
@@ -573,6 +590,8 @@ class Writer:
             elif isinstance(s, ir.Return):
                 if s.value is not None and self.has_retval:
                     self.emit(depth, f"_retval = {self.o(s.value)}")
+            elif isinstance(s, ir.Barrier):
+                self.fwd_barrier(s, depth)
         if len(self.lines) == start:
             self.emit(depth, "pass")
 
@@ -672,6 +691,8 @@ class Writer:
                 self.rev_for(s, depth, loop_depth)
             elif isinstance(s, ir.Loop):
                 self.rev_loop(s, depth, loop_depth)
+            elif isinstance(s, ir.Barrier):
+                self.rev_barrier(s, depth)
             elif isinstance(s, ir.Return):
                 if a.active(s.value) and self.returns_value:
                     self.comment(depth, s.loc)

@@ -18,14 +18,17 @@ of an array is the live array itself.  ``Tape(copy_inputs=False)`` never copies 
 instead refuses, before the forward runs, a launch that would overwrite what an
 adjoint needs, naming both launches and the argument.  Scalars are kept as passed.
 
+CUDA launches (``k[grid, block](...)`` inside ``with tape``) are recorded with their
+configuration and replayed as ``k.adjoint[grid, block, ...]``; their arrays may be
+NumPy arrays, numba device arrays or CuPy arrays, and the tape's copies and adjoint
+buffers live where each array lives (``tape.grad(x)`` is of the same kind as ``x``).
+
 Limitations.  Modifications made outside recorded launches (``u[:] = 0`` in Python
 between launches, or to the arrays after recording) are invisible to the tape: the
 live arrays must still hold their newest recorded contents when ``backward`` runs,
 and an unrecorded modification is treated as the identity.  Arrays that overlap in
 memory without being the same view are refused.  A value returned by a recorded
-launch cannot be seeded (write it into an array instead).  Only CPU launches are
-recorded so far; a launch record carries its configuration so that CUDA launches
-(and stream scheduling, and checkpointing across launches) fit in later.
+launch cannot be seeded (write it into an array instead).
 """
 from __future__ import annotations
 
@@ -179,12 +182,6 @@ class Tape:
         """
         args = tuple(args)
         index = len(self._launches)
-        if config is not None:
-            raise DifferentiationError(
-                f"The tape cannot record launch #{index} of kernel "
-                f"'{getattr(kernel, '__name__', kernel)}' with launch configuration "
-                f"{config!r}: only CPU kernels are recorded so far. Run the sequence "
-                "on the CPU, or call the kernel's adjoint yourself.")
         plan = kernel.adjoint_plan(*args)
         keys = tuple(self._track(plan, index, i, a) if _is_array(a)
                      else _check_value(plan, index, i, a) for i, a in enumerate(args))
@@ -195,7 +192,8 @@ class Tape:
         for i in sorted(plan.written):
             self._preserve(launch, i)
         try:
-            result = kernel.forward(*args)
+            result = kernel.forward(*args) if config is None else \
+                kernel.forward(config, *args)
         finally:
             for key in {keys[i] for i in plan.written if keys[i] is not None}:
                 self._arrays[key].version += 1
@@ -203,11 +201,6 @@ class Tape:
         return result
 
     def _track(self, plan, index, i, a):
-        if not isinstance(a, np.ndarray):
-            raise DifferentiationError(
-                f"The tape cannot record launch #{index} of kernel "
-                f"'{plan.kernel_name}': argument '{plan.arg_names[i]}' is a "
-                f"{type(a).__name__}, and only NumPy arrays are recorded so far.")
         key = _key(a)
         if key in self._arrays:
             return key
@@ -239,7 +232,7 @@ class Tape:
             return
         if not self.copy_inputs:
             raise self._overwrite_error(launch, i, needs[0])
-        tracked.snapshots[version] = tracked.array.copy(order="K")
+        tracked.snapshots[version] = _copy(tracked.array)
 
     def _overwrite_error(self, launch, i, reader):
         what = f"argument '{launch.arg_name(i)}' ({_describe(launch.args[i])})"
@@ -282,18 +275,22 @@ class Tape:
             raise DifferentiationError(
                 "The tape has recorded no launches; call kernels inside "
                 "'with tape:' before calling tape.backward().")
-        buffers = {}
+        seeded = {}
         for key, cotangent in self._seeds(loss, seeds):
-            buffer = buffers.setdefault(key, np.zeros_like(self._arrays[key].array))
-            buffer += cotangent
+            array = self._arrays[key].array
+            seeded.setdefault(key, np.zeros(tuple(array.shape), np.dtype(array.dtype)))
+            seeded[key] += cotangent
+        buffers = {key: _from_host(self._arrays[key].array, host)
+                   for key, host in seeded.items()}
         scalars = {}
         for launch in reversed(self._launches):
             self._replay(launch, buffers, scalars)
         for key, buffer in buffers.items():
+            host = _to_host(buffer)
             if key in self._grads:
-                self._grads[key] += buffer
+                self._grads[key] = self._grads[key] + host
             else:
-                self._grads[key] = buffer
+                self._grads[key] = host
         for slot, buffer in scalars.items():
             self._scalar_grads[slot] = self._scalar_grads.get(slot, 0.0) + buffer[0]
         self._has_gradients = True
@@ -306,20 +303,21 @@ class Tape:
         pairs = []
         if loss is not None:
             self._recorded_float_key(loss, "the loss")
-            if np.size(loss) != 1:
+            if int(np.prod(loss.shape)) != 1:
                 raise DifferentiationError(
                     f"tape.backward(loss) needs a 1-element loss array, but got an "
-                    f"array of shape {np.shape(loss)}; pass seeds=[(array, "
+                    f"array of shape {tuple(loss.shape)}; pass seeds=[(array, "
                     "cotangent)] to seed a larger output.")
-            pairs.append((loss, np.ones_like(loss)))
+            pairs.append((loss, np.ones(tuple(loss.shape), np.dtype(loss.dtype))))
         for pair in seeds or ():
             if len(pair) != 2:
                 raise DifferentiationError(
                     "Each seed must be an (array, cotangent) pair.")
             array, cotangent = pair
             self._recorded_float_key(array, "a seeded array")
-            cotangent = np.asarray(cotangent)
-            if cotangent.shape != array.shape:
+            cotangent = _to_host(cotangent) if _is_array(cotangent) else \
+                np.asarray(cotangent)
+            if tuple(cotangent.shape) != tuple(array.shape):
                 raise DifferentiationError(
                     f"A seed's cotangent has shape {cotangent.shape}, but its array "
                     f"has shape {array.shape}; they must match.")
@@ -327,12 +325,12 @@ class Tape:
         return [(_key(a), ct) for a, ct in pairs]
 
     def _recorded_float_key(self, array, what):
-        if not isinstance(array, np.ndarray) or _key(array) not in self._arrays:
+        if not _is_array(array) or _key(array) not in self._arrays:
             raise DifferentiationError(
                 f"The tape never saw {what} ({_describe(array)}): seed only arrays "
                 "that recorded launches wrote or read (the same array object or an "
                 "identical view).")
-        if array.dtype.kind != "f":
+        if np.dtype(array.dtype).kind != "f":
             raise DifferentiationError(
                 f"{_sentence(what)} has dtype {array.dtype}; only floating-point "
                 "arrays can be seeded.")
@@ -348,18 +346,22 @@ class Tape:
                 scalars[(launch.index, i)] = buffer
             elif key in seen:
                 # the same read-only array passed twice: its own buffer, added after
-                buffer = np.zeros_like(buffers[key])
+                buffer = _zeros_like(buffers[key])
                 extra.append((key, buffer))
             else:
                 seen.add(key)
                 buffer = buffers.get(key)
                 if buffer is None:
-                    buffer = buffers[key] = np.zeros_like(self._arrays[key].array)
+                    buffer = buffers[key] = _zeros_like(self._arrays[key].array)
             adjoints.append(buffer)
         kwargs = {"adj_return": 0.0} if plan.returns_value else {}
-        launch.kernel.adjoint(*args, *adjoints, **kwargs)
+        if launch.config is None:
+            launch.kernel.adjoint(*args, *adjoints, **kwargs)
+        else:
+            launch.kernel.adjoint[launch.config](*args, *adjoints)
         for key, buffer in extra:
-            buffers[key] += buffer
+            buffers[key] = _from_host(buffers[key],
+                                      _to_host(buffers[key]) + _to_host(buffer))
 
     def _pre_call(self, launch, i):
         key = launch.keys[i]
@@ -382,7 +384,7 @@ class Tape:
 
         Same shape and dtype as ``x``; a copy, so changing it does not change the tape.
         """
-        if not isinstance(x, np.ndarray) or _key(x) not in self._arrays:
+        if not _is_array(x) or _key(x) not in self._arrays:
             raise DifferentiationError(
                 f"The tape never saw this array ({_describe(x)}); ask for the "
                 "gradient of an array that recorded launches wrote or read (the same "
@@ -398,7 +400,9 @@ class Tape:
                 f"({_describe(x)}): it is not floating point, or every kernel that "
                 "reads it excludes it with wrt=.")
         g = self._grads.get(key)
-        return np.zeros(x.shape, x.dtype) if g is None else g.reshape(x.shape).copy()
+        shape = tuple(x.shape)
+        g = np.zeros(shape, np.dtype(x.dtype)) if g is None else g.reshape(shape).copy()
+        return _from_host(x, g)
 
     def scalar_grads(self):
         """Gradients with respect to each launch's floating-point scalar arguments."""
@@ -429,21 +433,92 @@ class Tape:
 
 
 def _is_array(a):
-    return isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__")
+    return isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__") or \
+        hasattr(a, "copy_to_host")
+
+
+def _device_pointer(a):
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is not None:
+        return cai["data"][0]
+    host = getattr(a, "_ary", None)  # the CUDA simulator's device arrays wrap one
+    if isinstance(host, np.ndarray):
+        return host.__array_interface__["data"][0]
+    raise TypeError(f"cannot locate the memory of {type(a).__name__}")
 
 
 def _key(a):
     """An array's exact memory view: equal keys mean the same elements."""
-    return (a.__array_interface__["data"][0], a.shape, a.strides, a.dtype.str)
+    if isinstance(a, np.ndarray):
+        return ("host", a.__array_interface__["data"][0], a.shape, a.strides,
+                a.dtype.str)
+    return ("device", _device_pointer(a), tuple(a.shape), tuple(a.strides),
+            np.dtype(a.dtype).str)
+
+
+def _span(key):
+    _, ptr, shape, strides, dt = key
+    lo = hi = ptr
+    for n, st in zip(shape, strides):
+        if n == 0:
+            return ptr, ptr
+        lo += min(0, (n - 1) * st)
+        hi += max(0, (n - 1) * st)
+    return lo, hi + np.dtype(dt).itemsize
 
 
 def _overlaps(a, b):
-    if not np.may_share_memory(a, b):
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        if not np.may_share_memory(a, b):
+            return False
+        try:
+            return bool(np.shares_memory(a, b, max_work=100_000))
+        except np.exceptions.TooHardError:
+            return True
+    ka, kb = _key(a), _key(b)
+    if ka[0] != kb[0]:
         return False
-    try:
-        return bool(np.shares_memory(a, b, max_work=100_000))
-    except np.exceptions.TooHardError:
-        return True
+    (alo, ahi), (blo, bhi) = _span(ka), _span(kb)
+    return alo < bhi and blo < ahi
+
+
+# ---- device arrays (numba's, the simulator's, CuPy's) next to NumPy ones ----------
+def _is_cupy(a):
+    return type(a).__module__.split(".")[0] == "cupy"
+
+
+def _copy(a):
+    if isinstance(a, np.ndarray):
+        return a.copy(order="K")
+    if _is_cupy(a):
+        return a.copy()
+    from numba import cuda
+    out = cuda.device_array_like(a)
+    out.copy_to_device(a)
+    return out
+
+
+def _to_host(a):
+    if isinstance(a, np.ndarray):
+        return a
+    if _is_cupy(a):
+        return a.get()
+    return a.copy_to_host()
+
+
+def _from_host(like, host):
+    """``host`` (a NumPy array) on the device that holds ``like``."""
+    if isinstance(like, np.ndarray):
+        return host
+    if _is_cupy(like):
+        import cupy
+        return cupy.asarray(host)
+    from numba import cuda
+    return cuda.to_device(np.ascontiguousarray(host))
+
+
+def _zeros_like(a):
+    return _from_host(a, np.zeros(tuple(a.shape), np.dtype(a.dtype)))
 
 
 def _sentence(text):
@@ -453,6 +528,9 @@ def _sentence(text):
 def _describe(a):
     if isinstance(a, np.ndarray):
         return f"array of shape {a.shape} and dtype {a.dtype}"
+    if _is_array(a):
+        return (f"{type(a).__name__} of shape {tuple(a.shape)} and dtype "
+                f"{np.dtype(a.dtype)}")
     return type(a).__name__
 
 

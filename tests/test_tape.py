@@ -271,11 +271,6 @@ def test_a_failing_forward_is_not_recorded(rng):
     assert tape.launches == ()
 
 
-def test_cuda_launch_configurations_are_refused_for_now(rng):
-    with pytest.raises(DifferentiationError, match="only CPU kernels"):
-        Tape().record(scale, (np.zeros(2), np.zeros(2), 1.0), config=(1, 32))
-
-
 def test_messages_keep_kernel_names_as_written(rng):
     camel = FakeKernel(square_inplace.fn, square_inplace.adj, ("y",), {0}, {0})
     camel.__name__ = "squareInPlace"

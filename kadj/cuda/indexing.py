@@ -70,6 +70,13 @@ class ThreadIndex:
         self.ndim = 0
         self._find(loop_count, assign_count)
         self.varying = self._varying()
+        # block-local coordinates (threadIdx.d), for shared arrays
+        self.local = {}
+        for v in self.defs:
+            reg = self._reg(ir.Var(v))
+            if reg is not None and reg.startswith("threadIdx."):
+                self.local[v] = "xyz".index(reg[-1])
+        self.block_ndim = max([self.ndim] + [d + 1 for d in self.local.values()])
 
     # ---- coordinates ---------------------------------------------------------------
     def _reg(self, x):
@@ -191,20 +198,26 @@ class ThreadIndex:
                 return self.coord[b.name]
         return None
 
-    def classify(self, name, indices):
+    def classify(self, name, indices, space="global"):
         """:class:`ArrayClass` of array ``name`` accessed with ``indices`` (tuples of
-        index operands, one per load/store/atomic)."""
+        index operands, one per load/store/atomic).  ``space``: "global" (arguments),
+        "shared" (``cuda.shared.array``: private means the thread's own element by
+        ``threadIdx``) or "local" (``cuda.local.array``: always private)."""
+        if space == "local":
+            return ArrayClass(name, "private", "cuda.local.array: each thread has its own")
+        coord, ndim = (self.coord, self.ndim) if space == "global" else (
+            self.local, self.block_ndim)
         keys = set()
         private = True
         for idx in indices:
-            dims = [self.coord.get(x.name) if isinstance(x, ir.Var) else None
+            dims = [coord.get(x.name) if isinstance(x, ir.Var) else None
                     for x in idx]
-            if None in dims or sorted(dims) != list(range(self.ndim)) or \
+            if None in dims or sorted(dims) != list(range(ndim)) or \
                     len(set(x.name for x in idx)) != len(idx):
                 private = False
                 break
             keys.add(tuple(x.name for x in idx))
-        if private and len(keys) == 1 and self.ndim:
+        if private and len(keys) == 1 and ndim:
             return ArrayClass(name, "private", "every access uses the thread's own "
                               f"element {name}[{', '.join(next(iter(keys)))}]")
         if private and len(keys) > 1:

@@ -11,14 +11,21 @@ Refused (DifferentiationError): ``atomic.max``/``min`` and other intrinsics not 
 """
 from __future__ import annotations
 
+import operator
+
 from numba.core import ir as nir
 from numba.core import types
 
 from .. import ir
 from ..errors import DifferentiationError
+from ..frontend import resolve_value
 from ..structurize import Structurizer
 from . import shim as _shim
 from .intrinsics import INDEX_FUNCS, SPECIAL_REGS, CudaIntrinsic
+
+_FOLD = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.lshift,
+         operator.rshift}
+
 
 def _is_cuda_module(obj):
     import numba
@@ -62,6 +69,10 @@ class CudaStructurizer(Structurizer):
         if path in INDEX_FUNCS:
             args = tuple(self.operand(a) for a in e.args)
             return [ir.Assign(tgt, ir.Op(CudaIntrinsic(path), args), loc=loc)]
+        if path == "syncthreads":
+            return [ir.Barrier(loc=loc)]
+        if path in ("shared.array", "local.array"):
+            return self.convert_array(tgt, e, loc, path)
         if path in ("atomic.add", "atomic.sub"):
             return self.convert_atomic(tgt, e, loc, path[len("atomic."):])
         if path in ("atomic.max", "atomic.min", "atomic.nanmax", "atomic.nanmin"):
@@ -100,6 +111,40 @@ class CudaStructurizer(Structurizer):
             index = self.index_operands(idx)
         return [ir.Store(self.avar(arr), index, self.operand(val), loc=loc,
                          accumulate=op)]
+
+    def convert_array(self, tgt, e, loc, path):
+        """``cuda.shared.array(shape, dtype)`` / ``cuda.local.array`` -> an Alloc with a
+        constant shape (int or tuple) and the dtype object."""
+        given = dict(zip(("shape", "dtype"), e.args))
+        given.update(dict(e.kws))
+        try:
+            shape = self.literal(given["shape"])
+            dtype = resolve_value(self.fir, given["dtype"])
+        except (KeyError, LookupError, AttributeError):
+            shape = None
+        if isinstance(shape, (int, tuple)) and not isinstance(shape, bool):
+            shape = tuple(int(x) for x in shape) if isinstance(shape, tuple) else int(shape)
+        else:
+            self.error(f"cuda.{path} needs a constant shape and dtype", loc=loc,
+                       construct=f"cuda.{path}",
+                       remedy="use a module-level constant or a literal for the shape")
+        return [ir.Assign(tgt, ir.Alloc(CudaIntrinsic(path), (
+            ir.Const(shape), ir.GlobalRef(dtype, name=str(dtype)))), loc=loc)]
+
+    def literal(self, var):
+        """A constant integer (or tuple of them): literal type, or static value."""
+        t = self.types.get(var.name)
+        if isinstance(t, types.IntegerLiteral):
+            return t.literal_value
+        if isinstance(t, types.BaseTuple) and all(
+                isinstance(x, types.IntegerLiteral) for x in t):
+            return tuple(x.literal_value for x in t)
+        d = self.fir.get_definition(var)
+        if isinstance(d, nir.Expr) and d.op == "binop" and d.fn in _FOLD:
+            return d.fn(self.literal(d.lhs), self.literal(d.rhs))
+        if isinstance(d, nir.Expr) and d.op == "build_tuple":
+            return tuple(self.literal(x) for x in d.items)
+        return resolve_value(self.fir, var)
 
     def var_used(self, name):
         for block in self.fir.blocks.values():

@@ -43,9 +43,17 @@ class CudaWriter(Writer):
         self.ns["cuda"] = cuda
         self.slots = int(slots)
         self.index = ThreadIndex(kernel, an.assign_count)
-        self.classes = {name: self.index.classify(name, idxs)
+        self.allocs = {x.target: x for x in ir.walk(kernel.body)
+                       if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Alloc)}
+        self.space = {name: x.expr.fn.path.split(".")[0]
+                      for name, x in self.allocs.items()
+                      if isinstance(x.expr.fn, CudaIntrinsic)}
+        self.classes = {name: self.index.classify(name, idxs,
+                                                  self.space.get(name, "global"))
                         for name, idxs in array_accesses(kernel).items()
                         if name in an.varied_arrays}
+        self.keep_barriers = any(self.space.get(v) == "shared" and v in an.loaded
+                                 for v in self.allocs)
         self.private_arrays = {n for n, c in self.classes.items() if c.cls == "private"}
         self.atomic_sites = {}      # array -> atomics written
         self.plain_sites = {}       # array -> plain accumulations written
@@ -81,6 +89,55 @@ class CudaWriter(Writer):
             index = f"({index})"
         self.atomic_sites[arr] = self.atomic_sites.get(arr, 0) + 1
         self.emit(depth, f"cuda.atomic.add({buf}, {index}, {text})")
+
+    # ---- shared and local arrays, barriers -----------------------------------------
+    def alloc(self, s, depth):
+        pass  # declared at the top of the adjoint kernel (tape_init_lines)
+
+    def fwd_barrier(self, s, depth):
+        if not self.skip_stores:  # replayed iterations write no shared memory
+            self.emit(depth, "cuda.syncthreads()")
+
+    def rev_barrier(self, s, depth):
+        self.comment(depth, s.loc)
+        self.emit(depth, "cuda.syncthreads()  # mirrors the forward barrier")
+
+    def _alloc_lines(self):
+        lines = []
+        tid = nthreads = None
+        for name, s in self.allocs.items():
+            shape, dtype = s.expr.args
+            space = self.space[name]
+            dt = self.bind(dtype.value, dtype.name or "dtype")
+            shp = shape.value
+            decl = f"cuda.{space}.array({shp!r}, {dt})"
+            if name in self.a.loaded or name in self.a.varied_arrays:
+                lines.append(f"{self.n(name)} = {decl}")
+            if name not in self.a.varied_arrays:
+                continue
+            adj = self.adj(name)
+            lines.append(f"{adj} = {decl}")
+            dims = shp if isinstance(shp, tuple) else (shp,)
+            size = 1
+            for d in dims:
+                size *= d
+            z = self.fresh("z")
+            idx = _unravel(z, dims)
+            zero = self.zero(self.T[name].dtype)
+            if space == "shared":
+                if tid is None:
+                    tid, nthreads = self.fresh("tid"), self.fresh("nthreads")
+                    lines.append(f"{tid} = cuda.threadIdx.x + cuda.blockDim.x * ("
+                                 f"cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)")
+                    lines.append(f"{nthreads} = cuda.blockDim.x * cuda.blockDim.y * "
+                                 f"cuda.blockDim.z")
+                lines.append(f"for {z} in range({tid}, {size}, {nthreads}):")
+            else:
+                lines.append(f"for {z} in range({size}):")
+            lines.append(f"    {adj}[{idx}] = {zero}")
+        if tid is not None:
+            lines.append("cuda.syncthreads()")
+        return lines
 
     def local_array(self, hint, size, dtype):
         name = self.fresh(hint)
@@ -165,7 +222,7 @@ class CudaWriter(Writer):
             lines.append(f"_sp_{kind} = 0")
         for name, size, dt in self.local_arrays:
             lines.append(f"{name} = cuda.local.array({size}, {dt})")
-        return lines
+        return lines + self._alloc_lines()
 
     # ---- loops reversed from checkpoints --------------------------------------------
     def _body(self, s, depth, loop_depth, record):
@@ -183,10 +240,42 @@ class CudaWriter(Writer):
             return types.int8
         return t
 
+    def fwd_loop(self, s, depth, loop_depth):
+        if s.uid not in self.a.checkpoint:
+            return super().fwd_loop(s, depth, loop_depth)
+        self.comment(depth, s.loc)
+        for v in self.a.replay[s.uid]:
+            self.push(depth, self.n(v), self.T[v])
+        cnt = self._count_name(s)
+        self.emit(depth, f"{cnt} = 0")
+        self.emit(depth, "# (not recorded here: reversed from checkpoints)")
+        self.emit(depth, "while True:")
+        self.emit(depth + 1, f"{cnt} += 1")
+        saved = self.nopush
+        self.nopush = True
+        self.fwd(s.body, depth + 1, loop_depth + 1)
+        self.nopush = saved
+
     def _rev_for(self, s, depth, loop_depth):
-        a = self.a
-        if s.uid not in a.checkpoint:
+        if s.uid not in self.a.checkpoint:
             return super()._rev_for(s, depth, loop_depth)
+        self._rev_checkpointed(s, depth, loop_depth)
+
+    def rev_loop(self, s, depth, loop_depth):
+        if s.uid not in self.a.checkpoint:
+            return super().rev_loop(s, depth, loop_depth)
+        self._rev_checkpointed(s, depth, loop_depth)
+
+    def _iteration(self, s, depth, loop_depth, record):
+        """One iteration of loop ``s``'s body; a body that may ``break``/``continue``
+        runs in a one-trip loop that those leave."""
+        if any(isinstance(x, (ir.Break, ir.Continue)) for x in ir.walk_level(s.body)):
+            self.emit(depth, f"for {self.fresh('once')} in range(1):")
+            depth += 1
+        self._body(s, depth, loop_depth, record)
+
+    def _rev_checkpointed(self, s, depth, loop_depth):
+        a = self.a
         if loop_depth > 0:
             raise DifferentiationError(
                 "a loop that carries state and overwrites values its adjoint needs is "
@@ -194,12 +283,19 @@ class CudaWriter(Writer):
                 construct="nested loop with carried state",
                 remedy="carry the state in the outer loop only, or split the kernel")
         saved_vars = a.replay[s.uid]
-        idx = self.n(s.index)
-        lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
         S = self.slots
         self.comment(depth, s.loc)
+        if isinstance(s, ir.ForRange):
+            idx = self.n(s.index)
+            lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
+            header = f"for {idx} in range({lo}, {hi}, {st})"
+            trips = self._count_name(s) if self._counted(s) else f"_trips({lo}, {hi}, {st})"
+        else:
+            idx = None
+            header = "while loop"
+            trips = self._count_name(s)
         self.emit(depth, f"# reversed from checkpoints ({S} slots, recursive bisection): "
-                         f"for {idx} in range({lo}, {hi}, {st})")
+                         f"{header}")
         if id(s) in self.kept:
             for v in reversed(saved_vars):
                 self.pop(depth, self.n(v), self.T[v])
@@ -219,10 +315,11 @@ class CudaWriter(Writer):
                     val = f"{val} != 0"
                 self.emit(d, f"{self.n(v)} = {val}")
 
-        def at(k):
-            return _index(lo, k, st)
+        def set_index(d, k):
+            if idx is not None:
+                self.emit(d, f"{idx} = {_index(lo, k, st)}")
 
-        self.emit(depth, f"{n} = _trips({lo}, {hi}, {st})")
+        self.emit(depth, f"{n} = {trips}")
         self.emit(depth, f"{top} = 0")
         self.emit(depth, f"{ck_it}[0] = 0")
         save(depth, 0)
@@ -235,17 +332,17 @@ class CudaWriter(Writer):
         self.emit(d1, f"while {cur} < {r}:")
         self.emit(d2, f"{mid} = {cur} + ({r} - {cur} + 1) // 2")
         self.emit(d2, f"while {cur} < {mid}:")
-        self.emit(d3, f"{idx} = {at(cur)}")
-        self._body(s, d3, loop_depth + 1, record=False)
+        set_index(d3, cur)
+        self._iteration(s, d3, loop_depth + 1, record=False)
         self.emit(d3, f"{cur} += 1")
         self.emit(d2, f"if {mid} < {r} and {top} + 1 < {S}:")
         self.emit(d3, f"{top} += 1")
         self.emit(d3, f"{ck_it}[{top}] = {cur}")
         save(d3, top)
-        self.emit(d1, f"{idx} = {at(r)}")
+        set_index(d1, r)
         self.emit(d1, "# replay this iteration's forward part, recording")
         self.open_frame(d1)
-        self._body(s, d1, loop_depth, record=True)
+        self._iteration(s, d1, loop_depth, record=True)
         self.close_frame()
         saved_kept = self.kept
         self.kept = set(map(id, ir.walk(s.body)))
@@ -254,7 +351,7 @@ class CudaWriter(Writer):
         self.emit(depth, "# the state before the loop")
         load(depth, 0)
         self.loop_report.append({
-            "line": getattr(s.loc, "line", None), "index": idx,
+            "line": getattr(s.loc, "line", None), "loop": header,
             "carried": [self.n(v) for v in a.checkpoint[s.uid]],
             "checkpointed": [self.n(v) for v in saved_vars],
             "slots": S,
@@ -277,11 +374,12 @@ class CudaWriter(Writer):
                 "the adjoint would need earlier contents of overwritten arrays "
                 f"({', '.join(sorted(a.restore_arrays))})", kernel=k.name,
                 construct="overwritten array", remedy="write into a separate array")
-        if a.scratch_arrays:
+        other = sorted(v for v in a.scratch_arrays if v not in self.space)
+        if other:
             raise DifferentiationError(
-                "arrays allocated inside the kernel are not supported yet",
+                f"array allocation ({', '.join(other)}) inside a CUDA kernel",
                 kernel=k.name, construct="array allocation",
-                remedy="pass scratch arrays as arguments")
+                remedy="use cuda.local.array or cuda.shared.array")
 
     def write(self):
         self.check()
@@ -305,6 +403,20 @@ class CudaWriter(Writer):
             "tape": dict(self.tape_size),
             "launch_ndim": self.index.ndim,
         }
+
+
+def _unravel(flat, dims):
+    """Index text of flat element ``flat`` of a C-ordered array of shape ``dims``."""
+    if len(dims) == 1:
+        return flat
+    out = []
+    for k, d in enumerate(dims):
+        stride = 1
+        for e in dims[k + 1:]:
+            stride *= e
+        term = f"{flat} // {stride}" if stride != 1 else flat
+        out.append(f"({term}) % {d}" if k else term)
+    return ", ".join(out)
 
 
 def _index(lo, k, st):
