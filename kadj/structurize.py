@@ -558,6 +558,11 @@ class Structurizer:
                     index = tuple(ir.Const(i) for i in idx)
                 elif isinstance(idx, (int, np.integer)):
                     index = (ir.Const(int(idx)),)
+                elif getattr(stmt, "index_var", None) is not None and not isinstance(
+                        idx, slice):
+                    # numba took an attribute (cuda.threadIdx.x) for a constant
+                    self._check_index(stmt.index_var, loc)
+                    index = self.index_operands(stmt.index_var)
                 else:
                     self.error("slice assignment is not supported", loc=loc,
                                construct="slice assignment",

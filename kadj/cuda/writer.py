@@ -139,6 +139,42 @@ class CudaWriter(Writer):
             lines.append("cuda.syncthreads()")
         return lines
 
+    # ---- one accumulation per element and thread -------------------------------------
+    def rev(self, stmts, depth, loop_depth, recomputed=frozenset()):
+        """Loads of one element repeated in a statement sequence (``u[i]`` twice in a
+        stencil) sum their adjoints in a local, added to the array once at the end of
+        the sequence: one atomic per element and thread instead of one per load."""
+        keys = self._merge_keys(stmts)
+        for key in keys:
+            name = self.fresh("acc_" + self.n(key[0]))
+            self.accumulators[key] = name
+            self.emit(depth, f"{name} = {self.zero(self.T[key[0]].dtype)}")
+        super().rev(stmts, depth, loop_depth, recomputed)
+        self.close_accumulators(keys, depth)
+
+    def _merge_keys(self, stmts):
+        a = self.a
+        if any(isinstance(x, ir.Barrier) for x in ir.walk(stmts)):
+            return []  # an accumulation may not move across a barrier
+        count = {}
+        for x in stmts:
+            if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Load) and \
+                    x.target in a.varied and id(x) in self._rev_kept(x):
+                e = x.expr
+                arr = e.array.name
+                if arr not in a.varied_arrays or arr in a.stored or any(
+                        not isinstance(v, (ir.Var, ir.Const)) or
+                        (isinstance(v, ir.Var) and a.assign_count.get(v.name, 0) > 1)
+                        for v in e.index):
+                    continue
+                key = (arr, tuple(e.index))
+                if key not in self.accumulators:
+                    count[key] = count.get(key, 0) + 1
+        return [k for k, c in count.items() if c > 1]
+
+    def _rev_kept(self, x):
+        return {id(x)} if self.needs_reverse(x) else set()
+
     def local_array(self, hint, size, dtype):
         name = self.fresh(hint)
         self.local_arrays.append((name, size, self.bind(dtype, str(dtype))))
@@ -393,8 +429,13 @@ class CudaWriter(Writer):
             how = "atomic" if n_at else ("plain" if n_pl else "none")
             arrays[name] = {"class": c.cls, "accumulation": how, "why": c.why,
                             "atomic_sites": n_at, "plain_sites": n_pl}
+        shared = {n for n, sp in self.space.items() if sp == "shared"}
         return {
-            "atomics": sum(self.atomic_sites.values()),
+            # atomic instructions written, in global memory (arrays, and one per block
+            # per scalar) and in shared memory (shared arrays, the scalars' slots)
+            "atomics": sum(v for k, v in self.atomic_sites.items() if k not in shared),
+            "shared_atomics": sum(v for k, v in self.atomic_sites.items() if k in shared)
+            + len(self.scalar_report),
             "plain_accumulations": sum(self.plain_sites.values()),
             "private_arrays": tuple(sorted(self.private_arrays)),
             "arrays": arrays,
