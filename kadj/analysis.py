@@ -603,7 +603,9 @@ def _find_replay(stmts, a, inside_replay):
             _find_replay(s.then, a, inside_replay)
             _find_replay(s.orelse, a, inside_replay)
         elif isinstance(s, (ir.ForRange, ir.Loop)):
-            ok = (not inside_replay) and _replayable(s, a)
+            # (with checkpoints, a loop nested in a replayed one is replayed within
+            # each replayed iteration of the outer loop)
+            ok = (not inside_replay or a.carried_replay) and _replayable(s, a)
             if isinstance(s, ir.Loop):
                 if ok:
                     saved = {v for v in a.pushed if v in ir.assigned(s.body)}

@@ -167,8 +167,13 @@ class CudaDifferentiatedKernel:
             raise DifferentiationError("CUDA kernels cannot return values",
                                        kernel=self.__name__)
         slot_names = tuple(self.arg_names[i] for i in plan.adjoint_args)
+        kernel, cells = _with_cells(kernel, slot_names)
         an = analysis.analyze(kernel, slot_names, False, carried_replay=True)
-        adj, report = write_cuda_adjoint(kernel, an, slot_names, slots=self.checkpoints)
+        # the adjoint never writes a celled array: its loads read pre-call contents
+        an.work_arrays -= set(cells)
+        an.restore_arrays -= set(cells)
+        adj, report = write_cuda_adjoint(kernel, an, slot_names, slots=self.checkpoints,
+                                         cells=cells)
         ns = dict(adj.namespace)
         code = compile(adj.source, f"<kadj adjoint of {self.__name__}>", "exec")
         exec(code, ns)
@@ -255,3 +260,19 @@ def _check_distinct(name, fwd, adjs, expected):
         if _is_array(buf) and _key(buf) in fwd_keys:
             raise ValueError(f"{name}.adjoint: {aname} is one of the forward arguments; "
                              "pass a separate buffer")
+
+
+def _with_cells(kernel, slot_names):
+    """Scalar cells for in-place updates of a thread's own element (kadj.cuda.cells)."""
+    from . import ir
+    from .cuda.cells import insert_cells
+    from .cuda.indexing import ThreadIndex, array_accesses
+    count = {}
+    for st in ir.walk(kernel.body):
+        if isinstance(st, ir.Assign):
+            count[st.target] = count.get(st.target, 0) + 1
+    index = ThreadIndex(kernel, count)
+    classes = {name: index.classify(name, idxs)
+               for name, idxs in array_accesses(kernel).items()}
+    params = {a for a in kernel.args if isinstance(kernel.types.get(a), types.Array)}
+    return insert_cells(kernel, index, classes, params)

@@ -20,6 +20,7 @@ import operator
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba.core import types as nbtypes
 
 from . import ops as o
 
@@ -210,6 +211,8 @@ register(math.fmod, np.fmod, domain=((0.1, 0.9), (1.1, 2.0)), name="fmod")(
     lambda g, out, a, b: (g, -(g * o.trunc(a / b))))
 register(np.square, name="square")(lambda g, out, x: (2.0 * g * x,))
 register(float, np.float64, np.float32, name="float")(lambda g, out, x: (g,))
+# numba's own type objects used as casts (``from numba import float32; float32(x)``)
+RULES[nbtypes.float32] = RULES[nbtypes.float64] = RULES[float]
 
 if hasattr(math, "cbrt"):
     RULES[math.cbrt] = RULES[np.cbrt]

@@ -37,7 +37,8 @@ DEFAULT_SLOTS = 24
 
 
 class CudaWriter(Writer):
-    def __init__(self, kernel, an, slot_args, fname, slots=DEFAULT_SLOTS):
+    def __init__(self, kernel, an, slot_args, fname, slots=DEFAULT_SLOTS, cells=None):
+        self.cells = dict(cells or {})
         super().__init__(kernel, an, slot_args, False, fname)
         from numba import cuda
         self.ns["cuda"] = cuda
@@ -89,6 +90,11 @@ class CudaWriter(Writer):
             index = f"({index})"
         self.atomic_sites[arr] = self.atomic_sites.get(arr, 0) + 1
         self.emit(depth, f"cuda.atomic.add({buf}, {index}, {text})")
+
+    def _stmt_needed(self, s):
+        if isinstance(s, ir.Store) and s.array.name in self.cells:
+            return False  # later reads use the cell (kadj.cuda.cells)
+        return super()._stmt_needed(s)
 
     # ---- shared and local arrays, barriers -----------------------------------------
     def alloc(self, s, depth):
@@ -312,12 +318,6 @@ class CudaWriter(Writer):
 
     def _rev_checkpointed(self, s, depth, loop_depth):
         a = self.a
-        if loop_depth > 0:
-            raise DifferentiationError(
-                "a loop that carries state and overwrites values its adjoint needs is "
-                "nested in another loop", kernel=self.k.name, loc=s.loc,
-                construct="nested loop with carried state",
-                remedy="carry the state in the outer loop only, or split the kernel")
         saved_vars = a.replay[s.uid]
         S = self.slots
         self.comment(depth, s.loc)
@@ -443,6 +443,8 @@ class CudaWriter(Writer):
             "loops": list(self.loop_report),
             "tape": dict(self.tape_size),
             "launch_ndim": self.index.ndim,
+            "in_place_cells": {a: "the thread's own element, updated in place, held in "
+                                  "a scalar" for a in sorted(self.cells)},
         }
 
 
@@ -465,9 +467,9 @@ def _index(lo, k, st):
     return base if lo == "0" else f"{lo} + {base}"
 
 
-def write_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS):
+def write_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS, cells=None):
     fname = f"{kernel.name}_adjoint"
-    w = CudaWriter(kernel, an, slot_args, fname, slots=slots)
+    w = CudaWriter(kernel, an, slot_args, fname, slots=slots, cells=cells)
     source, params = w.write()
     return AdjointSource(name=fname, source=source, namespace=w.ns,
                          param_names=params), w.report()
