@@ -54,6 +54,8 @@ class Analysis:
     replay_fresh: set = field(default_factory=set)   # ids of first defs in replayed loops
     checkpoint: dict = field(default_factory=dict)   # loop uid -> carried vars (CUDA)
     carried_replay: bool = False   # replay loops that carry state (from checkpoints)
+    private_scratch: frozenset = frozenset()  # per-thread scratch arrays (CUDA local)
+    checkpoint_arrays: dict = field(default_factory=dict)  # loop uid -> such arrays
 
     def is_float(self, name):
         return isinstance(self.kernel.types.get(name), types.Float)
@@ -62,11 +64,13 @@ class Analysis:
         return isinstance(x, ir.Var) and x.name in self.varied
 
 
-def analyze(kernel, slot_args, returns_value=True, carried_replay=False):
+def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
+            private_scratch=()):
     """``carried_replay``: loops whose iterations carry state are replayed too, each
     reversed iteration starting from that state restored from a checkpoint
     (:attr:`Analysis.checkpoint`; the CUDA writer, whose tape is bounded per thread)."""
-    a = Analysis(kernel=kernel, slot_args=tuple(slot_args), carried_replay=carried_replay)
+    a = Analysis(kernel=kernel, slot_args=tuple(slot_args), carried_replay=carried_replay,
+                 private_scratch=frozenset(private_scratch))
     T = kernel.types
     body = kernel.body
     for name, t in T.items():
@@ -134,6 +138,7 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False):
         a.replay = {}
         a.replay_fresh = set()
         a.checkpoint = {}
+        a.checkpoint_arrays = {}
         _find_replay(body, a, False)
         # a replayed iteration reads arrays as they were: restore those written elsewhere
         extra = set()
@@ -606,11 +611,13 @@ def _find_replay(stmts, a, inside_replay):
             # (with checkpoints, a loop nested in a replayed one is replayed within
             # each replayed iteration of the outer loop)
             ok = (not inside_replay or a.carried_replay) and _replayable(s, a)
+            scratch = tuple(sorted(a.private_scratch & ir.stored_arrays(s.body)))
             if isinstance(s, ir.Loop):
                 if ok:
                     saved = {v for v in a.pushed if v in ir.assigned(s.body)}
                     carried = upward_exposed(s)
                     a.checkpoint[s.uid] = tuple(sorted(carried))
+                    a.checkpoint_arrays[s.uid] = scratch
                     a.replay[s.uid] = tuple(sorted(saved | carried))
                 _find_replay(s.body, a, inside_replay or ok)
                 continue
@@ -618,9 +625,11 @@ def _find_replay(stmts, a, inside_replay):
                 body_assigned = ir.assigned(s.body)
                 saved = {v for v in a.pushed if v in body_assigned}
                 carried = upward_exposed(s)
-                if carried or any(isinstance(x, (ir.Break, ir.Continue))
-                                  for x in ir.walk_level(s.body)):
+                if carried or scratch or any(isinstance(x, (ir.Break, ir.Continue))
+                                             for x in ir.walk_level(s.body)):
+                    # (scratch arrays the loop writes are state too: checkpointed)
                     a.checkpoint[s.uid] = tuple(sorted(carried))
+                    a.checkpoint_arrays[s.uid] = scratch
                     saved |= carried
                 a.replay[s.uid] = tuple(sorted(saved))
                 # a value defined afresh at the top of each replayed iteration need not
@@ -676,6 +685,11 @@ def stale_loads_harmless(loop, a):
     if not a.carried_replay:
         return False
     body = list(ir.walk(loop.body))
+    stored_in = ir.stored_arrays(loop.body)
+    # per-thread scratch arrays that the loop writes are checkpointed with its state;
+    # those nobody writes during or after the loop still hold what the loop read
+    fresh = {x for x in a.private_scratch
+             if x in stored_in or not _stored_during_or_after(a, loop.uid, x)}
     tainted = set()
     changed = True
     while changed:
@@ -683,7 +697,8 @@ def stale_loads_harmless(loop, a):
         for x in body:
             if isinstance(x, ir.Assign) and x.target not in tainted:
                 e = x.expr
-                if (isinstance(e, ir.Load) and e.array.name in a.stored) or \
+                if (isinstance(e, ir.Load) and e.array.name in a.stored and
+                        e.array.name not in fresh) or \
                         ir.var_names(ir.operands(e)) & tainted:
                     tainted.add(x.target)
                     changed = True

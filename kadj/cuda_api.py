@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba.core import types
 
-from . import analysis
+from . import analysis, ir
 from .api import DifferentiatedKernel
 from .errors import DifferentiationError
 
@@ -168,7 +168,11 @@ class CudaDifferentiatedKernel:
                                        kernel=self.__name__)
         slot_names = tuple(self.arg_names[i] for i in plan.adjoint_args)
         kernel, cells = _with_cells(kernel, slot_names)
-        an = analysis.analyze(kernel, slot_names, False, carried_replay=True)
+        local = {st.target for st in ir.walk(kernel.body)
+                 if isinstance(st, ir.Assign) and isinstance(st.expr, ir.Alloc) and
+                 getattr(st.expr.fn, "path", None) == "local.array"}
+        an = analysis.analyze(kernel, slot_names, False, carried_replay=True,
+                              private_scratch=local)
         # the adjoint never writes a celled array: its loads read pre-call contents
         an.work_arrays -= set(cells)
         an.restore_arrays -= set(cells)

@@ -506,6 +506,11 @@ class Writer:
         self.ns["_trips"] = _trips
         return "\n".join(self.lines) + "\n", tuple(params)
 
+    def replay_store(self, s):
+        """Does a replayed iteration execute this store?  (Not into arrays: they hold
+        their final contents, which the reverse sweep reads.)"""
+        return False
+
     def alloc(self, s, depth):
         """A scratch array allocated by the kernel, and its adjoint (zeros)."""
         self.emit(depth, f"{self.n(s.target)} = {self.expr(s.expr)}")
@@ -565,7 +570,7 @@ class Writer:
                     continue
                 self.emit(depth, f"{self.n(s.target)} = {self.expr(s.expr)}")
             elif isinstance(s, ir.Store):
-                if self.skip_stores:
+                if self.skip_stores and not self.replay_store(s):
                     continue
                 self.comment(depth, s.loc)
                 ref = f"{self.arr(s.array.name)}[{', '.join(self.o(i) for i in s.index)}]"

@@ -282,10 +282,58 @@ class CudaWriter(Writer):
             return types.int8
         return t
 
+    # ---- per-thread scratch arrays that checkpointed loops write ----------------------
+    def replay_store(self, s):
+        return self.space.get(s.array.name) == "local"
+
+    def _scratch(self, s):
+        """(array, flat size, dtype) of the local arrays loop ``s`` checkpoints."""
+        out = []
+        for name in self.a.checkpoint_arrays.get(s.uid, ()):
+            shape = self.allocs[name].expr.args[0].value
+            dims = shape if isinstance(shape, tuple) else (shape,)
+            size = 1
+            for d in dims:
+                size *= d
+            out.append((name, dims, size, self.T[name].dtype))
+        return out
+
+    def _copy_array(self, depth, name, dims, size, line):
+        z = self.fresh("z")
+        self.emit(depth, f"for {z} in range({size}):")
+        self.emit(depth + 1, line(z, f"{self.n(name)}[{_unravel(z, dims)}]"))
+
+    def _push_arrays(self, s, depth):
+        for name, dims, size, dt in self._scratch(s):
+            tape, sp = self.tape_of(dt)
+            kind = tape[len("_tape_"):]
+            self.tape_size[kind] = self.tape_size.get(kind, 0) + size
+            z = self.fresh("z")
+            self.emit(depth, f"for {z} in range({size}):")
+            self.emit(depth + 1, f"{tape}[{sp} + {z}] = "
+                                 f"{self.n(name)}[{_unravel(z, dims)}]")
+            self.emit(depth, f"{sp} += {size}")
+
+    def _pop_arrays(self, s, depth):
+        for name, dims, size, dt in reversed(self._scratch(s)):
+            tape, sp = self.tape_of(dt)
+            self.emit(depth, f"{sp} -= {size}")
+            z = self.fresh("z")
+            self.emit(depth, f"for {z} in range({size}):")
+            self.emit(depth + 1, f"{self.n(name)}[{_unravel(z, dims)}] = "
+                                 f"{tape}[{sp} + {z}]")
+
+    def fwd_for(self, s, depth, loop_depth):
+        if s.uid in self.a.checkpoint and not self.nopush:
+            self._push_arrays(s, depth)
+        super().fwd_for(s, depth, loop_depth)
+
     def fwd_loop(self, s, depth, loop_depth):
         if s.uid not in self.a.checkpoint:
             return super().fwd_loop(s, depth, loop_depth)
         self.comment(depth, s.loc)
+        if not self.nopush:
+            self._push_arrays(s, depth)
         for v in self.a.replay[s.uid]:
             self.push(depth, self.n(v), self.T[v])
         cnt = self._count_name(s)
@@ -332,17 +380,24 @@ class CudaWriter(Writer):
             trips = self._count_name(s)
         self.emit(depth, f"# reversed from checkpoints ({S} slots, recursive bisection): "
                          f"{header}")
+        scratch = self._scratch(s)
         if id(s) in self.kept:
             for v in reversed(saved_vars):
                 self.pop(depth, self.n(v), self.T[v])
+            self._pop_arrays(s, depth)
         n, top, cur, r, mid = (self.fresh(x) for x in ("n", "top", "cur", "r", "mid"))
         ck_it = self.local_array("ck_iter", S, types.int64)
         ck = {v: self.local_array(f"ck_{self.n(v)}", S, self._slot_type(v))
               for v in saved_vars}
+        ck_arr = {name: self.local_array(f"ck_{self.n(name)}", (S, size), dt)
+                  for name, dims, size, dt in scratch}
 
         def save(d, slot):
             for v in saved_vars:
                 self.emit(d, f"{ck[v]}[{slot}] = {self.n(v)}")
+            for name, dims, size, dt in scratch:
+                self._copy_array(d, name, dims, size,
+                                 lambda z, ref: f"{ck_arr[name]}[{slot}, {z}] = {ref}")
 
         def load(d, slot):
             for v in saved_vars:
@@ -350,6 +405,9 @@ class CudaWriter(Writer):
                 if isinstance(self.T[v], types.Boolean):
                     val = f"{val} != 0"
                 self.emit(d, f"{self.n(v)} = {val}")
+            for name, dims, size, dt in scratch:
+                self._copy_array(d, name, dims, size,
+                                 lambda z, ref: f"{ref} = {ck_arr[name]}[{slot}, {z}]")
 
         def set_index(d, k):
             if idx is not None:
@@ -389,7 +447,8 @@ class CudaWriter(Writer):
         self.loop_report.append({
             "line": getattr(s.loc, "line", None), "loop": header,
             "carried": [self.n(v) for v in a.checkpoint[s.uid]],
-            "checkpointed": [self.n(v) for v in saved_vars],
+            "checkpointed": [self.n(v) for v in saved_vars] + [
+                f"{self.n(name)}[{size}]" for name, _, size, _ in scratch],
             "slots": S,
             "recompute": f"<= ceil(log2(n)) + 1 forward iterations per reversed one "
                          f"(amortised) while n <= 2**{S}",

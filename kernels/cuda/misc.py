@@ -1,0 +1,238 @@
+"""Pointwise layers and math: activations, a dense layer, layer norm, math functions
+in float32 and float64, device helpers, grid-stride loops, early return."""
+import math
+
+import numpy as np
+from numba import cuda, float32
+
+import kadj
+
+from . import Case
+
+
+@cuda.jit(device=True)
+def _sigmoid(z):
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+@cuda.jit(device=True)
+def _cube(z):
+    return z * z * z
+
+
+@cuda.jit(device=True)
+def _gelu_tanh(z):
+    inner = 0.7978845608028654 * (z + 0.044715 * _cube(z))
+    return 0.5 * z * (1.0 + math.tanh(inner))
+
+
+@kadj.differentiate
+@cuda.jit
+def softplus_f32(x, y):
+    """Numerically safe softplus in float32."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        v = x[i]
+        if v > float32(15.0):
+            y[i] = v
+        else:
+            y[i] = math.log1p(math.exp(v))
+
+
+@kadj.differentiate
+@cuda.jit
+def silu(x, y, beta):
+    """y = x * sigmoid(beta x), sigmoid from a device helper."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        y[i] = x[i] * _sigmoid(beta * x[i])
+
+
+@kadj.differentiate
+@cuda.jit
+def gelu_nested_helpers(x, y):
+    """tanh-approximated GELU; the helper calls another helper."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        y[i] = _gelu_tanh(x[i])
+
+
+@kadj.differentiate
+@cuda.jit
+def dense_tanh(w, x, b, y):
+    """y[i] = tanh(sum_j W[i, j] x[j] + b[i]), one thread per output."""
+    i = cuda.grid(1)
+    if i < y.shape[0]:
+        acc = b[i]
+        for j in range(x.shape[0]):
+            acc += w[i, j] * x[j]
+        y[i] = math.tanh(acc)
+
+
+@kadj.differentiate
+@cuda.jit
+def dense_sigmoid_batch(w, x, b, y):
+    """Batched dense layer with sigmoid, 2-D launch (sample, unit)."""
+    s, i = cuda.grid(2)
+    if s < x.shape[0] and i < w.shape[0]:
+        acc = b[i]
+        for j in range(w.shape[1]):
+            acc += w[i, j] * x[s, j]
+        y[s, i] = _sigmoid(acc)
+
+
+@kadj.differentiate
+@cuda.jit
+def layernorm_rows(x, gamma, beta, y, eps):
+    """Layer norm over each row, learned scale and shift; one thread per row."""
+    r = cuda.grid(1)
+    if r < x.shape[0]:
+        m = x.shape[1]
+        mean = 0.0
+        for j in range(m):
+            mean += x[r, j]
+        mean /= m
+        var = 0.0
+        for j in range(m):
+            d = x[r, j] - mean
+            var += d * d
+        var /= m
+        inv = 1.0 / math.sqrt(var + eps)
+        for j in range(m):
+            y[r, j] = (x[r, j] - mean) * inv * gamma[j] + beta[j]
+
+
+@kadj.differentiate
+@cuda.jit
+def axpy_gridstride(a, x, y):
+    """y = a x + y in place, grid-stride loop."""
+    for i in range(cuda.grid(1), x.shape[0], cuda.gridsize(1)):
+        y[i] = a * x[i] + y[i]
+
+
+@kadj.differentiate
+@cuda.jit
+def leaky_relu_early_return(x, y, slope):
+    """Early-return guard, then a branch per element."""
+    i = cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x
+    if i >= x.shape[0]:
+        return
+    v = x[i]
+    if v > 0.0:
+        y[i] = v
+    else:
+        y[i] = slope * v
+
+
+@kadj.differentiate
+@cuda.jit
+def math_zoo_f64(x, z, y):
+    """sin, cos, exp, log, sqrt, tanh, pow, fabs in float64 (z > 0)."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        a = x[i]
+        b = z[i]
+        y[i] = (math.sin(a) * math.cos(b) + math.exp(-a * a) + math.log(1.0 + b * b)
+                + math.sqrt(b) + math.tanh(a) + math.pow(b, 1.5) + math.fabs(a))
+
+
+@kadj.differentiate
+@cuda.jit
+def math_zoo_f32(x, z, y):
+    """The same functions in float32."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        a = x[i]
+        b = z[i]
+        y[i] = (math.sin(a) * math.cos(b) + math.exp(-a * a)
+                + math.log(np.float32(1.0) + b) + math.sqrt(b) + math.tanh(a)
+                + math.pow(b, np.float32(1.5)) + math.fabs(a))
+
+
+@kadj.differentiate
+@cuda.jit
+def transpose_scale(a, out, s):
+    """out[j, i] = s * a[i, j]^2, 2-D index from threadIdx/blockIdx .x/.y."""
+    j = cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x
+    i = cuda.threadIdx.y + cuda.blockIdx.y * cuda.blockDim.y
+    if i < a.shape[0] and j < a.shape[1]:
+        out[j, i] = s * a[i, j] * a[i, j]
+
+
+def _away_from_zero(rng, n, lo=0.2, hi=2.0):
+    return rng.uniform(lo, hi, n) * rng.choice([-1.0, 1.0], n)
+
+
+def _softplus_args(rng):
+    x = rng.uniform(-4.0, 4.0, 16)
+    x[:2] = [18.0, 22.0]                     # the large-x branch
+    return [x.astype(np.float32), np.zeros(16, np.float32)]
+
+
+def _silu_args(rng):
+    return [rng.standard_normal(16), np.zeros(16), 1.3]
+
+
+def _gelu_args(rng):
+    return [rng.standard_normal(16), np.zeros(16)]
+
+
+def _dense_args(rng):
+    return [rng.standard_normal((10, 6)) * 0.5, rng.standard_normal(6),
+            rng.standard_normal(10), np.zeros(10)]
+
+
+def _dense_batch_args(rng):
+    return [rng.standard_normal((5, 4)) * 0.5, rng.standard_normal((6, 4)),
+            rng.standard_normal(5), np.zeros((6, 5))]
+
+
+def _layernorm_args(rng):
+    return [rng.standard_normal((8, 6)), rng.uniform(0.5, 1.5, 6),
+            rng.standard_normal(6), np.zeros((8, 6)), 1e-3]
+
+
+def _axpy_args(rng):
+    return [0.7, rng.standard_normal(21), rng.standard_normal(21)]
+
+
+def _leaky_args(rng):
+    return [_away_from_zero(rng, 14), np.zeros(14), 0.05]
+
+
+def _zoo64_args(rng):
+    return [_away_from_zero(rng, 14), rng.uniform(0.3, 2.0, 14), np.zeros(14)]
+
+
+def _zoo32_args(rng):
+    return [_away_from_zero(rng, 14).astype(np.float32),
+            rng.uniform(0.3, 2.0, 14).astype(np.float32), np.zeros(14, np.float32)]
+
+
+def _transpose_args(rng):
+    return [rng.standard_normal((5, 7)), np.zeros((7, 5)), 0.8]
+
+
+CASES = [
+    Case("softplus_f32", softplus_f32, (2, 8), _softplus_args, rtol=None,
+         note="float32, branch on x, log1p/exp"),
+    Case("silu", silu, (2, 8), _silu_args, note="device helper (sigmoid)"),
+    Case("gelu_nested_helpers", gelu_nested_helpers, (2, 8), _gelu_args,
+         note="device helper calling another device helper"),
+    Case("dense_tanh", dense_tanh, (2, 8), _dense_args,
+         note="dense layer, W row per thread, x read by every thread"),
+    Case("dense_sigmoid_batch", dense_sigmoid_batch, ((2, 2), (4, 4)),
+         _dense_batch_args, note="batched dense layer, cuda.grid(2)"),
+    Case("layernorm_rows", layernorm_rows, (2, 4), _layernorm_args,
+         note="three loops per thread: mean, variance, normalise"),
+    Case("axpy_gridstride", axpy_gridstride, (2, 4), _axpy_args,
+         note="grid-stride loop, y updated in place"),
+    Case("leaky_relu_early_return", leaky_relu_early_return, (2, 8), _leaky_args,
+         note="if i >= n: return, index from threadIdx/blockIdx/blockDim"),
+    Case("math_zoo_f64", math_zoo_f64, (2, 8), _zoo64_args,
+         note="sin cos exp log sqrt tanh pow fabs, float64"),
+    Case("math_zoo_f32", math_zoo_f32, (2, 8), _zoo32_args, rtol=None,
+         note="sin cos exp log sqrt tanh pow fabs, float32"),
+    Case("transpose_scale", transpose_scale, ((1, 1), (8, 8)), _transpose_args,
+         note="write to out[j, i], 2-D threadIdx/blockIdx"),
+]

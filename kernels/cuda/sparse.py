@@ -1,0 +1,110 @@
+"""Sparse and indirect access: CSR products, gathers and scatters through index
+arrays."""
+import numpy as np
+from numba import cuda
+
+import kadj
+
+from . import Case
+
+
+@kadj.differentiate
+@cuda.jit
+def spmv_csr(indptr, indices, data, x, y):
+    """y = A x, A in CSR; one thread per row."""
+    row = cuda.grid(1)
+    if row < y.shape[0]:
+        acc = 0.0
+        for k in range(indptr[row], indptr[row + 1]):
+            acc += data[k] * x[indices[k]]
+        y[row] = acc
+
+
+@kadj.differentiate
+@cuda.jit
+def spmv_csr_transpose(indptr, indices, data, x, y):
+    """y += A^T x, A in CSR; one thread per row scatters into y with atomics."""
+    row = cuda.grid(1)
+    if row < x.shape[0]:
+        xr = x[row]
+        for k in range(indptr[row], indptr[row + 1]):
+            cuda.atomic.add(y, indices[k], data[k] * xr)
+
+
+@kadj.differentiate
+@cuda.jit
+def gather_scale(x, idx, w, y):
+    """y[i] = w[i] * x[idx[i]]; idx has repeats."""
+    i = cuda.grid(1)
+    if i < y.shape[0]:
+        y[i] = w[i] * x[idx[i]]
+
+
+@kadj.differentiate
+@cuda.jit
+def scatter_add(x, idx, w, y):
+    """y[idx[i]] += w[i] * x[i] with atomics (segment sum)."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        cuda.atomic.add(y, idx[i], w[i] * x[i])
+
+
+@kadj.differentiate
+@cuda.jit
+def permute_affine(x, perm, y, s, b):
+    """y[perm[i]] = s * x[i] + b; perm is a permutation (no write conflicts)."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        y[perm[i]] = s * x[i] + b
+
+
+def _csr(rng, n_rows, n_cols, per_row=3):
+    indptr = [0]
+    indices = []
+    for _ in range(n_rows):
+        cols = np.sort(rng.choice(n_cols, size=rng.integers(1, per_row + 1),
+                                  replace=False))
+        indices.extend(cols)
+        indptr.append(len(indices))
+    indptr = np.array(indptr, dtype=np.int64)
+    indices = np.array(indices, dtype=np.int64)
+    return indptr, indices, rng.standard_normal(len(indices))
+
+
+def _spmv_args(rng):
+    indptr, indices, data = _csr(rng, 12, 10)
+    return [indptr, indices, data, rng.standard_normal(10), np.zeros(12)]
+
+
+def _spmv_t_args(rng):
+    indptr, indices, data = _csr(rng, 12, 10)
+    return [indptr, indices, data, rng.standard_normal(12), rng.standard_normal(10)]
+
+
+def _gather_args(rng):
+    return [rng.standard_normal(8), rng.integers(0, 8, 14).astype(np.int64),
+            rng.standard_normal(14), np.zeros(14)]
+
+
+def _scatter_args(rng):
+    return [rng.standard_normal(14), rng.integers(0, 6, 14).astype(np.int32),
+            rng.standard_normal(14), rng.standard_normal(6)]
+
+
+def _permute_args(rng):
+    return [rng.standard_normal(12), rng.permutation(12).astype(np.int64),
+            np.zeros(12), 1.5, 0.25]
+
+
+CASES = [
+    Case("spmv_csr", spmv_csr, (2, 8), _spmv_args,
+         note="CSR SpMV, inner loop over a row's nonzeros, x gathered by index"),
+    Case("spmv_csr_transpose", spmv_csr_transpose, (2, 8), _spmv_t_args,
+         note="A^T x scattered with cuda.atomic.add"),
+    Case("gather_scale", gather_scale, (2, 8), _gather_args,
+         note="gather through an index array with repeats"),
+    Case("scatter_add", scatter_add, (2, 8), _scatter_args,
+         note="segment sum with cuda.atomic.add, int32 indices"),
+    Case("permute_affine", permute_affine, (2, 8), _permute_args,
+         note="scatter through a permutation, two scalars"),
+]

@@ -1,0 +1,195 @@
+"""Stencils: heat, wave, advection, Jacobi, 3-D Laplacian, a shared-memory tile."""
+import math  # noqa: F401  (kernels may use it)
+
+import numpy as np
+from numba import cuda, float64
+
+import kadj
+
+from . import Case
+
+TPB = 8          # threads per block of the tiled stencil
+TILE = TPB + 2   # the tile with its halo (a compile-time constant)
+
+
+@kadj.differentiate
+@cuda.jit
+def heat1d_guarded(u, u_new, alpha):
+    """Explicit heat step; the boundary is left to the caller."""
+    i = cuda.grid(1)
+    if 0 < i < u.shape[0] - 1:
+        u_new[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+
+
+@kadj.differentiate
+@cuda.jit
+def heat1d_periodic_f32(u, u_new, alpha):
+    """Heat step on a ring, in float32."""
+    i = cuda.grid(1)
+    n = u.shape[0]
+    if i < n:
+        left = u[(i - 1 + n) % n]
+        right = u[(i + 1) % n]
+        u_new[i] = u[i] + alpha * (left - np.float32(2.0) * u[i] + right)
+
+
+@kadj.differentiate
+@cuda.jit
+def heat2d_step(u, u_new, alpha):
+    """2-D heat step; row/column from threadIdx/blockIdx .y/.x."""
+    col = cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x
+    row = cuda.threadIdx.y + cuda.blockIdx.y * cuda.blockDim.y
+    ny, nx = u.shape
+    if row >= 1 and row < ny - 1 and col >= 1 and col < nx - 1:
+        lap = (u[row - 1, col] + u[row + 1, col] + u[row, col - 1] + u[row, col + 1]
+               - 4.0 * u[row, col])
+        u_new[row, col] = u[row, col] + alpha * lap
+
+
+@kadj.differentiate
+@cuda.jit
+def diffusion2d_periodic(c, c_new, d):
+    """2-D diffusion on a torus with a spatially varying diffusivity d[i, j]."""
+    i, j = cuda.grid(2)
+    n, m = c.shape
+    if i < n and j < m:
+        ip = (i + 1) % n
+        im = (i - 1 + n) % n
+        jp = (j + 1) % m
+        jm = (j - 1 + m) % m
+        c_new[i, j] = c[i, j] + d[i, j] * (c[ip, j] + c[im, j] + c[i, jp] + c[i, jm]
+                                           - 4.0 * c[i, j])
+
+
+@kadj.differentiate
+@cuda.jit
+def wave_leapfrog(u_prev, u, u_next, c2):
+    """Leapfrog step of the 1-D wave equation, fixed ends."""
+    i = cuda.grid(1)
+    n = u.shape[0]
+    if i < n:
+        if i == 0 or i == n - 1:
+            u_next[i] = 0.0
+        else:
+            u_next[i] = (2.0 * u[i] - u_prev[i]
+                         + c2 * (u[i - 1] - 2.0 * u[i] + u[i + 1]))
+
+
+@kadj.differentiate
+@cuda.jit
+def advection_upwind(q, vel, q_new, dt_dx):
+    """First-order upwind advection on a ring with a velocity field."""
+    i = cuda.grid(1)
+    n = q.shape[0]
+    if i < n:
+        v = vel[i]
+        if v > 0.0:
+            flux = v * (q[i] - q[(i - 1 + n) % n])
+        else:
+            flux = v * (q[(i + 1) % n] - q[i])
+        q_new[i] = q[i] - dt_dx * flux
+
+
+@kadj.differentiate
+@cuda.jit
+def jacobi2d(u, f, u_new, h2):
+    """One Jacobi sweep for -lap(u) = f."""
+    i, j = cuda.grid(2)
+    if 1 <= i < u.shape[0] - 1 and 1 <= j < u.shape[1] - 1:
+        u_new[i, j] = 0.25 * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1]
+                              + h2 * f[i, j])
+
+
+@kadj.differentiate
+@cuda.jit
+def laplacian3d(u, out, inv_h2):
+    """7-point Laplacian in 3-D, interior points."""
+    i, j, k = cuda.grid(3)
+    nx, ny, nz = u.shape
+    if 0 < i < nx - 1 and 0 < j < ny - 1 and 0 < k < nz - 1:
+        out[i, j, k] = inv_h2 * (u[i - 1, j, k] + u[i + 1, j, k]
+                                 + u[i, j - 1, k] + u[i, j + 1, k]
+                                 + u[i, j, k - 1] + u[i, j, k + 1]
+                                 - 6.0 * u[i, j, k])
+
+
+@kadj.differentiate
+@cuda.jit
+def smooth_tiled(u, out, w):
+    """3-point smoothing from a shared-memory tile with a one-cell halo."""
+    tile = cuda.shared.array(TILE, float64)
+    i = cuda.grid(1)
+    t = cuda.threadIdx.x + 1
+    n = u.shape[0]
+    if i < n:
+        tile[t] = u[i]
+        if cuda.threadIdx.x == 0 and i > 0:
+            tile[0] = u[i - 1]
+        if cuda.threadIdx.x == TPB - 1 and i < n - 1:
+            tile[t + 1] = u[i + 1]
+    cuda.syncthreads()
+    if 0 < i < n - 1:
+        out[i] = w * tile[t - 1] + (1.0 - 2.0 * w) * tile[t] + w * tile[t + 1]
+
+
+def _heat1d_args(rng):
+    return [rng.random(13), np.zeros(13), 0.2]
+
+
+def _heat1d_f32_args(rng):
+    return [rng.random(16).astype(np.float32), np.zeros(16, np.float32),
+            np.float32(0.15)]
+
+
+def _heat2d_args(rng):
+    return [rng.random((8, 7)), np.zeros((8, 7)), 0.1]
+
+
+def _diffusion2d_args(rng):
+    return [rng.random((6, 6)), np.zeros((6, 6)), 0.05 + 0.1 * rng.random((6, 6))]
+
+
+def _wave_args(rng):
+    x = np.linspace(0.0, 1.0, 17)
+    u_prev = np.sin(np.pi * x) + 0.1 * rng.random(17)
+    u = np.sin(np.pi * x) + 0.1 * rng.random(17)
+    return [u_prev, u, rng.random(17), 0.25]
+
+
+def _advection_args(rng):
+    vel = rng.uniform(0.2, 1.0, 20) * rng.choice([-1.0, 1.0], 20)
+    return [rng.random(20), vel, np.zeros(20), 0.4]
+
+
+def _jacobi_args(rng):
+    return [rng.random((7, 8)), rng.random((7, 8)), np.zeros((7, 8)), 0.01]
+
+
+def _laplacian3d_args(rng):
+    return [rng.random((5, 5, 5)), np.zeros((5, 5, 5)), 4.0]
+
+
+def _tiled_args(rng):
+    return [rng.random(24), np.zeros(24), 0.25]
+
+
+CASES = [
+    Case("heat1d_guarded", heat1d_guarded, (2, 8), _heat1d_args,
+         note="guard 0 < i < n-1, scalar alpha"),
+    Case("heat1d_periodic_f32", heat1d_periodic_f32, (2, 8), _heat1d_f32_args,
+         rtol=None, note="float32, periodic wrap (i + 1) % n"),
+    Case("heat2d_step", heat2d_step, ((2, 2), (4, 4)), _heat2d_args,
+         note="2-D index from threadIdx/blockIdx .x/.y"),
+    Case("diffusion2d_periodic", diffusion2d_periodic, ((2, 2), (3, 3)),
+         _diffusion2d_args, note="cuda.grid(2), periodic in both axes"),
+    Case("wave_leapfrog", wave_leapfrog, (3, 6), _wave_args,
+         note="u_prev, u, u_next; boundary branch"),
+    Case("advection_upwind", advection_upwind, (3, 8), _advection_args,
+         note="upwind branch on the velocity sign, periodic"),
+    Case("jacobi2d", jacobi2d, ((2, 2), (4, 4)), _jacobi_args,
+         note="Jacobi sweep, cuda.grid(2)"),
+    Case("laplacian3d", laplacian3d, ((1, 1, 1), (5, 5, 5)), _laplacian3d_args,
+         note="cuda.grid(3), 7-point stencil"),
+    Case("smooth_tiled", smooth_tiled, (3, TPB), _tiled_args,
+         note="shared-memory tile with halo, syncthreads"),
+]
