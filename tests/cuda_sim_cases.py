@@ -63,7 +63,189 @@ def with_device_helper(x, y, s):
         y[i] = _scaled_tanh(s, x[i])
 
 
+@kadj.differentiate
+@cuda.jit
+def logistic(y0, r, dt, out, nsteps):
+    i = cuda.grid(1)
+    if i < y0.shape[0]:
+        y = y0[i]
+        for k in range(nsteps):
+            y = y + dt * r[i] * y * (1.0 - y)
+        out[i] = y
+
+
+# the same kernel with 2 checkpoint slots: 37 steps cannot be bisected in 2 slots,
+# so reversing replays longer stretches (exact, slower)
+logistic_2slots = kadj.differentiate(logistic.dispatcher, checkpoints=2)
+
+
+@kadj.differentiate
+@cuda.jit
+def block_sum_while(x, out):
+    sm = cuda.shared.array(8, float64)
+    tid = cuda.threadIdx.x
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        sm[tid] = x[i] * x[i]
+    else:
+        sm[tid] = 0.0
+    cuda.syncthreads()
+    s = cuda.blockDim.x // 2
+    while s > 0:
+        if tid < s:
+            sm[tid] += sm[tid + s]
+        cuda.syncthreads()
+        s //= 2
+    if tid == 0:
+        cuda.atomic.add(out, 0, sm[0])
+
+
+@kadj.differentiate
+@cuda.jit
+def newton_sqrt(a, out):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        x = 1.0
+        it = 0
+        while it < 30 and abs(x * x - a[i]) > 1e-12:
+            x = 0.5 * (x + a[i] / x)
+            it += 1
+        out[i] = x
+
+
+@kadj.differentiate
+@cuda.jit
+def gridstride_pendulum(y0, r, out, dt, nsteps):
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, y0.shape[0], stride):
+        y = y0[i]
+        v = 0.0
+        for k in range(nsteps):
+            v = v - dt * r[i] * math.sin(y)
+            y = y + dt * v
+        out[i] = y * y
+
+
+@kadj.differentiate
+@cuda.jit
+def nested_carry(x, out, n):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        s = x[i]
+        for k in range(3):
+            t = s
+            for m in range(n):
+                t = t * 0.9 + math.sin(t)
+            s = s + t * t
+        out[i] = s
+
+
+@kadj.differentiate
+@cuda.jit
+def push_inplace(x, v, f, dt):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        v[i] += dt * f[i] * math.sin(x[i])
+        x[i] += dt * v[i]
+        v[i] = v[i] * v[i]
+
+
+@kadj.differentiate
+@cuda.jit
+def rk2_local_state(y0, k, out, dt, n):
+    i = cuda.grid(1)
+    if i < y0.shape[0]:
+        st = cuda.local.array(2, float64)
+        st[0] = y0[i]
+        st[1] = 0.0
+        for m in range(n):
+            a = st[0]
+            b = st[1]
+            st[0] = a + dt * b
+            st[1] = b - dt * k[i] * a
+        out[i] = st[0]
+
+
+@kadj.differentiate
+@cuda.jit
+def heat_bc(u, un, alpha):
+    i = cuda.grid(1)
+    if 0 < i < u.shape[0] - 1:
+        un[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+    elif i == 0 or i == u.shape[0] - 1:
+        un[i] = u[i]
+
+
+@kadj.differentiate
+@cuda.jit
+def sq_loss(u, out):
+    i = cuda.grid(1)
+    if i < u.shape[0]:
+        cuda.atomic.add(out, 0, u[i] * u[i])
+
+
+def tape_case(on_device):
+    """Three heat steps and a loss on a Tape, NumPy or device arrays: tape.grad(u0)
+    against finite differences of the whole sequence."""
+    rng = np.random.default_rng(5)
+    u0 = rng.random(12)
+
+    def run(x, dev):
+        mk = cuda.to_device if dev else (lambda a: a)
+        us = [mk(x.copy())] + [mk(np.zeros(12)) for _ in range(3)]
+        loss = mk(np.zeros(1))
+        with kadj.Tape() as tape:
+            for k in range(3):
+                heat_bc[2, 8](us[k], us[k + 1], 0.2)
+            sq_loss[2, 8](us[3], loss)
+        return tape, us, loss
+
+    tape, us, loss = run(u0, on_device)
+    tape.backward(loss)
+    g = tape.grad(us[0])
+    if on_device:
+        assert hasattr(g, "copy_to_host"), "tape.grad of a device array is on the device"
+        g = g.copy_to_host()
+    eps = 1e-6
+
+    def f(x):
+        return float(np.asarray(run(x, False)[2])[0])
+    ref = np.array([(f(u0 + eps * e) - f(u0 - eps * e)) / (2 * eps) for e in np.eye(12)])
+    err = float(np.max(np.abs(g - ref)))
+    assert err < 1e-6, f"tape gradient differs by {err}"
+    return err
+
+
+def stream_and_errors_case():
+    rng = np.random.default_rng(6)
+    u, un = rng.random(12), np.zeros(12)
+    aun = rng.random(12)
+    bufs = [np.zeros(12), aun.copy(), np.zeros(1)]
+    stream = cuda.stream()
+    heat_bc.adjoint[2, 8, stream](u, un, 0.2, *bufs)
+    stream.synchronize()
+    ref = [np.zeros(12), aun.copy(), np.zeros(1)]
+    heat_bc.adjoint[2, 8](u, un, 0.2, *ref)
+    assert all(np.allclose(a, b) for a, b in zip(bufs, ref)), "stream launch differs"
+    dev = [cuda.to_device(b) for b in (np.zeros(12), aun.copy(), np.zeros(1))]
+    heat_bc.adjoint[2, 8](cuda.to_device(u), cuda.to_device(un), 0.2, *dev)
+    assert all(np.allclose(d.copy_to_host(), b) for d, b in zip(dev, ref)), \
+        "device-array launch differs"
+    for bad, what in (([np.zeros(12), np.zeros(11), np.zeros(1)], "shape"),
+                      ([np.zeros(12), np.zeros(12, np.float32), np.zeros(1)], "dtype"),
+                      ([np.zeros(12), np.zeros(12), np.zeros(2)], "1-element")):
+        try:
+            heat_bc.adjoint[2, 8](u, un, 0.2, *bad)
+        except ValueError as exc:
+            assert what in str(exc) or "shape and dtype" in str(exc), str(exc)
+        else:
+            raise AssertionError(f"a wrong {what} was accepted")
+    return 0.0
+
+
 import math  # noqa: E402  (used by the kernels above at launch time)
+from numba import float64  # noqa: E402
 
 
 def fd_check(k, config, args, eps=1e-6, seed=0):
@@ -134,6 +316,27 @@ def main(names):
                                                           np.zeros(11)]),
         "with_device_helper": lambda: fd_check(with_device_helper, (2, 8),
                                                [rng.random(9), np.zeros(9), 0.3]),
+        "checkpointed_loop": lambda: fd_check(
+            logistic, (2, 4), [rng.random(6) * 0.5, rng.random(6), 0.1, np.zeros(6), 37]),
+        "checkpointed_loop_2_slots": lambda: fd_check(
+            logistic_2slots, (2, 4),
+            [rng.random(6) * 0.5, rng.random(6), 0.1, np.zeros(6), 37]),
+        "shared_while_reduction": lambda: fd_check(block_sum_while, (2, 8),
+                                                   [rng.random(13), np.zeros(1)]),
+        "newton_while": lambda: fd_check(newton_sqrt, (2, 4),
+                                         [rng.random(6) + 0.5, np.zeros(6)]),
+        "gridstride_time_loop": lambda: fd_check(
+            gridstride_pendulum, (2, 4),
+            [rng.random(11), rng.random(11), np.zeros(11), 0.1, 9]),
+        "nested_carried_loops": lambda: fd_check(nested_carry, (2, 4),
+                                                 [rng.random(5), np.zeros(5), 4]),
+        "in_place_update": lambda: fd_check(
+            push_inplace, (2, 4), [rng.random(9), rng.random(9), rng.random(9), 0.1]),
+        "local_array_state": lambda: fd_check(
+            rk2_local_state, (2, 4), [rng.random(5), rng.random(5), np.zeros(5), 0.1, 6]),
+        "tape_numpy": lambda: tape_case(False),
+        "tape_device_arrays": lambda: tape_case(True),
+        "stream_device_arrays_errors": stream_and_errors_case,
     }
     for name in names or cases:
         try:

@@ -8,7 +8,11 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CASES = ["heat_step", "laplace2d", "scaled_sin", "pointwise", "with_device_helper"]
+CASES = ["heat_step", "laplace2d", "scaled_sin", "pointwise", "with_device_helper",
+         "checkpointed_loop", "checkpointed_loop_2_slots", "shared_while_reduction",
+         "newton_while", "gridstride_time_loop", "nested_carried_loops",
+         "in_place_update", "local_array_state", "tape_numpy", "tape_device_arrays",
+         "stream_device_arrays_errors"]
 
 
 @pytest.fixture(scope="module")
