@@ -53,8 +53,7 @@ class CudaWriter(Writer):
                                                   self.space.get(name, "global"))
                         for name, idxs in array_accesses(kernel).items()
                         if name in an.varied_arrays}
-        self.keep_barriers = any(self.space.get(v) == "shared" and v in an.loaded
-                                 for v in self.allocs)
+        self._live_arrays = set()
         self.private_arrays = {n for n, c in self.classes.items() if c.cls == "private"}
         self.atomic_sites = {}      # array -> atomics written
         self.plain_sites = {}       # array -> plain accumulations written
@@ -91,9 +90,48 @@ class CudaWriter(Writer):
         self.atomic_sites[arr] = self.atomic_sites.get(arr, 0) + 1
         self.emit(depth, f"cuda.atomic.add({buf}, {index}, {text})")
 
+    def liveness(self):
+        # the forward sweep writes a shared/local array only if it later reads values
+        # of it that the reverse sweep needs (an in-place sum needs none)
+        a = self.a
+        self._live_arrays = set()
+        # read again in the reverse sweep: recomputed loads, replayed iterations
+        for stmts in a.recompute.values():
+            self._live_arrays |= ir.loaded_arrays(stmts)
+        for x in ir.walk(self.k.body):
+            if isinstance(x, (ir.ForRange, ir.Loop)) and x.uid in a.replay:
+                self._live_arrays |= ir.loaded_arrays(x.body)
+        while True:
+            self.keep_barriers = any(self.space.get(v) == "shared"
+                                     for v in self._live_arrays)
+            super().liveness()
+            loaded = {x.expr.array.name for x in ir.walk(self.k.body)
+                      if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Load) and
+                      id(x) in self.kept}
+            if loaded <= self._live_arrays:
+                break
+            self._live_arrays |= loaded
+        # a kernel returns nothing: its returns (and branches holding only them) have
+        # nothing to do in the forward sweep
+        for x in ir.walk(self.k.body):
+            if isinstance(x, ir.Return) or (
+                    isinstance(x, ir.Assign) and isinstance(x.expr, ir.Alloc)):
+                self.kept.discard(id(x))  # (arrays are declared up front)
+        changed = True
+        while changed:
+            changed = False
+            for x in ir.walk(self.k.body):
+                if isinstance(x, ir.If) and id(x) in self.kept and not any(
+                        id(y) in self.kept for y in ir.walk(x.then + x.orelse)
+                        if not isinstance(y, ir.If)):
+                    self.kept.discard(id(x))
+                    changed = True
+
     def _stmt_needed(self, s):
         if isinstance(s, ir.Store) and s.array.name in self.cells:
             return False  # later reads use the cell (kadj.cuda.cells)
+        if isinstance(s, ir.Store) and s.array.name in self.space:
+            return s.array.name in self._live_arrays
         return super()._stmt_needed(s)
 
     # ---- shared and local arrays, barriers -----------------------------------------
