@@ -55,6 +55,7 @@ class Analysis:
     checkpoint: dict = field(default_factory=dict)   # loop uid -> carried vars (CUDA)
     carried_replay: bool = False   # replay loops that carry state (from checkpoints)
     private_scratch: frozenset = frozenset()  # per-thread scratch arrays (CUDA local)
+    unwritten: frozenset = frozenset()   # arrays the adjoint never writes (CUDA cells)
     checkpoint_arrays: dict = field(default_factory=dict)  # loop uid -> such arrays
 
     def is_float(self, name):
@@ -65,12 +66,13 @@ class Analysis:
 
 
 def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
-            private_scratch=()):
+            private_scratch=(), unwritten=()):
     """``carried_replay``: loops whose iterations carry state are replayed too, each
     reversed iteration starting from that state restored from a checkpoint
     (:attr:`Analysis.checkpoint`; the CUDA writer, whose tape is bounded per thread)."""
     a = Analysis(kernel=kernel, slot_args=tuple(slot_args), carried_replay=carried_replay,
-                 private_scratch=frozenset(private_scratch))
+                 private_scratch=frozenset(private_scratch),
+                 unwritten=frozenset(unwritten))
     T = kernel.types
     body = kernel.body
     for name, t in T.items():
@@ -145,7 +147,7 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
         for st in ir.walk(body):
             if isinstance(st, (ir.ForRange, ir.Loop)) and st.uid in a.replay and \
                     not stale_loads_harmless(st, a):
-                extra |= ir.loaded_arrays(st.body) & a.stored
+                extra |= (ir.loaded_arrays(st.body) & a.stored) - a.unwritten
         if extra <= a.restore_arrays:
             break
         a.restore_arrays |= extra
@@ -503,7 +505,8 @@ def _needed(body, a):
                     if v not in needed:
                         needed.add(v)
                         changed = True
-                if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and (
+                if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and \
+                        s.expr.array.name not in a.unwritten and (
                         not a.carried_replay or
                         _stored_during_or_after(a, uid, s.expr.array.name)):
                     a.restore_arrays.add(s.expr.array.name)
@@ -688,8 +691,9 @@ def stale_loads_harmless(loop, a):
     stored_in = ir.stored_arrays(loop.body)
     # per-thread scratch arrays that the loop writes are checkpointed with its state;
     # those nobody writes during or after the loop still hold what the loop read
-    fresh = {x for x in a.private_scratch
-             if x in stored_in or not _stored_during_or_after(a, loop.uid, x)}
+    fresh = {x for x in a.stored
+             if (x in a.private_scratch and x in stored_in) or x in a.unwritten or
+             not _stored_during_or_after(a, loop.uid, x)}
     tainted = set()
     changed = True
     while changed:

@@ -324,7 +324,7 @@ def _locs(func_ir):
 
 
 # ---- decorators and functional API ---------------------------------------------------
-def differentiate(kernel=None, wrt=None, checkpoints=None):
+def differentiate(kernel=None, wrt=None, checkpoints=None, gather=True):
     """Differentiate a numba kernel: ``@kadj.differentiate`` above ``@njit`` or
     ``@cuda.jit``.
 
@@ -332,17 +332,20 @@ def differentiate(kernel=None, wrt=None, checkpoints=None):
     ``@kadj.differentiate(wrt=(...))``.  ``checkpoints`` (CUDA kernels): the number of
     per-thread checkpoint slots for loops that carry state (default 24): reversing
     such a loop of n iterations replays O(log n) forward iterations per reversed one
-    while n <= 2**checkpoints, in bounded per-thread memory.
+    while n <= 2**checkpoints, in bounded per-thread memory.  ``gather`` (CUDA
+    stencils): use the gather form of the adjoint (no atomics on neighbour arrays) when
+    the launch allows it.
     """
     if kernel is None:
-        return lambda k: differentiate(k, wrt=wrt, checkpoints=checkpoints)
+        return lambda k: differentiate(k, wrt=wrt, checkpoints=checkpoints, gather=gather)
     if isinstance(kernel, DifferentiatedKernel):
         if wrt is None or tuple(wrt) == kernel.wrt:
             return kernel
         kernel = kernel.dispatcher
     if _is_cuda(kernel):
         from .cuda_api import CudaDifferentiatedKernel
-        return CudaDifferentiatedKernel(kernel, wrt=wrt, checkpoints=checkpoints)
+        return CudaDifferentiatedKernel(kernel, wrt=wrt, checkpoints=checkpoints,
+                                        gather=gather)
     return DifferentiatedKernel(kernel, wrt=wrt)
 
 

@@ -37,6 +37,32 @@ class CompiledCudaAdjoint:
     pyfunc: object          # the adjoint as a plain Python function
     kernel: object          # cuda.jit(pyfunc)
     report: dict
+    gather: object = None   # _Gather, when the kernel has a gather form
+
+
+@dataclass(frozen=True)
+class _Gather:
+    arrays: dict            # array -> (perm, offsets)
+    arg_index: dict         # array -> argument position
+    ndim: int
+    sources: tuple          # (gather source, zero source)
+    pyfuncs: tuple
+    kernels: tuple
+
+    def covers(self, config, args):
+        """Does the launch have a thread for every element of each gathered array?"""
+        grid, block = _dims(config[0]), _dims(config[1])
+        threads = [g * b for g, b in zip(grid, block)]
+        for name, (perm, _) in self.arrays.items():
+            shape = args[self.arg_index[name]].shape
+            if any(threads[d] < shape[k] for k, d in enumerate(perm)):
+                return False
+        return True
+
+
+def _dims(d):
+    d = tuple(d) if isinstance(d, (tuple, list)) else (int(d),)
+    return tuple(int(x) for x in d) + (1,) * (3 - len(d))
 
 
 def simulator_enabled():
@@ -80,7 +106,7 @@ class _AdjointProxy:
 class CudaDifferentiatedKernel:
     """A ``@cuda.jit`` kernel together with its generated adjoint kernel."""
 
-    def __init__(self, dispatcher, wrt=None, checkpoints=None):
+    def __init__(self, dispatcher, wrt=None, checkpoints=None, gather=True):
         if not hasattr(dispatcher, "py_func"):
             raise TypeError(f"kadj.differentiate expects a @cuda.jit kernel, got "
                             f"{dispatcher!r}")
@@ -92,6 +118,7 @@ class CudaDifferentiatedKernel:
         self.wrt = tuple(wrt) if wrt is not None else None
         from .cuda.writer import DEFAULT_SLOTS
         self.checkpoints = DEFAULT_SLOTS if checkpoints is None else int(checkpoints)
+        self.gather = bool(gather)
         if self.checkpoints < 1:
             raise ValueError("checkpoints must be a positive number of slots")
         code = self.py_func.__code__
@@ -172,24 +199,63 @@ class CudaDifferentiatedKernel:
                  if isinstance(st, ir.Assign) and isinstance(st.expr, ir.Alloc) and
                  getattr(st.expr.fn, "path", None) == "local.array"}
         an = analysis.analyze(kernel, slot_names, False, carried_replay=True,
-                              private_scratch=local)
+                              private_scratch=local, unwritten=set(cells))
         # the adjoint never writes a celled array: its loads read pre-call contents
         an.work_arrays -= set(cells)
         an.restore_arrays -= set(cells)
         adj, report = write_cuda_adjoint(kernel, an, slot_names, slots=self.checkpoints,
                                          cells=cells)
+        pyfn, jitted = self._compile(adj)
+        gather = self._build_gather(kernel, an, slot_names, cells, report) \
+            if self.gather else None
+        if not self.gather:
+            report["gather"] = {"used": False, "why": "disabled (gather=False)"}
+        return CompiledCudaAdjoint(plan, adj.source, pyfn, jitted, report, gather)
+
+    def _compile(self, adj):
+        from numba import cuda
         ns = dict(adj.namespace)
         code = compile(adj.source, f"<kadj adjoint of {self.__name__}>", "exec")
         exec(code, ns)
         pyfn = ns[adj.name]
-        jitted = cuda.jit(**self._options())(pyfn)
-        return CompiledCudaAdjoint(plan, adj.source, pyfn, jitted, report)
+        return pyfn, cuda.jit(**self._options())(pyfn)
+
+    def _build_gather(self, kernel, an, slot_names, cells, report):
+        from .cuda.gather import gather_plan, write_gather
+        from .cuda.writer import CudaWriter
+        probe = CudaWriter(kernel, an, slot_names, "probe", cells=cells)
+        plan, why = gather_plan(kernel, an, probe)
+        if plan is None:
+            report["gather"] = {"used": False, "why": why}
+            return None
+        sources = write_gather(kernel, an, slot_names, plan, cells=cells)
+        compiled = [self._compile(src) for src in sources]
+        report["gather"] = {
+            "used": "when the launch has a thread for every element of "
+                    + ", ".join(sorted(plan)),
+            "arrays": {n: sorted(offs) for n, (perm, offs) in sorted(plan.items())},
+            "passes": len({o for _, offs in plan.values() for o in offs} |
+                          {tuple([0] * probe.index.ndim)}),
+        }
+        return _Gather(plan, {n: self.arg_names.index(n) for n in plan},
+                       probe.index.ndim, tuple(s.source for s in sources),
+                       tuple(c[0] for c in compiled), tuple(c[1] for c in compiled))
 
     # ---- adjoint --------------------------------------------------------------------
     def adjoint_plan(self, *args):
         return self.compiled(*args).plan
 
-    def adjoint_source(self, *example_args):
+    def adjoint_source(self, *example_args, form="scatter"):
+        """The generated adjoint kernel: ``form`` "scatter" (atomics), "gather" or
+        "zero" (the two kernels of the gather form, when the kernel has one)."""
+        if form != "scatter":
+            g = self.compiled(*example_args).gather
+            if g is None:
+                raise DifferentiationError(
+                    f"{self.__name__} has no gather form: "
+                    f"{self.compiled(*example_args).report['gather']['why']}",
+                    kernel=self.__name__)
+            return g.sources[0 if form == "gather" else 1]
         if example_args:
             return self.compiled(*example_args).source
         if self._last is None:
@@ -217,12 +283,20 @@ class CudaDifferentiatedKernel:
                 adj_types.append(types.Array(t, 1, "C"))
         return tuple(fwd_types) + tuple(adj_types)
 
-    def adjoint_ptx(self, *args, cc=(9, 0)):
-        """PTX text of the adjoint kernel (``numba.cuda.compile_ptx``; no GPU needed)."""
+    def adjoint_ptx(self, *args, cc=(9, 0), form="scatter"):
+        """PTX text of the adjoint kernel (``numba.cuda.compile_ptx``; no GPU needed);
+        ``form`` as for :meth:`adjoint_source`."""
         from numba import cuda
         comp = self.compiled(*args)
         sig = self.adjoint_signature(*args)
-        ptx, _resty = cuda.compile_ptx(comp.pyfunc, sig, cc=cc)
+        fn = comp.pyfunc
+        if form != "scatter":
+            if comp.gather is None:
+                raise DifferentiationError(f"{self.__name__} has no gather form: "
+                                           f"{comp.report['gather']['why']}",
+                                           kernel=self.__name__)
+            fn = comp.gather.pyfuncs[0 if form == "gather" else 1]
+        ptx, _resty = cuda.compile_ptx(fn, sig, cc=cc)
         return ptx
 
     def _run_adjoint(self, config, args):
@@ -253,7 +327,12 @@ class CudaDifferentiatedKernel:
                 raise ValueError(f"{self.__name__}.adjoint: {aname} must be a 1-element "
                                  f"array of dtype {np.asarray(x).dtype}")
         _check_distinct(self.__name__, fwd, adjs, expected)
-        comp.kernel[config](*fwd, *adjs)
+        g = comp.gather
+        if g is not None and g.covers(config, fwd):
+            g.kernels[0][config](*fwd, *adjs)   # each thread gathers its elements
+            g.kernels[1][config](*fwd, *adjs)   # then the written elements' are consumed
+        else:
+            comp.kernel[config](*fwd, *adjs)
 
 
 def _check_distinct(name, fwd, adjs, expected):

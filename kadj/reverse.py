@@ -597,7 +597,7 @@ class Writer:
                     self.emit(depth, f"_retval = {self.o(s.value)}")
             elif isinstance(s, ir.Barrier):
                 self.fwd_barrier(s, depth)
-        if len(self.lines) == start:
+        if all(line.lstrip().startswith("#") for line in self.lines[start:]):
             self.emit(depth, "pass")
 
     def _counted(self, loop):
@@ -705,7 +705,7 @@ class Writer:
                     op = "=" if s.value.name in self.single_use else "+="
                     self.emit(depth, f"{self.adj(s.value.name)} {op} "
                                      f"{self.cast('adj_return', t)}")
-        if len(self.lines) == start:
+        if all(line.lstrip().startswith("#") for line in self.lines[start:]):
             self.emit(depth, "pass")
 
     def rev_assign(self, s, depth, recomputed):
@@ -793,6 +793,10 @@ class Writer:
                 out.append((self.adj(x.name), self.cast(self.sym(ops._lift(c), t), t)))
         return out
 
+    def consume(self, depth, ref, dtype):
+        """A stored element's incoming adjoint, read, is consumed (API.md)."""
+        self.emit(depth, f"{ref} = {self.zero(dtype)}")
+
     def accumulate(self, depth, target, op, text):
         """``target op text``: ``op`` is "=" (a single-use adjoint) or "+="; ``target``
         is an :class:`AdjRef` when it is an element of an adjoint array."""
@@ -821,7 +825,7 @@ class Writer:
             t = self.T[s.value.name]
             op = "=" if s.value.name in self.single_use else "+="
             self.emit(depth, f"{self.adj(s.value.name)} {op} {self.cast(ref, t)}")
-        self.emit(depth, f"{ref} = {self.zero(self.T[arr].dtype)}")
+        self.consume(depth, ref, self.T[arr].dtype)
         if arr in a.restore_arrays:
             fref = f"{self.arr(arr)}[{', '.join(self.o(i) for i in s.index)}]"
             self.pop(depth, fref, self.T[arr].dtype)

@@ -554,6 +554,11 @@ class Structurizer:
                            construct="setitem")
             if isinstance(stmt, nir.StaticSetItem):
                 idx = stmt.index
+                if isinstance(idx, tuple) and not all(
+                        isinstance(i, (int, np.integer)) for i in idx) and \
+                        getattr(stmt, "index_var", None) is not None:
+                    # numba took attributes (cuda.threadIdx.x) for constants
+                    idx = None
                 if isinstance(idx, tuple):
                     index = tuple(ir.Const(i) for i in idx)
                 elif isinstance(idx, (int, np.integer)):
@@ -706,7 +711,10 @@ class Structurizer:
                     self.error("array slices and views are not supported", loc=loc,
                                construct="array slice",
                                remedy="index single elements inside a loop")
-                if op == "static_getitem" and e.index_var is None:
+                if op == "static_getitem" and (e.index_var is None or (
+                        isinstance(e.index, (int, np.integer)) or
+                        (isinstance(e.index, tuple) and all(
+                            isinstance(i, (int, np.integer)) for i in e.index)))):
                     idx = e.index if isinstance(e.index, tuple) else (e.index,)
                     if not all(isinstance(i, (int, np.integer)) for i in idx):
                         self.error("slices are not supported", loc=loc, construct="slice")

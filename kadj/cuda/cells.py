@@ -23,7 +23,7 @@ from .. import ir
 
 
 def insert_cells(kernel, index, classes, param_arrays):
-    """(kernel with cells, {array: cell variable}) for private in-place arrays."""
+    """(kernel with cells, {array: cell variables}) for private in-place arrays."""
     accesses = {}
     for s in ir.walk(kernel.body):
         if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load):
@@ -41,12 +41,24 @@ def insert_cells(kernel, index, classes, param_arrays):
         if any(isinstance(s, ir.Store) and s.accumulate and s.array.name == arr
                for s in ir.walk(body)):
             continue
-        key = next(tuple(s.expr.index) if isinstance(s, ir.Assign) else tuple(s.index)
-                   for s in ir.walk(body) if id(s) in loads | stores)
-        cell = f"{arr}__cell"
-        types[cell] = kernel.types[arr].dtype
-        body = _rewrite(body, arr, key, cell, loads | stores, ir.var_names(key))
-        cells[arr] = cell
+        # one cell per element the thread owns (x[i]; or x[i, 0], x[i, 1] ...)
+        by_key = {}
+        for s in ir.walk(body):
+            if id(s) in loads | stores:
+                idx = tuple(s.expr.index) if isinstance(s, ir.Assign) else tuple(s.index)
+                by_key.setdefault(index.owned_key(idx), set()).add(id(s))
+        if None in by_key:
+            continue
+        names = []
+        for n, (key, ids) in enumerate(by_key.items()):
+            cell = f"{arr}__cell" if len(by_key) == 1 else f"{arr}__cell{n}"
+            types[cell] = kernel.types[arr].dtype
+            # the element, from the coordinates' own variables and the constants
+            operands = tuple(ir.Var(v) if kind == "c" else ir.Const(v)
+                             for kind, v in key)
+            body = _rewrite(body, arr, operands, cell, ids, ir.var_names(operands))
+            names.append(cell)
+        cells[arr] = tuple(names)
     if not cells:
         return kernel, cells
     return dataclasses.replace(kernel, body=tuple(body), types=types), cells

@@ -69,6 +69,19 @@ class ThreadIndex:
         self.size = {}        # var -> dimension (total threads along it)
         self.ndim = 0
         self._find(loop_count, assign_count)
+        # copies: the variable each coordinate copies, and integer constants
+        self.root = {}
+        self.consts = {}
+        for _ in range(4):
+            for v, e in self.defs.items():
+                if isinstance(e, ir.Copy) and isinstance(e.src, ir.Const) and \
+                        isinstance(e.src.value, int) and not isinstance(e.src.value, bool):
+                    self.consts[v] = e.src.value
+                elif isinstance(e, ir.Copy) and isinstance(e.src, ir.Var):
+                    if e.src.name in self.consts:
+                        self.consts[v] = self.consts[e.src.name]
+                    if v in self.coord:
+                        self.root[v] = self.root.get(e.src.name, e.src.name)
         self.varying = self._varying()
         # block-local coordinates (threadIdx.d), for shared arrays
         self.local = {}
@@ -182,6 +195,50 @@ class ThreadIndex:
         return out
 
     # ---- classification ------------------------------------------------------------
+    def canonical(self, x, coord=None):
+        """("c", root variable) for a thread coordinate, ("k", value) for an integer
+        constant, else None: equal canonical index tuples denote the same element."""
+        coord = self.coord if coord is None else coord
+        if isinstance(x, ir.Const) and isinstance(x.value, int) and \
+                not isinstance(x.value, bool):
+            return ("k", x.value)
+        if isinstance(x, ir.Var):
+            if x.name in self.consts:
+                return ("k", self.consts[x.name])
+            if x.name in coord:
+                return ("c", self.root.get(x.name, x.name))
+        return None
+
+    def owned_key(self, idx, coord=None, ndim=None):
+        """The canonical key of an access to one of the thread's own elements: thread
+        coordinates (each launch dimension once) at some positions, integer constants
+        at the others; None otherwise."""
+        coord = self.coord if coord is None else coord
+        ndim = self.ndim if ndim is None else ndim
+        key = tuple(self.canonical(x, coord) for x in idx)
+        if None in key:
+            return None
+        dims = sorted(coord[x.name] for x, k in zip(idx, key) if k[0] == "c")
+        return key if dims == list(range(ndim)) and ndim else None
+
+    def coord_offset(self, x):
+        """(dimension, constant) when x is a coordinate plus a constant, else None."""
+        if not isinstance(x, ir.Var):
+            return None
+        if x.name in self.coord:
+            return self.coord[x.name], 0
+        e = self.defs.get(x.name)
+        if _op(e, operator.add) or _op(e, operator.sub):
+            a, b = e.args
+            sign = 1 if e.fn is operator.add else -1
+            if isinstance(b, ir.Const) and isinstance(b.value, int) and \
+                    isinstance(a, ir.Var) and a.name in self.coord:
+                return self.coord[a.name], sign * b.value
+            if isinstance(a, ir.Const) and isinstance(a.value, int) and \
+                    isinstance(b, ir.Var) and b.name in self.coord and sign == 1:
+                return self.coord[b.name], a.value
+        return None
+
     def offset_coord(self, x):
         """(dimension) when x is a coordinate, or a coordinate plus/minus a constant."""
         if not isinstance(x, ir.Var):
@@ -210,16 +267,17 @@ class ThreadIndex:
         keys = set()
         private = True
         for idx in indices:
-            dims = [coord.get(x.name) if isinstance(x, ir.Var) else None
-                    for x in idx]
-            if None in dims or sorted(dims) != list(range(ndim)) or \
-                    len(set(x.name for x in idx)) != len(idx):
+            # thread coordinates at fixed positions (all of them, once each); the
+            # other positions constant: x[i], x[i, j], x[i, 0], x[i, 1] ...
+            key = self.owned_key(idx, coord, ndim)
+            if key is None:
                 private = False
                 break
-            keys.add(tuple(x.name for x in idx))
+            keys.add(tuple(k[1] if k[0] == "c" else None for k in key))
         if private and len(keys) == 1 and ndim:
+            shown = ", ".join(k if k is not None else "const" for k in next(iter(keys)))
             return ArrayClass(name, "private", "every access uses the thread's own "
-                              f"element {name}[{', '.join(next(iter(keys)))}]")
+                              f"element(s) {name}[{shown}]")
         if private and len(keys) > 1:
             return ArrayClass(name, "arbitrary", "accessed with different thread indices")
         names = set()

@@ -162,9 +162,30 @@ def clone_for_typing(py_func, _memo=None):
 
 
 def type_with_shim(py_func, arg_types):
+    import re
+
+    from numba.core.errors import TypingError
     from numba.core.registry import cpu_target
 
+    from ..errors import DifferentiationError
     from ..frontend import _run
     f = clone_for_typing(py_func)
-    tk = _run(f, cpu_target.typing_context, cpu_target.target_context, arg_types, "cuda")
-    return tk
+    try:
+        return _run(f, cpu_target.typing_context, cpu_target.target_context, arg_types,
+                    "cuda")
+    except (TypingError, AttributeError) as exc:
+        m = re.search(r"Unknown attribute '(\w+)' of type Module\(<module "
+                      r"'kadj_cuda_shim(\.\w+)?'", str(exc))
+        if m is not None:
+            path = ((m.group(2) or "")[1:] + "." + m.group(1)).lstrip(".")
+        else:
+            m = re.search(r"module 'kadj_cuda_shim(\.\w+)?' has no attribute '(\w+)'",
+                          str(exc))
+            if m is None:
+                raise
+            path = ((m.group(1) or "")[1:] + "." + m.group(2)).lstrip(".")
+        raise DifferentiationError(
+            f"cuda.{path} is not supported in differentiated kernels",
+            kernel=py_func.__name__, construct=f"cuda.{path}",
+            remedy="supported: cuda.grid, cuda.gridsize, threadIdx/blockIdx/blockDim/"
+                   "gridDim, shared and local arrays, syncthreads, atomic.add/sub") from None

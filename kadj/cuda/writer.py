@@ -419,6 +419,10 @@ class CudaWriter(Writer):
         self.emit(depth, f"# reversed from checkpoints ({S} slots, recursive bisection): "
                          f"{header}")
         scratch = self._scratch(s)
+        if isinstance(s, ir.ForRange) and self._counted(s) and loop_depth > 0 and \
+                id(s) in self.kept:
+            # (the forward recorded the trip count after the loop: fwd_for)
+            self.pop(depth, self._count_name(s), types.int64)
         if id(s) in self.kept:
             for v in reversed(saved_vars):
                 self.pop(depth, self.n(v), self.T[v])
@@ -498,21 +502,32 @@ class CudaWriter(Writer):
         if a.work_arrays:
             names = ", ".join(sorted(a.work_arrays))
             raise DifferentiationError(
-                f"the kernel both reads and writes the array(s) {names}; the CUDA adjoint "
-                "does not support this", kernel=k.name,
-                construct="array read and written",
+                f"the kernel both reads and writes the array(s) {names} at elements other "
+                "threads may touch (in-place updates are supported only at the thread's "
+                "own element, x[i] with i from cuda.grid)", kernel=k.name,
+                loc=self._first_store(a.work_arrays), construct="array read and written",
                 remedy="write the result into a separate output array")
         if a.restore_arrays:
             raise DifferentiationError(
                 "the adjoint would need earlier contents of overwritten arrays "
-                f"({', '.join(sorted(a.restore_arrays))})", kernel=k.name,
-                construct="overwritten array", remedy="write into a separate array")
+                f"({', '.join(sorted(a.restore_arrays))}): values read from them are "
+                "overwritten later in the kernel and the reverse sweep cannot recompute "
+                "them", kernel=k.name, loc=self._first_store(a.restore_arrays),
+                construct="overwritten array",
+                remedy="write new values into a separate array (double buffering) "
+                       "instead of overwriting ones still needed")
         other = sorted(v for v in a.scratch_arrays if v not in self.space)
         if other:
             raise DifferentiationError(
                 f"array allocation ({', '.join(other)}) inside a CUDA kernel",
                 kernel=k.name, construct="array allocation",
                 remedy="use cuda.local.array or cuda.shared.array")
+
+    def _first_store(self, arrays):
+        for x in ir.walk(self.k.body):
+            if isinstance(x, ir.Store) and x.array.name in arrays:
+                return x.loc
+        return None
 
     def write(self):
         self.check()

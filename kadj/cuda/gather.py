@@ -1,0 +1,220 @@
+"""The gather form of a stencil's adjoint: no atomics on neighbour arrays.
+
+In the scatter form each thread q adds the adjoint of its load ``u[q + o]`` into
+``adj_u[q + o]`` with an atomic, for every offset ``o`` of the stencil.  In the gather
+form each thread p *collects* the adjoint of its own element: for every offset ``o`` it
+runs the adjoint of the thread ``q = p - o`` (a *pass*; the thread must exist in the
+launch) and keeps only the contribution of that thread's load at offset ``o``, which is
+``adj_u[p]``'s.  The sum goes into ``adj_u[p]`` with one plain ``+=``: p is the only
+thread that writes it.  Everything else (the thread's own private arrays, scalar
+arguments, arrays read at computed indices) is accumulated in the own pass ``o = 0``
+only.  The compiler removes what a pass does not need.
+
+A stored element's incoming adjoint is read by several threads (its neighbours' passes),
+so it cannot be consumed in the same launch: a second kernel sets it to zero.
+
+Used when the kernel qualifies (:func:`gather_plan`) and, at launch, when the grid has a
+thread for every element of each gathered array (``adj_u[p]`` for every element p);
+otherwise the scatter form runs.
+"""
+from __future__ import annotations
+
+from numba.core import types
+
+from .. import ir
+from ..reverse import AdjRef
+from .writer import CudaWriter
+
+
+def gather_plan(kernel, an, writer):
+    """{array: (perm, offsets)} for the arrays to gather, or (None, reason).
+
+    ``perm[k]`` is the launch dimension indexing the array's dimension k; ``offsets``
+    the set of offset vectors (one entry per launch dimension) of its loads."""
+    index = writer.index
+    if any(isinstance(s, (ir.Barrier,)) for s in ir.walk(kernel.body)):
+        return None, "the kernel uses barriers"
+    if writer.allocs:
+        return None, "the kernel allocates shared or local arrays"
+    if an.pushed or an.replay or an.restore_arrays:
+        return None, "the adjoint records values"
+    if an.stored & an.loaded & an.varied_arrays:
+        return None, "an array is both read and written"
+    if not index.ndim:
+        return None, "no cuda.grid / global thread index"
+    loop_vars = {s.index for s in ir.walk(kernel.body) if isinstance(s, ir.ForRange)}
+    if loop_vars & set(index.coord):
+        return None, "thread coordinates from a grid-stride loop"
+    for s in ir.walk(kernel.body):
+        if isinstance(s, ir.Store) and (
+                s.accumulate or writer.classes.get(s.array.name) is None or
+                writer.classes[s.array.name].cls != "private"):
+            if s.array.name in an.varied_arrays:
+                return None, f"'{s.array.name}' is not written at the thread's own element"
+    plan = {}
+    for name, c in writer.classes.items():
+        if c.cls != "neighbour" or name in an.stored:
+            continue
+        perm, offsets = None, set()
+        for s in ir.walk(kernel.body):
+            if not (isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and
+                    s.expr.array.name == name):
+                continue
+            co = [index.coord_offset(x) for x in s.expr.index]
+            if None in co or sorted(d for d, _ in co) != list(range(index.ndim)):
+                return None, f"'{name}' is read at an index that is not a shifted thread " \
+                             "coordinate"
+            p = tuple(d for d, _ in co)
+            if perm is not None and p != perm:
+                return None, f"'{name}' is read with its dimensions in different orders"
+            perm = p
+            vec = [0] * index.ndim
+            for d, off in co:
+                vec[d] = off
+            offsets.add(tuple(vec))
+        if perm is not None:
+            plan[name] = (perm, frozenset(offsets))
+    if not plan:
+        return None, "no neighbour array to gather"
+    return plan, ""
+
+
+class GatherWriter(CudaWriter):
+    """Writes the gather kernel (``mode="gather"``) or the kernel that consumes the
+    stored elements' adjoints (``mode="zero"``)."""
+
+    def __init__(self, kernel, an, slot_args, fname, plan, mode, cells=None):
+        super().__init__(kernel, an, slot_args, fname, cells=cells)
+        self.plan, self.mode = plan, mode
+        self.pass_offset = None
+        self.acc = {}
+        self._coord_roots = self._roots()
+
+    def _roots(self):
+        """{id(expr): dimension} of the expressions that produce thread coordinates."""
+        out = {}
+        for s in ir.walk(self.k.body):
+            if isinstance(s, ir.Assign) and s.target in self.index.coord:
+                e = s.expr
+                if not (isinstance(e, ir.Copy) and isinstance(e.src, ir.Var) and
+                        e.src.name in self.index.coord):
+                    out[id(e)] = self.index.coord[s.target]
+        return out
+
+    def expr(self, e):
+        d = self._coord_roots.get(id(e))
+        if d is not None:
+            off = self.pass_offset[d]
+            return f"_p{d}" if off == 0 else (f"_p{d} - {off}" if off > 0 else
+                                              f"_p{d} + {-off}")
+        return super().expr(e)
+
+    def _offset_of(self, target):
+        vec = [0] * self.index.ndim
+        for x in target.index:
+            d, off = self.index.coord_offset(x)
+            vec[d] = off
+        return tuple(vec)
+
+    def accumulate(self, depth, target, op, text):
+        own = not any(self.pass_offset)
+        if self.mode == "zero":
+            if isinstance(target, AdjRef) or target in self._sinks:
+                return
+            return super().accumulate(depth, target, op, text)
+        if isinstance(target, AdjRef) and target.array in self.plan:
+            if self._offset_of(target) == self.pass_offset:
+                self.emit(depth, f"{self.acc[target.array]} += {text}")
+            return
+        if (isinstance(target, AdjRef) or target in self._sinks) and not own:
+            return
+        return super().accumulate(depth, target, op, text)
+
+    def consume(self, depth, ref, dtype):
+        if self.mode == "zero":
+            super().consume(depth, ref, dtype)
+
+    def finish_scalar_adjoints(self, names):
+        if self.mode == "gather":
+            super().finish_scalar_adjoints(names)
+
+    def write(self):
+        self.check()
+        k, a = self.k, self.a
+        self.liveness()
+        self.find_single_use()
+        self._sinks = {self.adj(n) for n in self.slot_args
+                       if not isinstance(self.T.get(n), types.Array)}
+        params = list(k.args) + [
+            "adj_" + n if isinstance(self.T.get(n), types.Array) else f"adj_{n}_buf"
+            for n in self.slot_args]
+        nd = self.index.ndim
+        ps = ", ".join(f"_p{d}" for d in range(nd))
+        gs = ", ".join(f"_g{d}" for d in range(nd))
+        self.emit(0, f"def {self.fname}({', '.join(params)}):")
+        what = ("gather form: each thread collects its own elements' adjoints"
+                if self.mode == "gather" else
+                "consumes the incoming adjoints of the elements the kernel wrote")
+        self.emit(1, f'"""Adjoint of {k.name}, {what} (generated by kadj)."""')
+        self.emit(1, f"{ps} = cuda.grid({nd})")
+        self.emit(1, f"{gs} = cuda.gridsize({nd})")
+        passes = [tuple([0] * nd)]
+        if self.mode == "gather":
+            for name in sorted(self.plan):
+                self.acc[name] = self.fresh(f"acc_{self.n(name)}")
+                self.emit(1, f"{self.acc[name]} = {self.zero(self.T[name].dtype)}")
+            passes += sorted({o for _, offs in self.plan.values() for o in offs} -
+                             set(passes))
+        inits = [f"{self.adj(v)} = {self.zero(self.T[v])}"
+                 for v in sorted(a.varied, key=self.n)
+                 if isinstance(self.T.get(v), types.Float) and v not in self.single_use]
+        for n_pass, off in enumerate(passes):
+            self.pass_offset = off
+            if n_pass == 1:  # the scalar arguments' adjoints come from the own pass
+                inits = [x for x in inits if x.split(" = ")[0] not in self._sinks]
+            depth = 1
+            if any(off):
+                self.emit(1, f"# the thread at offset {off} back: its adjoint's "
+                             f"contribution to this thread's elements")
+                conds = " and ".join(f"0 <= _p{d} - {o} < _g{d}" if o >= 0 else
+                                     f"0 <= _p{d} + {-o} < _g{d}"
+                                     for d, o in enumerate(off) if o)
+                self.emit(1, f"if {conds}:")
+                depth = 2
+            else:
+                self.emit(1, "# this thread")
+            for line in inits:
+                self.emit(depth, line)
+            self._last_loc = None
+            self.fwd(k.body, depth, loop_depth=0)
+            self._last_loc = None
+            self.rev(k.body, depth, loop_depth=0)
+        self.pass_offset = tuple([0] * nd)
+        if self.mode == "gather":
+            for name in sorted(self.plan):
+                perm, _ = self.plan[name]
+                idx = ", ".join(f"_p{d}" for d in perm)
+                bounds = " and ".join(f"_p{d} < {self.n(name)}.shape[{kk}]"
+                                      for kk, d in enumerate(perm))
+                self.emit(1, f"if {bounds}:")
+                self.emit(2, f"adj_{self.n(name)}[{idx}] += {self.acc[name]}")
+            self.finish_scalar_adjoints([
+                n for n in self.slot_args
+                if not isinstance(self.T.get(n), types.Array) and n in a.varied])
+        self.emit(1, "return None")
+        from ..runtime_helpers import _trips
+        self.ns["_trips"] = _trips
+        return "\n".join(self.lines) + "\n", tuple(params)
+
+
+def write_gather(kernel, an, slot_args, plan, cells=None):
+    """(gather AdjointSource, zero AdjointSource) for a qualifying kernel."""
+    from ..reverse import AdjointSource
+    out = []
+    for mode in ("gather", "zero"):
+        fname = f"{kernel.name}_adjoint_{mode}"
+        w = GatherWriter(kernel, an, slot_args, fname, plan, mode, cells=cells)
+        source, params = w.write()
+        out.append(AdjointSource(name=fname, source=source, namespace=w.ns,
+                                 param_names=params))
+    return tuple(out)
