@@ -180,6 +180,9 @@ def report_entry(entry, cc):
     try:
         rec["kadj_report"] = _jsonable(k.adjoint_report(*args))
         rec["kadj"] = analyze_ptx([k.adjoint_ptx(*args, cc=cc)])
+        if (rec["kadj_report"].get("gather") or {}).get("arrays"):
+            rec["kadj_gather"] = analyze_ptx([k.adjoint_ptx(*args, cc=cc, form=f)
+                                              for f in ("gather", "zero")])
     except _refusal_types() as exc:
         rec["kadj_refused"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     except Exception as exc:
@@ -260,8 +263,8 @@ def print_report(records, notes, cc):
           "atomics: total (global/shared), instr: PTX instructions\n")
     wn = max([6] + [len(r["name"]) for r in records])
     ws = max([6] + [len(r["source"]) for r in records])
-    header = (f"{'kernel':<{wn}} {'source':<{ws}} {'kadj atomics':>13} {'hand atomics':>13}"
-              f" {'kadj instr':>10} {'hand instr':>10}")
+    header = (f"{'kernel':<{wn}} {'source':<{ws}} {'kadj atomics':>13} {'kadj gather':>13}"
+              f" {'hand atomics':>13} {'kadj instr':>10} {'hand instr':>10}")
     print(header)
     print("-" * len(header))
     for r in records:
@@ -277,11 +280,13 @@ def print_report(records, notes, cc):
             ha, hi = "ERROR", "-"
         else:
             ha, hi = "-", "-"
-        print(f"{r['name']:<{wn}} {r['source']:<{ws}} {ka:>13} {ha:>13} {ki:>10} {hi:>10}")
+        ga = _atoms(r["kadj_gather"]) if "kadj_gather" in r else "-"
+        print(f"{r['name']:<{wn}} {r['source']:<{ws}} {ka:>13} {ga:>13} {ha:>13} {ki:>10} "
+              f"{hi:>10}")
     print("\nPer kernel: atomic instructions by space and type, and kadj's report\n")
     for r in records:
         print(f"{r['name']}:")
-        for who in ("kadj", "hand"):
+        for who in ("kadj", "kadj_gather", "hand"):
             if who in r:
                 classes = ", ".join(f"{k} x{n}" for k, n in r[who]["atomic_classes"].items())
                 print(f"  {who} PTX: {r[who]['kernels']} kernel(s), "

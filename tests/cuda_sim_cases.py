@@ -74,6 +74,11 @@ def logistic(y0, r, dt, out, nsteps):
         out[i] = y
 
 
+# the scatter form (atomics) of heat_step's adjoint; heat_step itself runs the gather
+# form whenever the launch has a thread for every element of u
+heat_step_scatter = kadj.differentiate(heat_step.dispatcher, gather=False)
+
+
 # the same kernel with 2 checkpoint slots: 37 steps cannot be bisected in 2 slots,
 # so reversing replays longer stretches (exact, slower)
 logistic_2slots = kadj.differentiate(logistic.dispatcher, checkpoints=2)
@@ -316,6 +321,13 @@ def main(names):
                                                           np.zeros(11)]),
         "with_device_helper": lambda: fd_check(with_device_helper, (2, 8),
                                                [rng.random(9), np.zeros(9), 0.3]),
+        "scatter_form": lambda: fd_check(heat_step_scatter, (2, 8),
+                                         [rng.random(13), np.zeros(13), 0.1]),
+        # 8 threads for 13 elements: no gather (elements 8.. have no thread)
+        "grid_not_covering_uses_scatter": lambda: fd_check(
+            heat_step, (1, 8), [rng.random(13), np.zeros(13), 0.1]),
+        "gather_2d_blocks": lambda: fd_check(laplace2d, ((3, 2), (3, 4)),
+                                             [rng.random((9, 7)), np.zeros((9, 7)), 0.7]),
         "checkpointed_loop": lambda: fd_check(
             logistic, (2, 4), [rng.random(6) * 0.5, rng.random(6), 0.1, np.zeros(6), 37]),
         "checkpointed_loop_2_slots": lambda: fd_check(

@@ -139,3 +139,24 @@ def test_atomic_max_is_refused():
 
     with pytest.raises(DifferentiationError, match="atomic.max"):
         amax.adjoint_source(np.zeros(4), np.zeros(1))
+
+
+@pytest.mark.parametrize("name", ["heat_step", "laplace2d"])
+def test_gather_form_has_no_atomics_on_neighbours(name):
+    k, args, _ = CASES[name]
+    report = k.adjoint_report(*args)
+    assert report["gather"]["arrays"] and "u" in report["gather"]["arrays"]
+    gather = k.adjoint_ptx(*args, cc=(9, 0), form="gather")
+    # only the scalar's one atomic per block remains in global memory
+    assert len(_atomics(gather)) == 1, "\n".join(_atomics(gather))
+    zero = k.adjoint_ptx(*args, cc=(9, 0), form="zero")
+    assert not _atomics(zero) and not _atomics(zero, "shared")
+    src = k.adjoint_source(*args, form="gather")
+    assert "cuda.atomic.add(adj_u" not in src
+
+
+def test_no_gather_form_without_neighbour_arrays():
+    k, args, _ = CASES["pointwise"]
+    assert k.adjoint_report(*args)["gather"]["used"] is False
+    with pytest.raises(DifferentiationError, match="no gather form"):
+        k.adjoint_source(*args, form="gather")

@@ -12,7 +12,8 @@ CASES = ["heat_step", "laplace2d", "scaled_sin", "pointwise", "with_device_helpe
          "checkpointed_loop", "checkpointed_loop_2_slots", "shared_while_reduction",
          "newton_while", "gridstride_time_loop", "nested_carried_loops",
          "in_place_update", "local_array_state", "tape_numpy", "tape_device_arrays",
-         "stream_device_arrays_errors"]
+         "stream_device_arrays_errors", "scatter_form", "grid_not_covering_uses_scatter",
+         "gather_2d_blocks"]
 
 
 @pytest.fixture(scope="module")
