@@ -126,6 +126,14 @@ class _Problem:
 # --------------------------------------------------------------------------- public
 
 
+def _tolerances(problem, eps, rtol, atol):
+    """(eps, rtol, atol, unit roundoff): the given ones, else the precision's defaults."""
+    precision = _precision(problem)
+    d_eps, d_rtol, d_atol = _DEFAULTS[precision]
+    return (d_eps if eps is None else float(eps), d_rtol if rtol is None else float(rtol),
+            d_atol if atol is None else float(atol), float(np.finfo(precision).eps))
+
+
 def check_grad(kernel, args, wrt=None, *, rtol=None, atol=None, eps=None, seed=0,
                full_jacobian_max=64, adj_return=None):
     """Check ``kernel``'s adjoint against central finite differences at ``args``.
@@ -149,11 +157,7 @@ def check_grad(kernel, args, wrt=None, *, rtol=None, atol=None, eps=None, seed=0
     problem = _problem(kernel, args, wrt)
     rng = np.random.default_rng(seed)
     precision = _precision(problem)
-    d_eps, d_rtol, d_atol = _DEFAULTS[precision]
-    eps = d_eps if eps is None else float(eps)
-    rtol = d_rtol if rtol is None else float(rtol)
-    atol = d_atol if atol is None else float(atol)
-    unit = float(np.finfo(precision).eps)
+    eps, rtol, atol, unit = _tolerances(problem, eps, rtol, atol)
 
     ct = _random_cotangent(problem, rng, adj_return)
     fd, ad, err_ip = _inner_product_test(problem, ct, rng, eps, rtol, atol, unit)
@@ -587,11 +591,7 @@ def check_grad_cuda(kernel, config, args, *, directions=3, seed=0, rtol=None,
     problem = _problem(launch, args, None)
     rng = np.random.default_rng(seed)
     precision = _precision(problem)
-    d_eps, d_rtol, d_atol = _DEFAULTS[precision]
-    eps = d_eps if eps is None else float(eps)
-    rtol = d_rtol if rtol is None else float(rtol)
-    atol = d_atol if atol is None else float(atol)
-    unit = float(np.finfo(precision).eps)
+    eps, rtol, atol, unit = _tolerances(problem, eps, rtol, atol)
 
     ct = _random_cotangent(problem, rng, None)
     x = _read_inputs(problem, problem.args)

@@ -85,18 +85,7 @@ except ImportError:  # pragma: no cover - layout of other numba-cuda versions
     CudaSupportError = RuntimeError
 
 
-def _nvvm_available():
-    try:
-        from numba.cuda.core import config
-        if config.ENABLE_CUDASIM:
-            return False, "NUMBA_ENABLE_CUDASIM is set"
-
-        def probe(x):
-            x[0] = 1.0
-        cuda.compile_ptx(probe, "void(float64[::1])", cc=(9, 0))
-        return True, ""
-    except Exception as exc:  # NVVM/NVRTC missing
-        return False, f"numba-cuda cannot compile PTX here: {exc}"
+from cudatools import nvvm_available as _nvvm_available  # noqa: E402
 
 
 def _atomics(ptx, space=None):

@@ -10,23 +10,10 @@ cuda = pytest.importorskip("numba.cuda")
 
 import kadj  # noqa: E402
 from kadj import DifferentiationError  # noqa: E402
+from cudatools import nvvm_available  # noqa: E402
 
 
-def _nvvm_available():
-    try:
-        from numba.cuda.core import config
-        if config.ENABLE_CUDASIM:
-            return False, "NUMBA_ENABLE_CUDASIM is set"
-
-        def probe(x):
-            x[0] = 1.0
-        cuda.compile_ptx(probe, "void(float64[::1])", cc=(9, 0))
-        return True, ""
-    except Exception as exc:  # NVVM/NVRTC missing
-        return False, f"numba-cuda cannot compile PTX here: {exc}"
-
-
-_OK, _WHY = _nvvm_available()
+_OK, _WHY = nvvm_available()
 pytestmark = pytest.mark.skipif(not _OK, reason=_WHY)
 
 

@@ -19,23 +19,8 @@ HAND_CASES = ["heat2d", "heat1d", "lap3d", "spmv", "deposit"]
 
 
 def _probe():
-    try:
-        from test_cuda_ptx import _nvvm_available
-    except Exception:  # the probe's home moved: the same check, here
-        def _nvvm_available():
-            try:
-                from numba import cuda
-                from numba.cuda.core import config
-                if config.ENABLE_CUDASIM:
-                    return False, "NUMBA_ENABLE_CUDASIM is set"
-
-                def probe(x):
-                    x[0] = 1.0
-                cuda.compile_ptx(probe, "void(float64[::1])", cc=(9, 0))
-                return True, ""
-            except Exception as exc:
-                return False, f"numba-cuda cannot compile PTX here: {exc}"
-    return _nvvm_available()
+    from cudatools import nvvm_available
+    return nvvm_available()
 
 
 _PTX_OK, _PTX_WHY = _probe()
