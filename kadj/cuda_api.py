@@ -299,6 +299,30 @@ class CudaDifferentiatedKernel:
         ptx, _resty = cuda.compile_ptx(fn, sig, cc=cc)
         return ptx
 
+    def adjoint_resources(self, *args, form="scatter"):
+        """Registers per thread, local memory per thread and static shared memory per
+        block of the compiled adjoint kernel (``form`` as for :meth:`adjoint_source`;
+        the gather form's first kernel).  Needs a GPU (the driver compiles it)."""
+        from numba import cuda
+        if simulator_enabled() or not cuda.is_available():
+            raise DifferentiationError(
+                "adjoint_resources() needs a CUDA GPU (the driver reports registers and "
+                "memory); adjoint_ptx() works without one", kernel=self.__name__)
+        comp = self.compiled(*args)
+        kern = comp.kernel
+        if form != "scatter":
+            if comp.gather is None:
+                raise DifferentiationError(f"{self.__name__} has no gather form: "
+                                           f"{comp.report['gather']['why']}",
+                                           kernel=self.__name__)
+            kern = comp.gather.kernels[0 if form == "gather" else 1]
+        sig = self.adjoint_signature(*args)
+        kern.compile(sig)
+        return {"registers": kern.get_regs_per_thread(sig),
+                "local_memory_per_thread": kern.get_local_mem_per_thread(sig),
+                "shared_memory_per_block": kern.get_shared_mem_per_block(sig),
+                "max_threads_per_block": kern.get_max_threads_per_block(sig)}
+
     def _run_adjoint(self, config, args):
         n = len(self.arg_names)
         if len(args) < n:

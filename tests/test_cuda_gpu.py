@@ -285,3 +285,53 @@ def test_cupy_arrays(name):
     _, seeds = _seeds(k, args, rng)
     on_device, _ = run_adjoint(k, config, args, seeds, "device")
     _same(got, on_device, name.endswith("f32"))
+
+
+@pytest.mark.parametrize("form", ["scatter", "gather"])
+def test_adjoint_resources(form):
+    rng = np.random.default_rng(0)
+    k, config, args = KERNELS["heat2d"](rng)
+    res = k.adjoint_resources(*args, form=form)
+    assert res["registers"] > 0 and res["max_threads_per_block"] > 0
+    assert res["local_memory_per_thread"] >= 0
+
+
+def _gallery_cases():
+    try:
+        from kernels.cuda import load
+    except Exception:  # pragma: no cover - the gallery is part of the repository
+        return []
+    from kernels.cuda import MODULES
+    return [(module, c) for module in MODULES for c in load(module)]
+
+
+@pytest.mark.parametrize("module,case", _gallery_cases(),
+                         ids=[c.name for _, c in _gallery_cases()])
+def test_gallery_on_gpu(module, case):
+    """Every kernel of kernels/cuda, on the device, against finite differences."""
+    from kadj.testing import check_grad_cuda
+    args = case.make_args(np.random.default_rng(0))
+    check_grad_cuda(case.kernel, case.config, args, rtol=case.rtol)
+
+
+def test_tape_with_device_arrays():
+    rng = np.random.default_rng(1)
+    u0 = rng.random(300)
+
+    def run(x, on_device):
+        mk = cuda.to_device if on_device else (lambda a: a)
+        us = [mk(x.copy())] + [mk(np.zeros(300)) for _ in range(3)]
+        with kadj.Tape() as tape:
+            for step in range(3):
+                heat1d[3, 128](us[step], us[step + 1], 0.2)
+        return tape, us
+
+    tape, us = run(u0, True)
+    ct = rng.standard_normal(300)
+    tape.backward(seeds=[(us[3], ct)])
+    g = tape.grad(us[0]).copy_to_host()
+    d = rng.standard_normal(300)
+    eps = 1e-6
+    f = [float(ct @ run(u0 + s * eps * d, False)[1][3]) for s in (1, -1)]
+    fd = (f[0] - f[1]) / (2 * eps)
+    assert abs(g @ d - fd) <= 1e-6 * max(1.0, abs(fd))
