@@ -190,6 +190,26 @@ def sq_loss(u, out):
         cuda.atomic.add(out, 0, u[i] * u[i])
 
 
+@kadj.differentiate
+@cuda.jit
+def wrap_left(u, y):
+    # u[i - 1] at i = 0 reads u[-1], the last element (indices wrap as in NumPy): the
+    # gather form must still deliver that element's adjoint
+    i = cuda.grid(1)
+    if i < u.shape[0]:
+        y[i] = 2.0 * u[i - 1] * u[i]
+
+
+@kadj.differentiate
+@cuda.jit
+def thread_id_value(u, y, w):
+    # threadIdx and blockIdx used as values: no gather form (a pass would see this
+    # thread's ids instead of its neighbour's)
+    i = cuda.grid(1)
+    if i < u.shape[0] - 1:
+        y[i] = (cuda.threadIdx.x + 1.0) * w[cuda.blockIdx.x] * u[i + 1]
+
+
 def tape_case(on_device):
     """Three heat steps and a loss on a Tape, NumPy or device arrays: tape.grad(u0)
     against finite differences of the whole sequence."""
@@ -328,6 +348,10 @@ def main(names):
             heat_step, (1, 8), [rng.random(13), np.zeros(13), 0.1]),
         "gather_2d_blocks": lambda: fd_check(laplace2d, ((3, 2), (3, 4)),
                                              [rng.random((9, 7)), np.zeros((9, 7)), 0.7]),
+        "gather_wrapped_index": lambda: fd_check(wrap_left, (2, 8),
+                                                 [rng.random(16), np.zeros(16)]),
+        "gather_refused_thread_ids": lambda: fd_check(
+            thread_id_value, (2, 8), [rng.random(16), np.zeros(16), rng.random(2)]),
         "checkpointed_loop": lambda: fd_check(
             logistic, (2, 4), [rng.random(6) * 0.5, rng.random(6), 0.1, np.zeros(6), 37]),
         "checkpointed_loop_2_slots": lambda: fd_check(

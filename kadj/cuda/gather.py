@@ -45,6 +45,9 @@ def gather_plan(kernel, an, writer):
     loop_vars = {s.index for s in ir.walk(kernel.body) if isinstance(s, ir.ForRange)}
     if loop_vars & set(index.coord):
         return None, "thread coordinates from a grid-stride loop"
+    why = _thread_ids_elsewhere(kernel, index)
+    if why:
+        return None, why
     for s in ir.walk(kernel.body):
         if isinstance(s, ir.Store) and (
                 s.accumulate or writer.classes.get(s.array.name) is None or
@@ -79,6 +82,48 @@ def gather_plan(kernel, an, writer):
     return plan, ""
 
 
+def _thread_ids_elsewhere(kernel, index):
+    """A pass runs another thread's adjoint by substituting its coordinates; anything
+    else that tells threads apart (threadIdx, blockIdx, laneid, a cuda.grid tuple used
+    otherwise) would still be this thread's.  Such uses rule the gather form out."""
+    from .intrinsics import CudaIntrinsic
+    defs = {s.target: s for s in ir.walk(kernel.body) if isinstance(s, ir.Assign)}
+    ids = set()
+    for v, s in defs.items():
+        e = s.expr
+        if v in index.coord:
+            continue  # a coordinate itself: substituted in each pass
+        if isinstance(e, ir.Op) and isinstance(e.fn, CudaIntrinsic) and (
+                e.fn.path.split(".")[0] in ("threadIdx", "blockIdx", "laneid") or
+                e.fn.path == "grid"):
+            ids.add(v)
+    # copies of them, and the products blockIdx * blockDim, are part of the coordinate
+    changed = True
+    while changed:
+        changed = False
+        for v, s in defs.items():
+            if v in ids or v in index.coord:
+                continue
+            e = s.expr
+            if isinstance(e, (ir.Copy, ir.Item)) and ir.var_names(ir.operands(e)) & ids:
+                ids.add(v)
+                changed = True
+            elif isinstance(e, ir.Op) and ir.var_names(e.args) & ids and any(
+                    isinstance(t, ir.Assign) and t.target in index.coord and
+                    v in ir.var_names(ir.operands(t.expr)) for t in defs.values()):
+                ids.add(v)
+                changed = True
+    for s in ir.walk(kernel.body):
+        reads = ir.stmt_reads(s) & ids
+        if not reads:
+            continue
+        if isinstance(s, ir.Assign) and (s.target in index.coord or s.target in ids):
+            continue
+        return (f"the thread's identity ({', '.join(sorted(reads))}) is used other than "
+                "to compute its coordinates")
+    return ""
+
+
 class GatherWriter(CudaWriter):
     """Writes the gather kernel (``mode="gather"``) or the kernel that consumes the
     stored elements' adjoints (``mode="zero"``)."""
@@ -109,6 +154,10 @@ class GatherWriter(CudaWriter):
                                               f"_p{d} + {-off}")
         return super().expr(e)
 
+    def _offsets(self, target):
+        """The offset of each index position of an access."""
+        return [self.index.coord_offset(x)[1] for x in target.index]
+
     def _offset_of(self, target):
         vec = [0] * self.index.ndim
         for x in target.index:
@@ -123,8 +172,19 @@ class GatherWriter(CudaWriter):
                 return
             return super().accumulate(depth, target, op, text)
         if isinstance(target, AdjRef) and target.array in self.plan:
-            if self._offset_of(target) == self.pass_offset:
+            off = self._offset_of(target)
+            if off == self.pass_offset:
                 self.emit(depth, f"{self.acc[target.array]} += {text}")
+            elif own and any(o < 0 for o in off):
+                # an index below zero wraps around (x[-1] is the last element): no
+                # thread gathers that element from here, so add it directly
+                idx = [self.o(x) for x in target.index]
+                cond = " or ".join(f"{x} < 0" for x, o in zip(idx, self._offsets(target))
+                                   if o < 0)
+                self.emit(depth, f"if {cond}:")
+                key = idx[0] if len(idx) == 1 else f"({', '.join(idx)})"
+                self.emit(depth + 1, f"cuda.atomic.add(adj_{self.n(target.array)}, {key}, "
+                                     f"{text})")
             return
         if (isinstance(target, AdjRef) or target in self._sinks) and not own:
             return

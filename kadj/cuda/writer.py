@@ -63,6 +63,7 @@ class CudaWriter(Writer):
         self.scalar_report = {}
         self._ld = 0
         self._replay_ld = None
+        self._trip_at = {}
 
     # ---- rendering ----------------------------------------------------------------
     def bind(self, obj, hint):
@@ -273,10 +274,24 @@ class CudaWriter(Writer):
         finally:
             self._ld, self._replay_ld = prev
 
+    def _multiplicity(self):
+        """How many times a push here runs before the tape is popped back: the product
+        of the constant trip counts of the loops around it (since the replayed
+        iteration, if any); None when one of them is not constant."""
+        base = self._replay_ld if self._replay_ld is not None else 0
+        m = 1
+        for level in range(base + 1, self._ld + 1):
+            trip = self._trip_at.get(level)
+            if trip is None:
+                return None
+            m *= trip
+        return m
+
     def push(self, depth, value_text, t):
         if self.nopush:
             return
-        if self._ld > 0 and self._ld != self._replay_ld:
+        m = self._multiplicity()
+        if m is None:
             raise DifferentiationError(
                 "a loop overwrites values its adjoint needs, and this loop cannot be "
                 "reversed from checkpoints (a while loop, a break/continue, a nested "
@@ -288,7 +303,7 @@ class CudaWriter(Writer):
                        "loops free of overwritten values, or assign each value once")
         super().push(depth, value_text, t)
         kind = self.tape_of(t)[0][len("_tape_"):]
-        self.tape_size[kind] = self.tape_size.get(kind, 0) + 1
+        self.tape_size[kind] = self.tape_size.get(kind, 0) + m
 
     def _reserve_lines(self, amounts, depth):
         return []  # the per-thread tape is sized statically
@@ -364,9 +379,15 @@ class CudaWriter(Writer):
     def fwd_for(self, s, depth, loop_depth):
         if s.uid in self.a.checkpoint and not self.nopush:
             self._push_arrays(s, depth)
+        trip = None
+        if all(isinstance(x, ir.Const) and isinstance(x.value, int)
+               for x in (s.start, s.stop, s.step)) and s.step.value != 0:
+            trip = len(range(s.start.value, s.stop.value, s.step.value))
+        self._trip_at[loop_depth + 1] = trip  # (a small constant loop may record)
         super().fwd_for(s, depth, loop_depth)
 
     def fwd_loop(self, s, depth, loop_depth):
+        self._trip_at[loop_depth + 1] = None
         if s.uid not in self.a.checkpoint:
             return super().fwd_loop(s, depth, loop_depth)
         self.comment(depth, s.loc)
@@ -507,12 +528,13 @@ class CudaWriter(Writer):
                 "own element, x[i] with i from cuda.grid)", kernel=k.name,
                 loc=self._first_store(a.work_arrays), construct="array read and written",
                 remedy="write the result into a separate output array")
-        if a.restore_arrays:
+        restore = {x for x in a.restore_arrays if self.space.get(x) != "local"}
+        if restore:
             raise DifferentiationError(
                 "the adjoint would need earlier contents of overwritten arrays "
-                f"({', '.join(sorted(a.restore_arrays))}): values read from them are "
+                f"({', '.join(sorted(restore))}): values read from them are "
                 "overwritten later in the kernel and the reverse sweep cannot recompute "
-                "them", kernel=k.name, loc=self._first_store(a.restore_arrays),
+                "them", kernel=k.name, loc=self._first_store(restore),
                 construct="overwritten array",
                 remedy="write new values into a separate array (double buffering) "
                        "instead of overwriting ones still needed")
