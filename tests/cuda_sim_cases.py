@@ -210,6 +210,29 @@ def thread_id_value(u, y, w):
         y[i] = (cuda.threadIdx.x + 1.0) * w[cuda.blockIdx.x] * u[i + 1]
 
 
+@kadj.differentiate
+@cuda.jit
+def coefficients(x, p, y):
+    # p[0], p[1], p[2]: the same elements for every thread, summed per block
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        y[i] = p[0] * math.sin(x[i]) + p[1] * x[i] * x[i] + p[0] * p[2]
+
+
+@kadj.differentiate
+@cuda.jit
+def burgers_upwind(u, un, nu, dt):
+    # a branch that assigns a local: values recorded, still the gather form
+    i = cuda.grid(1)
+    n = u.shape[0]
+    if 0 < i < n - 1:
+        if u[i] > 0:
+            d = u[i] - u[i - 1]
+        else:
+            d = u[i + 1] - u[i]
+        un[i] = u[i] - dt * u[i] * d + nu * (u[i + 1] - 2.0 * u[i] + u[i - 1])
+
+
 def tape_case(on_device):
     """Three heat steps and a loss on a Tape, NumPy or device arrays: tape.grad(u0)
     against finite differences of the whole sequence."""
@@ -352,6 +375,10 @@ def main(names):
                                                  [rng.random(16), np.zeros(16)]),
         "gather_refused_thread_ids": lambda: fd_check(
             thread_id_value, (2, 8), [rng.random(16), np.zeros(16), rng.random(2)]),
+        "uniform_elements_block_reduced": lambda: fd_check(
+            coefficients, (2, 4), [rng.random(11), rng.random(3), np.zeros(11)]),
+        "gather_with_recorded_branch": lambda: fd_check(
+            burgers_upwind, (2, 8), [rng.random(12) - 0.5, np.zeros(12), 0.1, 0.05]),
         "checkpointed_loop": lambda: fd_check(
             logistic, (2, 4), [rng.random(6) * 0.5, rng.random(6), 0.1, np.zeros(6), 37]),
         "checkpointed_loop_2_slots": lambda: fd_check(

@@ -61,6 +61,8 @@ class CudaWriter(Writer):
         self.local_arrays = []      # (name, size, dtype name) declared in the prologue
         self.loop_report = []
         self.scalar_report = {}
+        self.uniform_acc = {}       # (array, constant index) -> local accumulator
+        self.uniform_report = {}
         self._ld = 0
         self._replay_ld = None
         self._trip_at = {}
@@ -84,6 +86,18 @@ class CudaWriter(Writer):
         if arr in self.private_arrays:
             self.plain_sites[arr] = self.plain_sites.get(arr, 0) + 1
             return super().accumulate(depth, target, op, text)
+        key = tuple(self.index.canonical(x) for x in target.index)
+        if self.classes.get(arr) is not None and self.classes[arr].cls == "uniform" and \
+                self.space.get(arr) is None and all(k and k[0] == "k" for k in key):
+            # an element every thread may add to (a coefficient): summed in a local,
+            # then over the block, then one atomic per block (finish_scalar_adjoints)
+            values = tuple(k[1] for k in key)
+            acc = self.uniform_acc.get((arr, values))
+            if acc is None:
+                acc = self.fresh(f"adj_{self.n(arr)}_" + "_".join(map(str, values)))
+                self.uniform_acc[(arr, values)] = acc
+            self.emit(depth, f"{acc} += {text}")
+            return
         buf, _, rest = target.partition("[")
         index = rest[:-1]
         if len(target.index) > 1:
@@ -226,42 +240,52 @@ class CudaWriter(Writer):
         return name
 
     # ---- scalar adjoints: one atomic per block --------------------------------------
+    def uniform_init_lines(self):
+        return [f"{acc} = {self.zero(self.T[arr].dtype)}"
+                for (arr, _), acc in self.uniform_acc.items()]
+
     def finish_scalar_adjoints(self, names):
-        if not names:
+        # (local value, dtype, buffer, index, what) of every sum to reduce over the block
+        sinks = [(self.cast(self.adj(n), self.T[n]), self.T[n], f"adj_{n}_buf", "0", n)
+                 for n in names]
+        for (arr, values), acc in self.uniform_acc.items():
+            idx = values[0] if len(values) == 1 else "(" + ", ".join(map(str, values)) + ")"
+            sinks.append((acc, self.T[arr].dtype, f"adj_{self.n(arr)}", str(idx), arr))
+        if not sinks:
             return
-        self.emit(1, "# ---- scalar adjoints: summed over the block, one atomic per "
-                     "block ----")
+        self.emit(1, "# ---- adjoints every thread adds to: summed over the block, one "
+                     "atomic per block ----")
         tid = self.fresh("tid")
         self.emit(1, f"{tid} = cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + "
                      f"cuda.blockDim.y * cuda.threadIdx.z)")
-        reds = {}
-        for name in names:
-            dt = self.T[name]
-            red = self.fresh(f"red_{self.n(name)}")
-            reds[name] = red
+        reds = []
+        for value, dt, buf, idx, what in sinks:
+            red = self.fresh(f"red_{buf[4:]}")
+            reds.append(red)
             self.emit(1, f"{red} = cuda.shared.array(32, {self.bind(dt, str(dt))})")
             self.emit(1, f"if {tid} < 32:")
             self.emit(2, f"{red}[{tid}] = {self.zero(dt)}")
-            self.scalar_report[name] = ("block-reduced: 32 shared-memory slots, "
-                                        "one global atomic per block")
+            how = "block-reduced: 32 shared-memory slots, one global atomic per block"
+            if what in names:
+                self.scalar_report[what] = how
+            else:
+                self.uniform_report[f"{what}[{idx.strip('()')}]"] = how
         self.emit(1, "cuda.syncthreads()")
-        for name in names:
-            self.emit(1, f"cuda.atomic.add({reds[name]}, {tid} % 32, "
-                         f"{self.cast(self.adj(name), self.T[name])})")
+        for red, (value, dt, buf, idx, what) in zip(reds, sinks):
+            self.emit(1, f"cuda.atomic.add({red}, {tid} % 32, {value})")
         self.emit(1, "cuda.syncthreads()")
         self.emit(1, f"if {tid} == 0:")
         w = self.fresh("w")
         used = self.fresh("slots")
         self.emit(2, f"{used} = min(32, cuda.blockDim.x * cuda.blockDim.y * "
                      f"cuda.blockDim.z)")
-        for name in names:
-            red = reds[name]
+        for red, (value, dt, buf, idx, what) in zip(reds, sinks):
             total = self.fresh("total")
             self.emit(2, f"{total} = {red}[0]")
             self.emit(2, f"for {w} in range(1, {used}):")
             self.emit(3, f"{total} += {red}[{w}]")
-            self.emit(2, f"cuda.atomic.add(adj_{name}_buf, 0, {total})")
-            self.atomic_sites[name] = self.atomic_sites.get(name, 0) + 1
+            self.emit(2, f"cuda.atomic.add({buf}, {idx}, {total})")
+            self.atomic_sites[what] = self.atomic_sites.get(what, 0) + 1
 
     # ---- bounded per-thread tape ----------------------------------------------------
     def fwd(self, stmts, depth, loop_depth):
@@ -317,7 +341,7 @@ class CudaWriter(Writer):
             lines.append(f"_sp_{kind} = 0")
         for name, size, dt in self.local_arrays:
             lines.append(f"{name} = cuda.local.array({size}, {dt})")
-        return lines + self._alloc_lines()
+        return lines + self._alloc_lines() + self.uniform_init_lines()
 
     # ---- loops reversed from checkpoints --------------------------------------------
     def _body(self, s, depth, loop_depth, record):
@@ -561,6 +585,8 @@ class CudaWriter(Writer):
             n_at = self.atomic_sites.get(name, 0)
             n_pl = self.plain_sites.get(name, 0)
             how = "atomic" if n_at else ("plain" if n_pl else "none")
+            if any(a == name for a, _ in self.uniform_acc):
+                how = "block-reduced"
             arrays[name] = {"class": c.cls, "accumulation": how, "why": c.why,
                             "atomic_sites": n_at, "plain_sites": n_pl}
         shared = {n for n, sp in self.space.items() if sp == "shared"}
@@ -569,11 +595,12 @@ class CudaWriter(Writer):
             # per scalar) and in shared memory (shared arrays, the scalars' slots)
             "atomics": sum(v for k, v in self.atomic_sites.items() if k not in shared),
             "shared_atomics": sum(v for k, v in self.atomic_sites.items() if k in shared)
-            + len(self.scalar_report),
+            + len(self.scalar_report) + len(self.uniform_report),
             "plain_accumulations": sum(self.plain_sites.values()),
             "private_arrays": tuple(sorted(self.private_arrays)),
             "arrays": arrays,
             "scalars": dict(self.scalar_report),
+            "uniform_elements": dict(self.uniform_report),
             "loops": list(self.loop_report),
             "tape": dict(self.tape_size),
             "launch_ndim": self.index.ndim,
