@@ -286,6 +286,8 @@ class CudaDifferentiatedKernel:
     def adjoint_ptx(self, *args, cc=(9, 0), form="scatter"):
         """PTX text of the adjoint kernel (``numba.cuda.compile_ptx``; no GPU needed);
         ``form`` as for :meth:`adjoint_source`."""
+        if simulator_enabled():
+            return _ptx_in_subprocess(self, args, cc, form)
         from numba import cuda
         comp = self.compiled(*args)
         sig = self.adjoint_signature(*args)
@@ -383,3 +385,61 @@ def _with_cells(kernel, slot_names):
                for name, idxs in array_accesses(kernel).items()}
     params = {a for a in kernel.args if isinstance(kernel.types.get(a), types.Array)}
     return insert_cells(kernel, index, classes, params)
+
+
+_PTX_CHILD = r"""
+import importlib, importlib.util, pickle, sys
+paths, modname, path, qualname, options, args, cc, form = pickle.load(sys.stdin.buffer)
+sys.path[:] = paths
+import kadj
+from kadj.cuda_api import CudaDifferentiatedKernel
+if modname != "__main__":
+    module = importlib.import_module(modname)
+else:
+    spec = importlib.util.spec_from_file_location("_kadj_ptx_module", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+obj = module
+for part in qualname.split("."):
+    obj = getattr(obj, part)
+if isinstance(obj, CudaDifferentiatedKernel):
+    obj = obj.dispatcher
+k = kadj.differentiate(obj, **options)
+sys.stdout.write(k.adjoint_ptx(*args, cc=cc, form=form))
+"""
+
+
+def _ptx_in_subprocess(k, args, cc, form):
+    """Under NUMBA_ENABLE_CUDASIM=1 numba-cuda's compiler is replaced by the simulator:
+    compile the adjoint's PTX in a child process without it, which imports the kernel's
+    module from its file (kernels defined in a module file, at module level)."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    path = k.py_func.__code__.co_filename
+    qualname = k.py_func.__qualname__
+    why = None
+    if not os.path.isfile(path) or "<locals>" in qualname:
+        why = "the kernel is not defined at module level in a file"
+    else:
+        options = {"wrt": k.wrt, "checkpoints": k.checkpoints, "gather": k.gather}
+        env = {key: v for key, v in os.environ.items() if key != "NUMBA_ENABLE_CUDASIM"}
+        try:
+            payload = pickle.dumps((list(sys.path), k.py_func.__module__, path, qualname,
+                                    options, tuple(args), tuple(cc), form))
+            proc = subprocess.run([sys.executable, "-c", _PTX_CHILD], input=payload,
+                                  capture_output=True, env=env, timeout=600)
+        except (pickle.PicklingError, TypeError, subprocess.TimeoutExpired) as exc:
+            why = f"{type(exc).__name__}: {exc}"
+        else:
+            if proc.returncode == 0:
+                return proc.stdout.decode()
+            lines = proc.stderr.decode().strip().splitlines()
+            why = lines[-1] if lines else f"exit status {proc.returncode}"
+    raise DifferentiationError(
+        f"adjoint_ptx() needs numba-cuda's compiler, which NUMBA_ENABLE_CUDASIM=1 replaces "
+        f"by the simulator, and compiling in a separate process failed ({why})",
+        kernel=k.__name__, construct="adjoint_ptx under the simulator",
+        remedy="call adjoint_ptx in a process without NUMBA_ENABLE_CUDASIM")

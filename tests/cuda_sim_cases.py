@@ -233,6 +233,17 @@ def burgers_upwind(u, un, nu, dt):
         un[i] = u[i] - dt * u[i] * d + nu * (u[i + 1] - 2.0 * u[i] + u[i - 1])
 
 
+def ptx_under_simulator_case():
+    """adjoint_ptx() under the simulator compiles in a child process without it."""
+    from kernels.cuda import by_name
+    case = by_name("heat2d_step")
+    args = case.make_args(np.random.default_rng(0))
+    for form in ("scatter", "gather"):
+        ptx = case.kernel.adjoint_ptx(*args, cc=(9, 0), form=form)
+        assert ".entry" in ptx, ptx[:200]
+    return 0.0
+
+
 def tape_case(on_device):
     """Three heat steps and a loss on a Tape, NumPy or device arrays: tape.grad(u0)
     against finite differences of the whole sequence."""
@@ -379,6 +390,7 @@ def main(names):
             coefficients, (2, 4), [rng.random(11), rng.random(3), np.zeros(11)]),
         "gather_with_recorded_branch": lambda: fd_check(
             burgers_upwind, (2, 8), [rng.random(12) - 0.5, np.zeros(12), 0.1, 0.05]),
+        "ptx_under_simulator": ptx_under_simulator_case,
         "checkpointed_loop": lambda: fd_check(
             logistic, (2, 4), [rng.random(6) * 0.5, rng.random(6), 0.1, np.zeros(6), 37]),
         "checkpointed_loop_2_slots": lambda: fd_check(

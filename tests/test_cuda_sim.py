@@ -14,7 +14,8 @@ CASES = ["heat_step", "laplace2d", "scaled_sin", "pointwise", "with_device_helpe
          "in_place_update", "local_array_state", "tape_numpy", "tape_device_arrays",
          "stream_device_arrays_errors", "scatter_form", "grid_not_covering_uses_scatter",
          "gather_2d_blocks", "gather_wrapped_index", "gather_refused_thread_ids",
-         "uniform_elements_block_reduced", "gather_with_recorded_branch"]
+         "uniform_elements_block_reduced", "gather_with_recorded_branch",
+         "ptx_under_simulator"]
 
 
 @pytest.fixture(scope="module")
