@@ -221,39 +221,40 @@ class ThreadIndex:
         dims = sorted(coord[x.name] for x, k in zip(idx, key) if k[0] == "c")
         return key if dims == list(range(ndim)) and ndim else None
 
-    def coord_offset(self, x):
-        """(dimension, constant) when x is a coordinate plus a constant, else None."""
-        if not isinstance(x, ir.Var):
+    def coord_offset(self, x, _depth=0):
+        """(dimension, constant) when x is a coordinate plus a constant (possibly in
+        several steps: ``im = i - 1; ip = im + 2``), else None."""
+        if not isinstance(x, ir.Var) or _depth > 8:
             return None
         if x.name in self.coord:
             return self.coord[x.name], 0
         e = self.defs.get(x.name)
+        if isinstance(e, ir.Copy):
+            return self.coord_offset(e.src, _depth + 1)
         if _op(e, operator.add) or _op(e, operator.sub):
             a, b = e.args
             sign = 1 if e.fn is operator.add else -1
-            if isinstance(b, ir.Const) and isinstance(b.value, int) and \
-                    isinstance(a, ir.Var) and a.name in self.coord:
-                return self.coord[a.name], sign * b.value
-            if isinstance(a, ir.Const) and isinstance(a.value, int) and \
-                    isinstance(b, ir.Var) and b.name in self.coord and sign == 1:
-                return self.coord[b.name], a.value
+
+            def const(y):
+                if isinstance(y, ir.Const) and isinstance(y.value, int) and \
+                        not isinstance(y.value, bool):
+                    return y.value
+                return self.consts.get(y.name) if isinstance(y, ir.Var) else None
+            cb, ca = const(b), const(a)
+            if cb is not None:
+                inner = self.coord_offset(a, _depth + 1)
+                if inner is not None:
+                    return inner[0], inner[1] + sign * cb
+            if ca is not None and sign == 1:
+                inner = self.coord_offset(b, _depth + 1)
+                if inner is not None:
+                    return inner[0], inner[1] + ca
         return None
 
     def offset_coord(self, x):
         """(dimension) when x is a coordinate, or a coordinate plus/minus a constant."""
-        if not isinstance(x, ir.Var):
-            return None
-        if x.name in self.coord:
-            return self.coord[x.name]
-        e = self.defs.get(x.name)
-        if _op(e, operator.add) or _op(e, operator.sub):
-            a, b = e.args
-            if isinstance(b, ir.Const) and isinstance(a, ir.Var) and a.name in self.coord:
-                return self.coord[a.name]
-            if isinstance(a, ir.Const) and isinstance(b, ir.Var) and b.name in self.coord \
-                    and e.fn is operator.add:
-                return self.coord[b.name]
-        return None
+        co = self.coord_offset(x)
+        return None if co is None else co[0]
 
     def classify(self, name, indices, space="global"):
         """:class:`ArrayClass` of array ``name`` accessed with ``indices`` (tuples of
