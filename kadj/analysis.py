@@ -56,6 +56,9 @@ class Analysis:
     carried_replay: bool = False   # replay loops that carry state (from checkpoints)
     private_scratch: frozenset = frozenset()  # per-thread scratch arrays (CUDA local)
     unwritten: frozenset = frozenset()   # arrays the adjoint never writes (CUDA cells)
+    shared_scratch: frozenset = frozenset()  # block-shared arrays (CUDA shared)
+    force_replay: set = field(default_factory=set)   # loops replayed for their arrays
+    replay_shared: dict = field(default_factory=dict)  # loop uid -> shared arrays
     checkpoint_arrays: dict = field(default_factory=dict)  # loop uid -> such arrays
 
     def is_float(self, name):
@@ -66,13 +69,13 @@ class Analysis:
 
 
 def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
-            private_scratch=(), unwritten=()):
+            private_scratch=(), unwritten=(), shared_scratch=()):
     """``carried_replay``: loops whose iterations carry state are replayed too, each
     reversed iteration starting from that state restored from a checkpoint
     (:attr:`Analysis.checkpoint`; the CUDA writer, whose tape is bounded per thread)."""
     a = Analysis(kernel=kernel, slot_args=tuple(slot_args), carried_replay=carried_replay,
                  private_scratch=frozenset(private_scratch),
-                 unwritten=frozenset(unwritten))
+                 unwritten=frozenset(unwritten), shared_scratch=frozenset(shared_scratch))
     T = kernel.types
     body = kernel.body
     for name, t in T.items():
@@ -141,6 +144,7 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
         a.replay_fresh = set()
         a.checkpoint = {}
         a.checkpoint_arrays = {}
+        a.replay_shared = {}
         _find_replay(body, a, False)
         # a replayed iteration reads arrays as they were: restore those written elsewhere
         extra = set()
@@ -509,6 +513,12 @@ def _needed(body, a):
                         s.expr.array.name not in a.unwritten and (
                         not a.carried_replay or
                         _stored_during_or_after(a, uid, s.expr.array.name)):
+                    owner = _rewriting_loop(a, uid, s.expr.array.name)
+                    if owner is not None:
+                        # a tile rewritten at each iteration of an enclosing loop:
+                        # replaying that iteration rewrites it (shared memory)
+                        a.force_replay.add(owner)
+                        continue
                     a.restore_arrays.add(s.expr.array.name)
     a.restore_arrays &= (a.stored & a.loaded)
     # loop indices are re-created by the reversed loop; save them when read outside it
@@ -518,6 +528,50 @@ def _needed(body, a):
             a.index_saved.add(s.uid)
     needed.discard(None)
     a.needed = needed
+
+
+def rewritten_each_iteration(loop, arr):
+    """Does every iteration of ``loop`` write shared array ``arr`` (a statement of the
+    body itself, not under a branch) before reading it?  Then an iteration reads what
+    it wrote (after a barrier: a tile), never an earlier iteration's contents."""
+    first_store = None
+    for k, x in enumerate(loop.body):
+        if isinstance(x, ir.Store) and x.array.name == arr:
+            first_store = k
+            break
+    if first_store is None:
+        return False
+    for x in ir.walk(loop.body[:first_store]):
+        if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Load) and \
+                x.expr.array.name == arr:
+            return False
+    return True
+
+
+def _rewriting_loop(a, uid, arr):
+    """The uid of a loop enclosing loop ``uid`` that rewrites shared array ``arr`` at
+    each iteration (CUDA tiles), or None."""
+    if arr not in a.shared_scratch:
+        return None
+    found = None
+
+    def visit(stmts, stack):
+        nonlocal found
+        for x in stmts:
+            if isinstance(x, ir.If):
+                visit(x.then, stack)
+                visit(x.orelse, stack)
+            elif isinstance(x, (ir.ForRange, ir.Loop)):
+                if x.uid == uid:
+                    for outer in reversed(stack):
+                        if rewritten_each_iteration(outer, arr):
+                            found = outer.uid
+                            return
+                    return
+                visit(x.body, stack + [x])
+
+    visit(a.kernel.body, [])
+    return found
 
 
 def _stored_during_or_after(a, uid, arr):
@@ -615,6 +669,10 @@ def _find_replay(stmts, a, inside_replay):
             # each replayed iteration of the outer loop)
             ok = (not inside_replay or a.carried_replay) and _replayable(s, a)
             scratch = tuple(sorted(a.private_scratch & ir.stored_arrays(s.body)))
+            if ok:
+                a.replay_shared[s.uid] = tuple(sorted(
+                    x for x in a.shared_scratch & ir.stored_arrays(s.body)
+                    if rewritten_each_iteration(s, x)))
             if isinstance(s, ir.Loop):
                 if ok:
                     saved = {v for v in a.pushed if v in ir.assigned(s.body)}
@@ -659,7 +717,8 @@ def _replayable(loop, a):
     assigned_in = ir.assigned(loop.body)
     needs_tape = any(isinstance(x, ir.Loop) for x in inner) or any(
         isinstance(x, ir.Assign) and x.target in a.pushed for x in inner) or any(
-        isinstance(x, ir.ForRange) and x.uid in a.index_saved for x in inner)
+        isinstance(x, ir.ForRange) and x.uid in a.index_saved for x in inner) or \
+        loop.uid in a.force_replay
     if not needs_tape:
         return False
     for x in ir.walk_level(loop.body):
@@ -693,6 +752,7 @@ def stale_loads_harmless(loop, a):
     # those nobody writes during or after the loop still hold what the loop read
     fresh = {x for x in a.stored
              if (x in a.private_scratch and x in stored_in) or x in a.unwritten or
+             (x in a.shared_scratch and rewritten_each_iteration(loop, x)) or
              not _stored_during_or_after(a, loop.uid, x)}
     tainted = set()
     changed = True

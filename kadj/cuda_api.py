@@ -195,11 +195,14 @@ class CudaDifferentiatedKernel:
                                        kernel=self.__name__)
         slot_names = tuple(self.arg_names[i] for i in plan.adjoint_args)
         kernel, cells = _with_cells(kernel, slot_names)
-        local = {st.target for st in ir.walk(kernel.body)
-                 if isinstance(st, ir.Assign) and isinstance(st.expr, ir.Alloc) and
-                 getattr(st.expr.fn, "path", None) == "local.array"}
-        an = analysis.analyze(kernel, slot_names, False, carried_replay=True,
-                              private_scratch=local, unwritten=set(cells))
+        space = {st.target: getattr(st.expr.fn, "path", None)
+                 for st in ir.walk(kernel.body)
+                 if isinstance(st, ir.Assign) and isinstance(st.expr, ir.Alloc)}
+        an = analysis.analyze(
+            kernel, slot_names, False, carried_replay=True,
+            private_scratch={v for v, p in space.items() if p == "local.array"},
+            shared_scratch={v for v, p in space.items() if p == "shared.array"},
+            unwritten=set(cells))
         # the adjoint never writes a celled array: its loads read pre-call contents
         an.work_arrays -= set(cells)
         an.restore_arrays -= set(cells)

@@ -66,6 +66,7 @@ class CudaWriter(Writer):
         self._ld = 0
         self._replay_ld = None
         self._trip_at = {}
+        self._replay_shared = set()   # shared tiles the replayed loop rewrites
 
     # ---- rendering ----------------------------------------------------------------
     def bind(self, obj, hint):
@@ -154,7 +155,9 @@ class CudaWriter(Writer):
         pass  # declared at the top of the adjoint kernel (tape_init_lines)
 
     def fwd_barrier(self, s, depth):
-        if not self.skip_stores:  # replayed iterations write no shared memory
+        # a replayed iteration that rewrites shared tiles replays the block's barriers
+        # too; other replays write no shared memory
+        if not self.skip_stores or self._replay_shared:
             self.emit(depth, "cuda.syncthreads()")
 
     def rev_barrier(self, s, depth):
@@ -361,7 +364,8 @@ class CudaWriter(Writer):
 
     # ---- per-thread scratch arrays that checkpointed loops write ----------------------
     def replay_store(self, s):
-        return self.space.get(s.array.name) == "local"
+        return self.space.get(s.array.name) == "local" or \
+            s.array.name in self._replay_shared
 
     def _scratch(self, s):
         """(array, flat size, dtype) of the local arrays loop ``s`` checkpoints."""
@@ -430,14 +434,24 @@ class CudaWriter(Writer):
         self.nopush = saved
 
     def _rev_for(self, s, depth, loop_depth):
-        if s.uid not in self.a.checkpoint:
-            return super()._rev_for(s, depth, loop_depth)
-        self._rev_checkpointed(s, depth, loop_depth)
+        saved = self._replay_shared
+        self._replay_shared = saved | set(self.a.replay_shared.get(s.uid, ()))
+        try:
+            if s.uid not in self.a.checkpoint:
+                return super()._rev_for(s, depth, loop_depth)
+            self._rev_checkpointed(s, depth, loop_depth)
+        finally:
+            self._replay_shared = saved
 
     def rev_loop(self, s, depth, loop_depth):
-        if s.uid not in self.a.checkpoint:
-            return super().rev_loop(s, depth, loop_depth)
-        self._rev_checkpointed(s, depth, loop_depth)
+        saved = self._replay_shared
+        self._replay_shared = saved | set(self.a.replay_shared.get(s.uid, ()))
+        try:
+            if s.uid not in self.a.checkpoint:
+                return super().rev_loop(s, depth, loop_depth)
+            self._rev_checkpointed(s, depth, loop_depth)
+        finally:
+            self._replay_shared = saved
 
     def _iteration(self, s, depth, loop_depth, record):
         """One iteration of loop ``s``'s body; a body that may ``break``/``continue``

@@ -3,7 +3,7 @@ in float32 and float64, device helpers, grid-stride loops, early return."""
 import math
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, float64
 
 import kadj
 
@@ -213,6 +213,39 @@ def _transpose_args(rng):
     return [rng.standard_normal((5, 7)), np.zeros((7, 5)), 0.8]
 
 
+TPB = 4  # tile width of tiled_matmul (its blocks are TPB x TPB threads)
+
+
+@kadj.differentiate
+@cuda.jit
+def tiled_matmul(A, B, C):
+    """C = A B with shared-memory tiles, in the style of numba's documentation: each
+    iteration loads a tile of A and of B, synchronises, multiplies, synchronises."""
+    sA = cuda.shared.array(shape=(TPB, TPB), dtype=float64)
+    sB = cuda.shared.array(shape=(TPB, TPB), dtype=float64)
+    x, y = cuda.grid(2)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    tmp = 0.0
+    for t in range(cuda.gridDim.x):
+        sA[tx, ty] = 0.0
+        sB[tx, ty] = 0.0
+        if x < A.shape[0] and ty + t * TPB < A.shape[1]:
+            sA[tx, ty] = A[x, ty + t * TPB]
+        if y < B.shape[1] and tx + t * TPB < B.shape[0]:
+            sB[tx, ty] = B[tx + t * TPB, y]
+        cuda.syncthreads()
+        for j in range(TPB):
+            tmp += sA[tx, j] * sB[j, ty]
+        cuda.syncthreads()
+    if x < C.shape[0] and y < C.shape[1]:
+        C[x, y] = tmp
+
+
+def _matmul_args(rng):
+    return [rng.standard_normal((8, 7)), rng.standard_normal((7, 8)), np.zeros((8, 8))]
+
+
 CASES = [
     Case("softplus_f32", softplus_f32, (2, 8), _softplus_args, rtol=None,
          note="float32, branch on x, log1p/exp"),
@@ -235,4 +268,6 @@ CASES = [
          note="sin cos exp log sqrt tanh pow fabs, float32"),
     Case("transpose_scale", transpose_scale, ((1, 1), (8, 8)), _transpose_args,
          note="write to out[j, i], 2-D threadIdx/blockIdx"),
+    Case("tiled_matmul", tiled_matmul, ((2, 2), (TPB, TPB)), _matmul_args,
+         note="shared-memory tiles reloaded each iteration between barriers"),
 ]
