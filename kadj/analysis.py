@@ -57,6 +57,9 @@ class Analysis:
     private_scratch: frozenset = frozenset()  # per-thread scratch arrays (CUDA local)
     unwritten: frozenset = frozenset()   # arrays the adjoint never writes (CUDA cells)
     shared_scratch: frozenset = frozenset()  # block-shared arrays (CUDA shared)
+    owned_shared: frozenset = frozenset()  # shared arrays each thread writes only at
+    #                                        its own element (CUDA: sm[threadIdx.x])
+    checkpoint_owned: dict = field(default_factory=dict)  # loop uid -> such arrays
     force_replay: set = field(default_factory=set)   # loops replayed for their arrays
     replay_shared: dict = field(default_factory=dict)  # loop uid -> shared arrays
     checkpoint_arrays: dict = field(default_factory=dict)  # loop uid -> such arrays
@@ -69,13 +72,14 @@ class Analysis:
 
 
 def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
-            private_scratch=(), unwritten=(), shared_scratch=()):
+            private_scratch=(), unwritten=(), shared_scratch=(), owned_shared=()):
     """``carried_replay``: loops whose iterations carry state are replayed too, each
     reversed iteration starting from that state restored from a checkpoint
     (:attr:`Analysis.checkpoint`; the CUDA writer, whose tape is bounded per thread)."""
     a = Analysis(kernel=kernel, slot_args=tuple(slot_args), carried_replay=carried_replay,
                  private_scratch=frozenset(private_scratch),
-                 unwritten=frozenset(unwritten), shared_scratch=frozenset(shared_scratch))
+                 unwritten=frozenset(unwritten), shared_scratch=frozenset(shared_scratch),
+                 owned_shared=frozenset(owned_shared))
     T = kernel.types
     body = kernel.body
     for name, t in T.items():
@@ -144,6 +148,7 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
         a.replay_fresh = set()
         a.checkpoint = {}
         a.checkpoint_arrays = {}
+        a.checkpoint_owned = {}
         a.replay_shared = {}
         _find_replay(body, a, False)
         # a replayed iteration reads arrays as they were: restore those written elsewhere
@@ -669,10 +674,15 @@ def _find_replay(stmts, a, inside_replay):
             # each replayed iteration of the outer loop)
             ok = (not inside_replay or a.carried_replay) and _replayable(s, a)
             scratch = tuple(sorted(a.private_scratch & ir.stored_arrays(s.body)))
+            # shared arrays that carry state through the loop, each thread's own element
+            # checkpointed by that thread
+            owned = tuple(sorted(x for x in a.owned_shared & ir.stored_arrays(s.body)
+                                 if not rewritten_each_iteration(s, x)))
             if ok:
                 a.replay_shared[s.uid] = tuple(sorted(
                     x for x in a.shared_scratch & ir.stored_arrays(s.body)
-                    if rewritten_each_iteration(s, x)))
+                    if rewritten_each_iteration(s, x) or x in owned))
+                a.checkpoint_owned[s.uid] = owned
             if isinstance(s, ir.Loop):
                 if ok:
                     saved = {v for v in a.pushed if v in ir.assigned(s.body)}
@@ -686,8 +696,9 @@ def _find_replay(stmts, a, inside_replay):
                 body_assigned = ir.assigned(s.body)
                 saved = {v for v in a.pushed if v in body_assigned}
                 carried = upward_exposed(s)
-                if carried or scratch or any(isinstance(x, (ir.Break, ir.Continue))
-                                             for x in ir.walk_level(s.body)):
+                if carried or scratch or owned or any(
+                        isinstance(x, (ir.Break, ir.Continue))
+                        for x in ir.walk_level(s.body)):
                     # (scratch arrays the loop writes are state too: checkpointed)
                     a.checkpoint[s.uid] = tuple(sorted(carried))
                     a.checkpoint_arrays[s.uid] = scratch
@@ -753,6 +764,7 @@ def stale_loads_harmless(loop, a):
     fresh = {x for x in a.stored
              if (x in a.private_scratch and x in stored_in) or x in a.unwritten or
              (x in a.shared_scratch and rewritten_each_iteration(loop, x)) or
+             (x in a.owned_shared and x in stored_in) or
              not _stored_during_or_after(a, loop.uid, x)}
     tainted = set()
     changed = True

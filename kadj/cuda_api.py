@@ -198,10 +198,11 @@ class CudaDifferentiatedKernel:
         space = {st.target: getattr(st.expr.fn, "path", None)
                  for st in ir.walk(kernel.body)
                  if isinstance(st, ir.Assign) and isinstance(st.expr, ir.Alloc)}
+        shared = {v for v, p in space.items() if p == "shared.array"}
         an = analysis.analyze(
             kernel, slot_names, False, carried_replay=True,
             private_scratch={v for v, p in space.items() if p == "local.array"},
-            shared_scratch={v for v, p in space.items() if p == "shared.array"},
+            shared_scratch=shared, owned_shared=set(_owned_shared(kernel, shared)),
             unwritten=set(cells))
         # the adjoint never writes a celled array: its loads read pre-call contents
         an.work_arrays -= set(cells)
@@ -446,3 +447,28 @@ def _ptx_in_subprocess(k, args, cc, form):
         f"by the simulator, and compiling in a separate process failed ({why})",
         kernel=k.__name__, construct="adjoint_ptx under the simulator",
         remedy="call adjoint_ptx in a process without NUMBA_ENABLE_CUDASIM")
+
+
+def _owned_shared(kernel, shared):
+    """{shared array: index operands} for the shared arrays every thread writes only at
+    its own element (``sm[threadIdx.x]``): a thread can save and restore that element."""
+    from .cuda.indexing import ThreadIndex
+    count = {}
+    for st in ir.walk(kernel.body):
+        if isinstance(st, ir.Assign):
+            count[st.target] = count.get(st.target, 0) + 1
+    index = ThreadIndex(kernel, count)
+    keys = {}
+    for st in ir.walk(kernel.body):
+        if isinstance(st, ir.Store) and st.array.name in shared:
+            if st.accumulate:
+                keys.setdefault(st.array.name, set()).add(None)
+                continue
+            keys.setdefault(st.array.name, set()).add(
+                index.owned_key(st.index, index.local, index.block_ndim))
+    out = {}
+    for name, ks in keys.items():
+        if len(ks) == 1 and None not in ks:
+            key = next(iter(ks))
+            out[name] = tuple(ir.Var(v) if kind == "c" else ir.Const(v) for kind, v in key)
+    return out

@@ -379,12 +379,37 @@ class CudaWriter(Writer):
             out.append((name, dims, size, self.T[name].dtype))
         return out
 
+    def _owned(self, s):
+        """(array, element text, bounds condition, dtype) of the shared arrays whose
+        own element each thread checkpoints for loop ``s`` (analysis.owned_shared)."""
+        out = []
+        for name in self.a.checkpoint_owned.get(s.uid, ()):
+            key = None
+            for x in ir.walk(self.k.body):
+                if isinstance(x, ir.Store) and x.array.name == name:
+                    key = self.index.owned_key(x.index, self.index.local,
+                                               self.index.block_ndim)
+                    break
+            parts = [v if kind == "c" else str(v) for kind, v in key]
+            conds = [f"{v} < {self.n(name)}.shape[{k}]"
+                     for k, (kind, v) in enumerate(key) if kind == "c"]
+            elem = f"{self.n(name)}[{', '.join(parts)}]"
+            out.append((name, elem, " and ".join(conds) or "True",
+                        self.T[name].dtype))
+        return out
+
     def _copy_array(self, depth, name, dims, size, line):
         z = self.fresh("z")
         self.emit(depth, f"for {z} in range({size}):")
         self.emit(depth + 1, line(z, f"{self.n(name)}[{_unravel(z, dims)}]"))
 
     def _push_arrays(self, s, depth):
+        for name, elem, cond, dt in self._owned(s):
+            tape, sp = self.tape_of(dt)
+            kind = tape[len("_tape_"):]
+            self.tape_size[kind] = self.tape_size.get(kind, 0) + 1
+            self.emit(depth, f"{tape}[{sp}] = {elem} if {cond} else {self.zero(dt)}")
+            self.emit(depth, f"{sp} += 1")
         for name, dims, size, dt in self._scratch(s):
             tape, sp = self.tape_of(dt)
             kind = tape[len("_tape_"):]
@@ -403,6 +428,16 @@ class CudaWriter(Writer):
             self.emit(depth, f"for {z} in range({size}):")
             self.emit(depth + 1, f"{self.n(name)}[{_unravel(z, dims)}] = "
                                  f"{tape}[{sp} + {z}]")
+        owned = self._owned(s)
+        if owned:
+            self.emit(depth, "cuda.syncthreads()  # nobody reads the shared state now")
+        for name, elem, cond, dt in reversed(owned):
+            tape, sp = self.tape_of(dt)
+            self.emit(depth, f"{sp} -= 1")
+            self.emit(depth, f"if {cond}:")
+            self.emit(depth + 1, f"{elem} = {tape}[{sp}]")
+        if owned:
+            self.emit(depth, "cuda.syncthreads()  # every thread restored its element")
 
     def fwd_for(self, s, depth, loop_depth):
         if s.uid in self.a.checkpoint and not self.nopush:
@@ -492,6 +527,9 @@ class CudaWriter(Writer):
               for v in saved_vars}
         ck_arr = {name: self.local_array(f"ck_{self.n(name)}", (S, size), dt)
                   for name, dims, size, dt in scratch}
+        owned = self._owned(s)
+        ck_own = {name: self.local_array(f"ck_{self.n(name)}", S, dt)
+                  for name, elem, cond, dt in owned}
 
         def save(d, slot):
             for v in saved_vars:
@@ -499,6 +537,9 @@ class CudaWriter(Writer):
             for name, dims, size, dt in scratch:
                 self._copy_array(d, name, dims, size,
                                  lambda z, ref: f"{ck_arr[name]}[{slot}, {z}] = {ref}")
+            for name, elem, cond, dt in owned:  # each thread its own shared element
+                self.emit(d, f"if {cond}:")
+                self.emit(d + 1, f"{ck_own[name]}[{slot}] = {elem}")
 
         def load(d, slot):
             for v in saved_vars:
@@ -509,6 +550,13 @@ class CudaWriter(Writer):
             for name, dims, size, dt in scratch:
                 self._copy_array(d, name, dims, size,
                                  lambda z, ref: f"{ref} = {ck_arr[name]}[{slot}, {z}]")
+            if owned:
+                self.emit(d, "cuda.syncthreads()  # nobody reads the shared state now")
+            for name, elem, cond, dt in owned:
+                self.emit(d, f"if {cond}:")
+                self.emit(d + 1, f"{elem} = {ck_own[name]}[{slot}]")
+            if owned:
+                self.emit(d, "cuda.syncthreads()  # every thread restored its element")
 
         def set_index(d, k):
             if idx is not None:
@@ -549,7 +597,8 @@ class CudaWriter(Writer):
             "line": getattr(s.loc, "line", None), "loop": header,
             "carried": [self.n(v) for v in a.checkpoint[s.uid]],
             "checkpointed": [self.n(v) for v in saved_vars] + [
-                f"{self.n(name)}[{size}]" for name, _, size, _ in scratch],
+                f"{self.n(name)}[{size}]" for name, _, size, _ in scratch] + [
+                f"{elem} (each thread its own)" for _, elem, _, _ in owned],
             "slots": S,
             "recompute": f"<= ceil(log2(n)) + 1 forward iterations per reversed one "
                          f"(amortised) while n <= 2**{S}",

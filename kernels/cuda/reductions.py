@@ -139,6 +139,36 @@ def _matvec_args(rng):
             np.zeros(12)]
 
 
+@kadj.differentiate
+@cuda.jit
+def block_logsumexp(x, out):
+    """log(sum(exp(x))) per block by a shared-memory tree whose steps are non-linear:
+    the reverse needs each level's values (each thread checkpoints its own element)."""
+    sm = cuda.shared.array(BLOCK, float64)
+    tid = cuda.threadIdx.x
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        sm[tid] = x[i]
+    else:
+        sm[tid] = -1e30
+    cuda.syncthreads()
+    s = cuda.blockDim.x // 2
+    while s > 0:
+        if tid < s:
+            a = sm[tid]
+            b = sm[tid + s]
+            m = max(a, b)
+            sm[tid] = m + math.log(math.exp(a - m) + math.exp(b - m))
+        cuda.syncthreads()
+        s //= 2
+    if tid == 0:
+        out[cuda.blockIdx.x] = sm[0]
+
+
+def _block_lse_args(rng):
+    return [rng.standard_normal(27), np.zeros(2)]
+
+
 CASES = [
     Case("block_sum_squares", block_sum_squares, (2, BLOCK), _block_sum_args,
          note="shared array, syncthreads tree reduction (while), one atomic per block"),
@@ -154,4 +184,6 @@ CASES = [
          note="running max with a branch, then sum of exp"),
     Case("matvec_shared_x", matvec_shared_x, (2, MAXCOLS), _matvec_args,
          note="x staged in shared memory, syncthreads"),
+    Case("block_logsumexp", block_logsumexp, (2, BLOCK), _block_lse_args,
+         note="non-linear shared tree reduction (while): shared state checkpointed"),
 ]
