@@ -504,6 +504,7 @@ def _needed(body, a):
 
     visit(body)
     # recomputed statements read their operands at reverse time
+    core = _recompute_closure(a, set(needed))
     changed = True
     while changed:
         changed = False
@@ -516,8 +517,9 @@ def _needed(body, a):
                         changed = True
                 if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and \
                         s.expr.array.name not in a.unwritten and (
-                        not a.carried_replay or
-                        _stored_during_or_after(a, uid, s.expr.array.name)):
+                        not a.carried_replay or (
+                            s.target in core and
+                            _stored_during_or_after(a, uid, s.expr.array.name))):
                     owner = _rewriting_loop(a, uid, s.expr.array.name)
                     if owner is not None:
                         # a tile rewritten at each iteration of an enclosing loop:
@@ -533,6 +535,30 @@ def _needed(body, a):
             a.index_saved.add(s.uid)
     needed.discard(None)
     a.needed = needed
+
+
+def _recompute_closure(a, needed):
+    """The variables the reverse sweep reads, with the recomputed statements that define
+    them and what those read, transitively: a recomputed load outside this set is never
+    emitted (kadj.reverse: _needed_recompute), so its array needs no restoring."""
+    core = set(needed)
+    changed = True
+    while changed:
+        changed = False
+        for stmts in a.recompute.values():
+            for x in ir.walk(stmts):
+                if isinstance(x, ir.Assign) and x.target in core:
+                    new = ir.stmt_reads(x) - core
+                elif isinstance(x, ir.If) and any(
+                        isinstance(y, ir.Assign) and y.target in core
+                        for y in ir.walk(x.then + x.orelse)):
+                    new = ir.stmt_reads(x) - core
+                else:
+                    continue
+                if new:
+                    core |= new
+                    changed = True
+    return core
 
 
 def rewritten_each_iteration(loop, arr):
