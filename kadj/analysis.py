@@ -144,6 +144,7 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
         if isinstance(s, ir.ForRange) and _order_free(s, a):
             a.ascending.add(s.uid)
     while True:
+        forced = set(a.force_replay)
         a.replay = {}
         a.replay_fresh = set()
         a.checkpoint = {}
@@ -157,7 +158,7 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
             if isinstance(st, (ir.ForRange, ir.Loop)) and st.uid in a.replay and \
                     not stale_loads_harmless(st, a):
                 extra |= (ir.loaded_arrays(st.body) & a.stored) - a.unwritten
-        if extra <= a.restore_arrays:
+        if extra <= a.restore_arrays and a.force_replay == forced:
             break
         a.restore_arrays |= extra
     _find_loop_saved(body, a, frozenset(), False)
@@ -537,6 +538,19 @@ def _needed(body, a):
     a.needed = needed
 
 
+def _replayed_tile(a, loop, arr):
+    """Is ``arr`` a shared tile that a loop enclosing ``loop`` rewrites at each
+    iteration?  Then that loop is replayed (forced), and ``loop``, replayed inside its
+    replayed iteration, reads the tile of that iteration."""
+    if not a.carried_replay:
+        return False
+    owner = _rewriting_loop(a, loop.uid, arr)
+    if owner is None:
+        return False
+    a.force_replay.add(owner)
+    return True
+
+
 def _recompute_closure(a, needed):
     """The variables the reverse sweep reads, with the recomputed statements that define
     them and what those read, transitively: a recomputed load outside this set is never
@@ -791,6 +805,7 @@ def stale_loads_harmless(loop, a):
              if (x in a.private_scratch and x in stored_in) or x in a.unwritten or
              (x in a.shared_scratch and rewritten_each_iteration(loop, x)) or
              (x in a.owned_shared and x in stored_in) or
+             _replayed_tile(a, loop, x) or
              not _stored_during_or_after(a, loop.uid, x)}
     tainted = set()
     changed = True

@@ -253,13 +253,7 @@ class CudaDifferentiatedKernel:
         """The generated adjoint kernel: ``form`` "scatter" (atomics), "gather" or
         "zero" (the two kernels of the gather form, when the kernel has one)."""
         if form != "scatter":
-            g = self.compiled(*example_args).gather
-            if g is None:
-                raise DifferentiationError(
-                    f"{self.__name__} has no gather form: "
-                    f"{self.compiled(*example_args).report['gather']['why']}",
-                    kernel=self.__name__)
-            return g.sources[0 if form == "gather" else 1]
+            return self._pick(self.compiled(*example_args), form)[2]
         if example_args:
             return self.compiled(*example_args).source
         if self._last is None:
@@ -293,17 +287,23 @@ class CudaDifferentiatedKernel:
         if simulator_enabled():
             return _ptx_in_subprocess(self, args, cc, form)
         from numba import cuda
-        comp = self.compiled(*args)
-        sig = self.adjoint_signature(*args)
-        fn = comp.pyfunc
-        if form != "scatter":
-            if comp.gather is None:
-                raise DifferentiationError(f"{self.__name__} has no gather form: "
-                                           f"{comp.report['gather']['why']}",
-                                           kernel=self.__name__)
-            fn = comp.gather.pyfuncs[0 if form == "gather" else 1]
-        ptx, _resty = cuda.compile_ptx(fn, sig, cc=cc)
+        fn = self._pick(self.compiled(*args), form)[0]
+        ptx, _resty = cuda.compile_ptx(fn, self.adjoint_signature(*args), cc=cc)
         return ptx
+
+    def _pick(self, comp, form):
+        """(Python function, kernel, source) of the adjoint in ``form``: "scatter",
+        or "gather" / "zero" (the two kernels of the gather form)."""
+        if form == "scatter":
+            return comp.pyfunc, comp.kernel, comp.source
+        if form not in ("gather", "zero"):
+            raise ValueError(f"form must be 'scatter', 'gather' or 'zero', not {form!r}")
+        if comp.gather is None:
+            raise DifferentiationError(f"{self.__name__} has no gather form: "
+                                       f"{comp.report['gather']['why']}",
+                                       kernel=self.__name__)
+        k = 0 if form == "gather" else 1
+        return comp.gather.pyfuncs[k], comp.gather.kernels[k], comp.gather.sources[k]
 
     def adjoint_resources(self, *args, form="scatter"):
         """Registers per thread, local memory per thread and static shared memory per
@@ -314,14 +314,7 @@ class CudaDifferentiatedKernel:
             raise DifferentiationError(
                 "adjoint_resources() needs a CUDA GPU (the driver reports registers and "
                 "memory); adjoint_ptx() works without one", kernel=self.__name__)
-        comp = self.compiled(*args)
-        kern = comp.kernel
-        if form != "scatter":
-            if comp.gather is None:
-                raise DifferentiationError(f"{self.__name__} has no gather form: "
-                                           f"{comp.report['gather']['why']}",
-                                           kernel=self.__name__)
-            kern = comp.gather.kernels[0 if form == "gather" else 1]
+        kern = self._pick(self.compiled(*args), form)[1]
         sig = self.adjoint_signature(*args)
         kern.compile(sig)
         return {"registers": kern.get_regs_per_thread(sig),

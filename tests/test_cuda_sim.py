@@ -9,13 +9,13 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = ["heat_step", "laplace2d", "scaled_sin", "pointwise", "with_device_helper",
-         "checkpointed_loop", "checkpointed_loop_2_slots", "shared_while_reduction",
+         "checkpointed_loop", "checkpointed_loop_2_slots",
          "newton_while", "gridstride_time_loop", "nested_carried_loops",
          "in_place_update", "local_array_state", "tape_numpy", "tape_device_arrays",
          "stream_device_arrays_errors", "scatter_form", "grid_not_covering_uses_scatter",
          "gather_2d_blocks", "gather_wrapped_index", "gather_refused_thread_ids",
          "uniform_elements_block_reduced", "gather_with_recorded_branch",
-         "ptx_under_simulator"]
+         "ptx_under_simulator", "shared_tile_read_after_loop"]
 
 
 @pytest.fixture(scope="module")

@@ -469,22 +469,29 @@ class CudaWriter(Writer):
         self.nopush = saved
 
     def _rev_for(self, s, depth, loop_depth):
-        saved = self._replay_shared
-        self._replay_shared = saved | set(self.a.replay_shared.get(s.uid, ()))
-        try:
-            if s.uid not in self.a.checkpoint:
-                return super()._rev_for(s, depth, loop_depth)
-            self._rev_checkpointed(s, depth, loop_depth)
-        finally:
-            self._replay_shared = saved
+        self._with_shared_replays(s, depth, lambda: super(CudaWriter, self)._rev_for(
+            s, depth, loop_depth) if s.uid not in self.a.checkpoint else
+            self._rev_checkpointed(s, depth, loop_depth))
 
     def rev_loop(self, s, depth, loop_depth):
+        self._with_shared_replays(s, depth, lambda: super(CudaWriter, self).rev_loop(
+            s, depth, loop_depth) if s.uid not in self.a.checkpoint else
+            self._rev_checkpointed(s, depth, loop_depth))
+
+    def _with_shared_replays(self, s, depth, reverse):
+        """Reverse loop ``s``; when its replayed iterations rewrite shared memory, the
+        block meets at a barrier before (threads may still be reading what the first
+        replay overwrites) and after (what follows reads it again)."""
+        shared = set(self.a.replay_shared.get(s.uid, ()))
         saved = self._replay_shared
-        self._replay_shared = saved | set(self.a.replay_shared.get(s.uid, ()))
+        self._replay_shared = saved | shared
         try:
-            if s.uid not in self.a.checkpoint:
-                return super().rev_loop(s, depth, loop_depth)
-            self._rev_checkpointed(s, depth, loop_depth)
+            if shared:
+                self.emit(depth, "cuda.syncthreads()  # before replays rewrite shared "
+                                 "memory")
+            reverse()
+            if shared:
+                self.emit(depth, "cuda.syncthreads()  # after them")
         finally:
             self._replay_shared = saved
 
