@@ -126,6 +126,23 @@ class _Problem:
 # --------------------------------------------------------------------------- public
 
 
+def _direction(problem, x, s, ct, g, rng, eps, rtol, atol, unit):
+    """One random direction along argument ``s``: (finite difference, adjoint, allowed
+    difference) of ``<ct, F(x + d)>``'s derivative against ``<g, d>``."""
+    h2 = 2.0 * eps
+    delta = np.zeros(problem.n_in)
+    part = slice(s.start, s.stop)
+    delta[part] = (eps * np.maximum(1.0, np.abs(x[part]))
+                   * rng.standard_normal(s.stop - s.start))
+    y_plus, y_minus, step = _evaluate_pair(problem, x, delta)
+    fd = float(ct @ (y_plus - y_minus)) / h2
+    ad = float(g @ step) / h2
+    magnitude = max(abs(ad), float(np.abs(g * step).sum()) / h2)
+    noise = _NOISE_FACTOR * unit * float(
+        np.abs(ct) @ np.maximum(np.abs(y_plus), np.abs(y_minus))) / h2
+    return fd, ad, atol + rtol * magnitude + noise, magnitude
+
+
 def _tolerances(problem, eps, rtol, atol):
     """(eps, rtol, atol, unit roundoff): the given ones, else the precision's defaults."""
     precision = _precision(problem)
@@ -434,21 +451,11 @@ def _inner_product_test(problem, ct, rng, eps, rtol, atol, unit):
     """
     x = _read_inputs(problem, problem.args)
     g = _vjp(problem, ct)
-    h2 = 2.0 * eps
     total_fd = total_ad = 0.0
     worst = (0.0, 0.0)
     for s in problem.inputs:
-        delta = np.zeros(problem.n_in)
-        part = slice(s.start, s.stop)
-        delta[part] = (eps * np.maximum(1.0, np.abs(x[part]))
-                       * rng.standard_normal(s.stop - s.start))
-        y_plus, y_minus, step = _evaluate_pair(problem, x, delta)
-        fd = float(ct @ (y_plus - y_minus)) / h2
-        ad = float(g @ step) / h2
-        magnitude = max(abs(ad), float(np.abs(g * step).sum()) / h2)
-        noise = _NOISE_FACTOR * unit * float(
-            np.abs(ct) @ np.maximum(np.abs(y_plus), np.abs(y_minus))) / h2
-        tol = atol + rtol * magnitude + noise
+        fd, ad, tol, magnitude = _direction(problem, x, s, ct, g, rng, eps, rtol,
+                                                atol, unit)
         np.testing.assert_allclose(
             ad, fd, rtol=0.0, atol=tol,
             err_msg=(f"The adjoint of kernel '{problem.name}' fails the inner-product "
@@ -603,22 +610,12 @@ def check_grad_cuda(kernel, config, args, *, directions=3, seed=0, rtol=None,
             f"The adjoint of CUDA kernel '{problem.name}' launched as "
             f"[{_config_text(config)}] produced non-finite gradients for "
             f"{', '.join(bad)}.")
-    h2 = 2.0 * eps
     total_fd = total_ad = 0.0
     worst = (0.0, 0.0)
     for s in problem.inputs:
-        part = slice(s.start, s.stop)
         for k in range(directions):
-            delta = np.zeros(problem.n_in)
-            delta[part] = (eps * np.maximum(1.0, np.abs(x[part]))
-                           * rng.standard_normal(s.stop - s.start))
-            y_plus, y_minus, step = _evaluate_pair(problem, x, delta)
-            fd = float(ct @ (y_plus - y_minus)) / h2
-            ad = float(g @ step) / h2
-            magnitude = max(abs(ad), float(np.abs(g * step).sum()) / h2)
-            noise = _NOISE_FACTOR * unit * float(
-                np.abs(ct) @ np.maximum(np.abs(y_plus), np.abs(y_minus))) / h2
-            tol = atol + rtol * magnitude + noise
+            fd, ad, tol, magnitude = _direction(problem, x, s, ct, g, rng, eps, rtol,
+                                                atol, unit)
             if not abs(ad - fd) <= tol:
                 detail = _explain_cuda(problem, s, ct, g, x, eps, rtol, atol, unit,
                                        explain_max)
