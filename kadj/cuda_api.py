@@ -207,10 +207,10 @@ class CudaDifferentiatedKernel:
         # the adjoint never writes a celled array: its loads read pre-call contents
         an.work_arrays -= set(cells)
         an.restore_arrays -= set(cells)
-        adj, report = write_cuda_adjoint(kernel, an, slot_names, slots=self.checkpoints,
-                                         cells=cells)
+        adj, report, writer = write_cuda_adjoint(kernel, an, slot_names,
+                                                 slots=self.checkpoints, cells=cells)
         pyfn, jitted = self._compile(adj)
-        gather = self._build_gather(kernel, an, slot_names, cells, report) \
+        gather = self._build_gather(kernel, an, slot_names, cells, report, writer) \
             if self.gather else None
         if not self.gather:
             report["gather"] = {"used": False, "why": "disabled (gather=False)"}
@@ -224,11 +224,11 @@ class CudaDifferentiatedKernel:
         pyfn = ns[adj.name]
         return pyfn, cuda.jit(**self._options())(pyfn)
 
-    def _build_gather(self, kernel, an, slot_names, cells, report):
+    def _build_gather(self, kernel, an, slot_names, cells, report, writer):
+        """The gather form, when ``writer`` (the scatter form's, for its index
+        analysis and array classes) shows the kernel qualifies."""
         from .cuda.gather import gather_plan, write_gather
-        from .cuda.writer import CudaWriter
-        probe = CudaWriter(kernel, an, slot_names, "probe", cells=cells)
-        plan, why = gather_plan(kernel, an, probe)
+        plan, why = gather_plan(kernel, an, writer)
         if plan is None:
             report["gather"] = {"used": False, "why": why}
             return None
@@ -239,10 +239,10 @@ class CudaDifferentiatedKernel:
                     + ", ".join(sorted(plan)),
             "arrays": {n: sorted(offs) for n, (perm, offs) in sorted(plan.items())},
             "passes": len({o for _, offs in plan.values() for o in offs} |
-                          {tuple([0] * probe.index.ndim)}),
+                          {tuple([0] * writer.index.ndim)}),
         }
         return _Gather(plan, {n: self.arg_names.index(n) for n in plan},
-                       probe.index.ndim, tuple(s.source for s in sources),
+                       writer.index.ndim, tuple(s.source for s in sources),
                        tuple(c[0] for c in compiled), tuple(c[1] for c in compiled))
 
     # ---- adjoint --------------------------------------------------------------------
@@ -370,14 +370,9 @@ def _check_distinct(name, fwd, adjs, expected):
 
 def _with_cells(kernel, slot_names):
     """Scalar cells for in-place updates of a thread's own element (kadj.cuda.cells)."""
-    from . import ir
     from .cuda.cells import insert_cells
     from .cuda.indexing import ThreadIndex, array_accesses
-    count = {}
-    for st in ir.walk(kernel.body):
-        if isinstance(st, ir.Assign):
-            count[st.target] = count.get(st.target, 0) + 1
-    index = ThreadIndex(kernel, count)
+    index = ThreadIndex.of(kernel)
     classes = {name: index.classify(name, idxs)
                for name, idxs in array_accesses(kernel).items()}
     params = {a for a in kernel.args if isinstance(kernel.types.get(a), types.Array)}
@@ -446,11 +441,7 @@ def _owned_shared(kernel, shared):
     """{shared array: index operands} for the shared arrays every thread writes only at
     its own element (``sm[threadIdx.x]``): a thread can save and restore that element."""
     from .cuda.indexing import ThreadIndex
-    count = {}
-    for st in ir.walk(kernel.body):
-        if isinstance(st, ir.Assign):
-            count[st.target] = count.get(st.target, 0) + 1
-    index = ThreadIndex(kernel, count)
+    index = ThreadIndex.of(kernel)
     keys = {}
     for st in ir.walk(kernel.body):
         if isinstance(st, ir.Store) and st.array.name in shared:

@@ -458,16 +458,7 @@ class Writer:
         k, a = self.k, self.a
         self.liveness()
         self.find_single_use()
-        params = list(k.args)
-        slot_params = []
-        for name in self.slot_args:
-            if isinstance(self.T.get(name), types.Array):
-                slot_params.append("adj_" + name)
-            else:
-                slot_params.append(f"adj_{name}_buf")
-        params += slot_params
-        if self.returns_value:
-            params.append("adj_return")
+        params = self.adjoint_params()
         body_start = len(self.lines)
         # forward and reverse sweeps are written first, set-up is prepended after
         self.emit(1, "# ---- forward sweep ----")
@@ -505,6 +496,17 @@ class Writer:
         self.ns["_reserve"] = _reserve
         self.ns["_trips"] = _trips
         return "\n".join(self.lines) + "\n", tuple(params)
+
+    def adjoint_params(self):
+        """The adjoint's parameters: the forward's, one adjoint per slot (a scalar's is a
+        1-element ``adj_<name>_buf``), then ``adj_return`` for a returned value."""
+        params = list(self.k.args)
+        for name in self.slot_args:
+            params.append("adj_" + name if isinstance(self.T.get(name), types.Array)
+                          else f"adj_{name}_buf")
+        if self.returns_value:
+            params.append("adj_return")
+        return params
 
     def replay_store(self, s):
         """Does a replayed iteration execute this store?  (Not into arrays: they hold

@@ -205,9 +205,7 @@ class GatherWriter(CudaWriter):
         self.find_single_use()
         self._sinks = {self.adj(n) for n in self.slot_args
                        if not isinstance(self.T.get(n), types.Array)}
-        params = list(k.args) + [
-            "adj_" + n if isinstance(self.T.get(n), types.Array) else f"adj_{n}_buf"
-            for n in self.slot_args]
+        params = self.adjoint_params()
         nd = self.index.ndim
         ps = ", ".join(f"_p{d}" for d in range(nd))
         gs = ", ".join(f"_g{d}" for d in range(nd))

@@ -52,6 +52,15 @@ def _intrinsic(e):
 class ThreadIndex:
     """Global thread coordinates and thread-(in)dependence of a kernel's variables."""
 
+    @classmethod
+    def of(cls, kernel):
+        """The index analysis of ``kernel``, counting its assignments."""
+        count = {}
+        for s in ir.walk(kernel.body):
+            if isinstance(s, ir.Assign):
+                count[s.target] = count.get(s.target, 0) + 1
+        return cls(kernel, count)
+
     def __init__(self, kernel, assign_count):
         self.k = kernel
         self.once = {v for v, c in assign_count.items() if c == 1}

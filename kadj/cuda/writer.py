@@ -703,4 +703,4 @@ def write_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS, cells=None):
     w = CudaWriter(kernel, an, slot_args, fname, slots=slots, cells=cells)
     source, params = w.write()
     return AdjointSource(name=fname, source=source, namespace=w.ns,
-                         param_names=params), w.report()
+                         param_names=params), w.report(), w
