@@ -17,6 +17,11 @@ from typing import Any
 
 
 # ---- operands -------------------------------------------------------------------
+# The name under which derivative rules see the incoming adjoint (not a Python
+# identifier, so no variable of a kernel can be called this).
+COTANGENT = "<g>"
+
+
 @dataclass(frozen=True)
 class Var:
     name: str

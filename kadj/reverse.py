@@ -17,6 +17,8 @@ the element's adjoint (sets it to zero after passing it on), a load accumulates.
 """
 from __future__ import annotations
 
+import builtins
+import keyword
 import math
 import operator
 import re
@@ -39,6 +41,11 @@ _INFIX = {
     operator.xor: "^", operator.lshift: "<<", operator.rshift: ">>",
 }
 _UNARY = {operator.neg: "-", operator.pos: "+", operator.not_: "not ", operator.invert: "~"}
+# Names the generated code relies on: a user's name never shadows them.
+RESERVED_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | {
+    "math", "np", "cuda", "numba", "float32", "float64", "int64", "_reserve", "_trips",
+    "_push", "_sign", "_retval", "adj_return", "_tape_f64", "_tape_f32", "_tape_i64",
+    "_sp_f64", "_sp_f32", "_sp_i64", "_p0", "_p1", "_p2", "_g0", "_g1", "_g2"}
 _SYM_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _SYM_CMP = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 _SYM_FUNCS = {"sin": "math.sin", "cos": "math.cos", "tan": "math.tan", "sinh": "math.sinh",
@@ -66,6 +73,29 @@ class AdjRef(str):
         return obj
 
 
+class _PushCheck(str):
+    """Where a capacity check may be needed before one push (an empty line until
+    resolved; see ``Writer.close_frame``)."""
+
+    def __new__(cls, frame, kind, pad, seq):
+        obj = str.__new__(cls, "")
+        obj.frame, obj.kind, obj.pad, obj.seq = frame, kind, pad, seq
+        return obj
+
+    def needed(self):
+        """Is this push outside every reservation that could cover it?  A frame's
+        reservation covers its pushes made before it turned foreign, except in a
+        ``for`` loop (its reservation is made once, at loop entry: a later iteration
+        runs after the foreign frame of an earlier one)."""
+        f = self.frame
+        while f is not None:
+            at = f["foreign"]
+            if at is not None and (f["trip"] is not None or self.seq > at):
+                return True
+            f = f["merged"]
+        return False
+
+
 class Writer:
     def __init__(self, kernel, an, slot_args, returns_value, fname):
         self.k = kernel
@@ -78,19 +108,41 @@ class Writer:
         self.ns = {"math": math, "np": np}
         self.names = {}
         self.tmp = 0
-        self.used = set(kernel.args)
+        self.used = set(RESERVED_NAMES) | {fname}
+        self.derived = {}
         self.counter = 0
         self.tapes = set()
         self.frames = []
+        self._push_seq = 0
         self.nopush = False
         self.skip_stores = False
         self.suppressed = frozenset()
         self.accumulators = {}
         self._last_loc = None
         for arg in kernel.args:
-            self.names[arg] = arg
+            self.names[arg] = self.unique(re.sub(r"\W", "_", arg) or "arg")
 
     # ---- naming ---------------------------------------------------------------
+    # Every identifier of the generated source is taken from one registry
+    # (``self.used``), seeded with the names the generated code itself relies on
+    # (Python keywords and builtins, ``math``, ``np``, ``cuda``, kadj's helpers, tape
+    # names): a user's name that collides with any of them, or with a generated name
+    # (``adj_x`` beside ``x``, ``t1``, ``u_work``), gets a suffix instead.
+    def unique(self, base):
+        """``base``, or ``base_2``, ``base_3``, ...: the first name not yet used."""
+        name, k = base, 1
+        while name in self.used:
+            k += 1
+            name = f"{base}_{k}"
+        self.used.add(name)
+        return name
+
+    def _derived(self, kind, var, make):
+        key = (kind, var)
+        if key not in self.derived:
+            self.derived[key] = self.unique(make(self.n(var)))
+        return self.derived[key]
+
     def n(self, var):
         if var in self.names:
             return self.names[var]
@@ -104,29 +156,37 @@ class Writer:
             base = re.sub(r"\W", "_", var).strip("_") or "v"
             if base[0].isdigit():
                 base = "v" + base
-        name = base
-        k = 1
-        while name in self.used or name.startswith("adj_"):
-            k += 1
-            name = f"{base}_{k}"
-        self.used.add(name)
+        name = self.unique(base)
         self.names[var] = name
         return name
 
     def arr(self, var):
         """Name of an array as the forward sweep sees it (work copy if written)."""
         if var in self.a.work_arrays:
-            return self.n(var) + "_work"
+            return self._derived("work", var, lambda n: n + "_work")
         return self.n(var)
 
     def adj(self, var):
-        return "adj_" + self.n(var)
+        """Name of the adjoint of ``var`` (``adj_<name>``)."""
+        return self._derived("adj", var, lambda n: "adj_" + n)
+
+    def adj_buf(self, var):
+        """Name of the 1-element adjoint buffer of the scalar argument ``var``."""
+        return self._derived("buf", var, lambda n: f"adj_{n}_buf")
 
     def fresh(self, base):
-        self.counter += 1
-        name = f"_{base}{self.counter}"
+        while True:
+            self.counter += 1
+            name = f"_{base}{self.counter}"
+            if name not in self.used:
+                break
         self.used.add(name)
         return name
+
+    @staticmethod
+    def elem(base, index_texts):
+        """``base[i, j]``; ``base[()]`` for a 0-d array."""
+        return f"{base}[{', '.join(index_texts) or '()'}]"
 
     # ---- rendering ----------------------------------------------------------------
     def emit(self, depth, text):
@@ -183,9 +243,10 @@ class Writer:
         base = "_" + re.sub(r"\W", "_", hint.split(".")[-1])
         name = base
         i = 1
-        while name in self.ns:
+        while name in self.ns or name in self.used:
             i += 1
             name = f"{base}{i}"
+        self.used.add(name)
         self.ns[name] = obj
         return name
 
@@ -193,7 +254,7 @@ class Writer:
         if isinstance(e, ir.Copy):
             return self.o(e.src)
         if isinstance(e, ir.Load):
-            return f"{self.arr(e.array.name)}[{', '.join(self.o(i) for i in e.index)}]"
+            return self.elem(self.arr(e.array.name), [self.o(i) for i in e.index])
         if isinstance(e, ir.Attr):
             return f"{self.n(e.value.name)}.{e.attr}"
         if isinstance(e, ir.Item):
@@ -222,7 +283,7 @@ class Writer:
 
     def sym(self, s, dtype):
         if s.kind == "var":
-            return self.n(s.name) if s.name != "__g" else self._g
+            return self.n(s.name) if s.name != ir.COTANGENT else self._g
         if s.kind == "const":
             v = s.value
             if isinstance(dtype, types.Float) and dtype.bitwidth == 32:
@@ -268,11 +329,27 @@ class Writer:
         tape, sp = self.tape_of(t)
         if not isinstance(t, (types.Float,)):
             value_text = f"int({value_text})"
+        frame = self.frames[-1]
+        kind = tape[len("_tape_"):]
+        if self.growable_tape:
+            self._push_seq += 1
+            self.lines.append(_PushCheck(frame, kind, "    " * depth, self._push_seq))
         self.emit(depth, f"{tape}[{sp}] = {value_text}")
         self.emit(depth, f"{sp} += 1")
-        counts = self.frames[-1]["counts"]
-        kind = tape[len("_tape_"):]
-        counts[kind] = counts.get(kind, 0) + 1
+        frame["counts"][kind] = frame["counts"].get(kind, 0) + 1
+
+    # Tape capacity, by construction.  A frame (the whole sweep, one loop, or one
+    # replayed iteration) reserves, where it starts, room for every push it makes
+    # itself: trip count x pushes per iteration for a ``for`` loop.  That reservation
+    # covers its pushes only while nothing else moves the tape pointer in between: a
+    # nested frame that reserves for itself (an inner loop that records) does.  Such a
+    # frame is marked *foreign*, and each of its own pushes then gets a capacity check
+    # (``_PushCheck``, resolved when the outermost frame closes, once every frame's
+    # kind is known).  Frames whose pushes are merged into an enclosing reservation
+    # (replayed iterations) are covered only if every frame they merge into is not
+    # foreign.  So every push is either inside a reservation that provably covers it,
+    # or checked.
+    growable_tape = True
 
     def open_frame(self, depth, trip=None, operands=(), hoist=None):
         """Start a region whose pushes are reserved for up front (once per loop entry
@@ -283,7 +360,8 @@ class Writer:
         parent = self.frames[-1] if self.frames else None
         self.frames.append({"counts": {}, "at": len(self.lines), "depth": depth,
                             "trip": trip, "operands": set(operands), "hoist": hoist,
-                            "parent": parent})
+                            "parent": parent, "merged": None, "foreign": None,
+                            "nested_pushes": False})
 
     def close_frame(self):
         fr = self.frames.pop()
@@ -291,17 +369,37 @@ class Writer:
         for kind, n in sorted(fr["counts"].items()):
             amounts[kind] = str(n) if fr["trip"] is None else (
                 fr["trip"] if n == 1 else f"{n} * {fr['trip']}")
+        parent = fr["parent"]
+        pushes = bool(fr["counts"]) or fr["nested_pushes"]
         target = None
         if fr["hoist"] is not None:
             target = fr["hoist"]
-        elif fr["parent"] is not None and fr["parent"]["hoist"] is not None and \
-                not (fr["operands"] & fr["parent"]["hoist"]["assigned"]):
-            target = fr["parent"]["hoist"]
+        elif parent is not None and parent["hoist"] is not None and \
+                not (fr["operands"] & parent["hoist"]["assigned"]):
+            target = parent["hoist"]
+            fr["merged"] = parent
+        if parent is not None and pushes:
+            parent["nested_pushes"] = True
+            if (fr["merged"] is not parent or fr["foreign"] is not None) and \
+                    parent["foreign"] is None:
+                parent["foreign"] = self._push_seq  # pushes after this one: not covered
         if target is not None:
             for kind, amount in amounts.items():
                 target["amounts"].setdefault(kind, []).append(amount)
-            return
-        self.lines[fr["at"]:fr["at"]] = self._reserve_lines(amounts, fr["depth"])
+        else:
+            self.lines[fr["at"]:fr["at"]] = self._reserve_lines(amounts, fr["depth"])
+        if not self.frames:
+            self._resolve_push_checks()
+
+    def _resolve_push_checks(self):
+        out = []
+        for line in self.lines:
+            if isinstance(line, _PushCheck):
+                if line.needed():
+                    out += self._reserve_lines({line.kind: "1"}, len(line.pad) // 4)
+            else:
+                out.append(line)
+        self.lines = out
 
     def _reserve_lines(self, amounts, depth):
         lines = []
@@ -500,10 +598,10 @@ class Writer:
     def adjoint_params(self):
         """The adjoint's parameters: the forward's, one adjoint per slot (a scalar's is a
         1-element ``adj_<name>_buf``), then ``adj_return`` for a returned value."""
-        params = list(self.k.args)
+        params = [self.n(a) for a in self.k.args]
         for name in self.slot_args:
-            params.append("adj_" + name if isinstance(self.T.get(name), types.Array)
-                          else f"adj_{name}_buf")
+            params.append(self.adj(name) if isinstance(self.T.get(name), types.Array)
+                          else self.adj_buf(name))
         if self.returns_value:
             params.append("adj_return")
         return params
@@ -532,7 +630,7 @@ class Writer:
     def finish_scalar_adjoints(self, names):
         """Add the adjoints of scalar arguments into their 1-element buffers."""
         for name in names:
-            self.emit(1, f"adj_{name}_buf[0] += {self.cast(self.adj(name), self.T[name])}")
+            self.emit(1, f"{self.adj_buf(name)}[0] += {self.cast(self.adj(name), self.T[name])}")
 
     def tape_init_lines(self):
         lines = []
@@ -575,7 +673,7 @@ class Writer:
                 if self.skip_stores and not self.replay_store(s):
                     continue
                 self.comment(depth, s.loc)
-                ref = f"{self.arr(s.array.name)}[{', '.join(self.o(i) for i in s.index)}]"
+                ref = self.elem(self.arr(s.array.name), [self.o(i) for i in s.index])
                 if s.array.name in a.restore_arrays:
                     self.push(depth, ref, self.T[s.array.name].dtype)
                 op = {"add": "+=", "sub": "-="}.get(s.accumulate, "=")
@@ -764,7 +862,7 @@ class Writer:
         elif isinstance(e, ir.Load):
             arr = e.array.name
             if arr in a.varied_arrays:
-                ref = AdjRef(f"adj_{self.n(arr)}[{', '.join(self.o(i) for i in e.index)}]",
+                ref = AdjRef(self.elem(self.adj(arr), [self.o(i) for i in e.index]),
                              arr, tuple(e.index))
                 ref = self.accumulators.get((arr, tuple(e.index)), ref)
                 out.append((ref, self.cast(g or self.adj(v), self.T[arr].dtype)))
@@ -784,7 +882,7 @@ class Writer:
                     args.append(ops.const(x.value))
                 else:
                     args.append(ops.const(0.0))
-            contribs = rule.vjp(ops.var("__g"), ops.var(out_name or v), *args)
+            contribs = rule.vjp(ops.var(ir.COTANGENT), ops.var(out_name or v), *args)
             self._g = g or self.adj(v)
             if out_name:
                 self.names.setdefault(out_name, out_name)
@@ -814,7 +912,7 @@ class Writer:
         if arr not in a.varied_arrays:
             return
         self.comment(depth, s.loc)
-        ref = f"adj_{self.n(arr)}[{', '.join(self.o(i) for i in s.index)}]"
+        ref = self.elem(self.adj(arr), [self.o(i) for i in s.index])
         if s.accumulate:  # an increment: the element's adjoint flows into the value
             if a.active(s.value):
                 t = self.T[s.value.name]
@@ -829,7 +927,7 @@ class Writer:
             self.emit(depth, f"{self.adj(s.value.name)} {op} {self.cast(ref, t)}")
         self.consume(depth, ref, self.T[arr].dtype)
         if arr in a.restore_arrays:
-            fref = f"{self.arr(arr)}[{', '.join(self.o(i) for i in s.index)}]"
+            fref = self.elem(self.arr(arr), [self.o(i) for i in s.index])
             self.pop(depth, fref, self.T[arr].dtype)
 
     def invariant_loads(self, loop):
@@ -863,7 +961,7 @@ class Writer:
         for key in keys:
             arr, index = key
             name = self.accumulators.pop(key)
-            ref = AdjRef(f"adj_{self.n(arr)}[{', '.join(self.o(i) for i in index)}]",
+            ref = AdjRef(self.elem(self.adj(arr), [self.o(i) for i in index]),
                          arr, index)
             self.accumulate(depth, ref, "+=", name)
 

@@ -10,6 +10,12 @@ or header.  Arms that leave by ``break``/``continue``/``return`` are closed ther
 those statements are always last in their sequence (code after such an ``if`` moves
 into its other arm).  A ``return`` inside a loop is lowered to a flag and ``break``s.
 
+``raise`` and ``assert``: the adjoint differentiates the path that does not raise.  A
+branch arm from which every path raises is dropped (the branch disappears); a raise
+reached unconditionally is kept as a marker until loop returns are lowered, then its
+enclosing ``if`` keeps the other arm.  A raise left on every path of the kernel or of a
+loop body is refused.
+
 Anything it cannot structure raises :class:`~kadj.DifferentiationError`.
 """
 from __future__ import annotations
@@ -72,6 +78,7 @@ class Structurizer:
         entry = self.cfg.entry_point()
         body = self.seq(entry, _Ctx())
         body = _lower_loop_returns(body, self)
+        body = self.drop_raising(body)
         if "_retflag" in self.__dict__:
             body.insert(0, ir.Assign(self._retflag, ir.Copy(ir.Const(False))))
         for _ in range(3):  # $it -> $phi -> i
@@ -144,6 +151,16 @@ class Structurizer:
                 merge = self.ipdom(label, ctx)
                 stop = None if merge == _EXIT else self.resolve_trivial(merge)
                 sub = ctx.sub(stop)
+                raising = [self.raises_only(t) for t in (term.truebr, term.falsebr)]
+                if any(raising):  # ``if bad: raise ...``: keep the other path only
+                    if all(raising):
+                        out.append(_Raises(term.loc))
+                        return out
+                    out.extend(self.seq(term.falsebr if raising[0] else term.truebr, sub))
+                    if stop is None:
+                        return out
+                    label = stop
+                    continue
                 then = self.seq(term.truebr, sub)
                 orelse = self.seq(term.falsebr, sub)
                 out.append(ir.If(self.operand(term.cond), tuple(then), tuple(orelse),
@@ -153,20 +170,21 @@ class Structurizer:
                 label = stop
                 continue
             if isinstance(term, (nir.StaticRaise, nir.DynamicRaise)):
-                self.error("raise statements (and asserts) are not supported inside "
-                           "differentiated kernels", loc=term.loc, construct="raise",
-                           remedy="validate the inputs before calling the kernel, "
-                                  "outside it")
+                out.append(_Raises(term.loc))
+                return out
             self.error(f"unsupported terminator {type(term).__name__}", loc=term.loc,
                        construct=type(term).__name__,
                        remedy="rewrite this control flow with if/for/while")
 
     def succs(self, label, ctx):
         term = self.blocks[label].terminator
-        if isinstance(term, (nir.Return, nir.StaticRaise, nir.DynamicRaise)):
+        if isinstance(term, (nir.Return, nir.StaticRaise, nir.DynamicRaise)) or \
+                self.raises_only(label):
             return [_EXIT]
         out = []
         for t in term.get_targets():
+            if self.raises_only(t):  # a raising arm does not decide where arms merge
+                continue
             rt = self.resolve_trivial(t)
             if (ctx.header is not None and t in (ctx.header, ctx.header_alt)) or \
                     (ctx.follow is not None and rt == ctx.follow) or rt in ctx.exits:
@@ -221,6 +239,45 @@ class Structurizer:
             return False
         return False
 
+    def raises_only(self, label):
+        """Does every path from ``label`` end in a ``raise`` (or a failed assert)?"""
+        memo = self.__dict__.setdefault("_raises", {})
+        if label not in memo:
+            memo[label] = False  # (a cycle does not raise by itself)
+            term = self.blocks[label].terminator
+            if isinstance(term, (nir.StaticRaise, nir.DynamicRaise)):
+                memo[label] = True
+            elif isinstance(term, (nir.Jump, nir.Branch)):
+                memo[label] = all(self.raises_only(t) for t in term.get_targets())
+        return memo[label]
+
+    def drop_raising(self, stmts):
+        """Keep the non-raising path: an ``if`` one of whose arms always raises becomes
+        its other arm; a raise on every path of the kernel or of a loop body is
+        refused."""
+        body, raises = _drop_raising(stmts)
+        if raises:
+            self._refuse_raise(body[-1].loc, "on every path through the kernel")
+        for s in ir.walk(body):
+            if isinstance(s, (ir.ForRange, ir.Loop)) and s.body and \
+                    isinstance(s.body[-1], _Raises):
+                self._refuse_raise(s.body[-1].loc, "in every iteration of its loop")
+            if isinstance(s, ir.Loop) and not any(
+                    isinstance(t, (ir.Break, ir.Return)) for t in ir.walk(s.body)):
+                self.error("this loop ends only by raising an exception, so the path "
+                           "that does not raise never ends", loc=s.loc,
+                           construct="loop left only by raise",
+                           remedy="give the loop an exit (break or a condition) and "
+                                  "raise after it, or raise outside the kernel")
+        return body
+
+    def _refuse_raise(self, loc, where):
+        self.error(f"this raise statement (or failing assert) is reached {where}, so "
+                   "there is no path without an exception to differentiate", loc=loc,
+                   construct="raise",
+                   remedy="make the raise conditional (if ...: raise) or check the "
+                          "inputs before calling the kernel, outside it")
+
     def is_range_header(self, label):
         body = [x for x in self.blocks[label].body if not isinstance(x, nir.Del)]
         return bool(body) and isinstance(body[0], nir.Assign) and \
@@ -249,7 +306,7 @@ class Structurizer:
                 if len(outs) == 1:
                     cands.append(outs[0])
         for c in cands:  # the exit the loop condition takes, not an early return
-            if not self.returns_only(c):
+            if not self.returns_only(c) and not self.raises_only(c):
                 follow = c
                 break
         if follow is None and cands:
@@ -271,7 +328,8 @@ class Structurizer:
         others = []
         for e in sorted(info.exits):
             re_ = self.resolve_trivial(e)
-            if re_ != follow and re_ not in others and not self.returns_only(re_):
+            if re_ != follow and re_ not in others and not self.returns_only(re_) \
+                    and not self.raises_only(re_):
                 others.append(re_)
         exits, sel = {}, None
         if others:
@@ -503,20 +561,20 @@ class Structurizer:
         except Exception:
             return None
         if isinstance(d, nir.Const):
-            if d.value is None or isinstance(d.value, (bool, int, float, np.number,
+            if d.value is None or isinstance(d.value, (bool, int, float, str, np.number,
                                                        np.bool_)):
                 return ir.Const(d.value)
             return None
         if isinstance(d, (nir.Global, nir.FreeVar)):
             v = d.value
-            if isinstance(v, (bool, int, float, np.number, np.bool_)):
+            if isinstance(v, (bool, int, float, str, np.number, np.bool_)):
                 return ir.Const(v)
         if isinstance(d, nir.Expr) and d.op == "getattr":
             try:
                 v = resolve_value(self.fir, var)
             except (LookupError, AttributeError):
                 return None
-            if isinstance(v, (bool, int, float, np.number, np.bool_)):
+            if isinstance(v, (bool, int, float, str, np.number, np.bool_)):
                 return ir.Const(v)
         return None
 
@@ -803,6 +861,38 @@ def _qualname(obj):
         if name and getattr(mod, name, None) is obj:
             return f"{prefix}.{name}"
     return getattr(obj, "__name__", "obj")
+
+
+class _Raises:
+    """Marker, during structuring only: the path reaching it raises an exception."""
+
+    __slots__ = ("loc",)
+
+    def __init__(self, loc):
+        self.loc = loc
+
+
+def _drop_raising(stmts):
+    """(statements without the raising paths, whether the sequence always raises)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, _Raises):
+            return out + [s], True
+        if isinstance(s, ir.If):
+            then, t_raises = _drop_raising(s.then)
+            orelse, e_raises = _drop_raising(s.orelse)
+            if t_raises and e_raises:
+                return out + [_Raises(s.loc)], True
+            if t_raises or e_raises:
+                out.extend(orelse if t_raises else then)
+                continue
+            out.append(replace(s, then=tuple(then), orelse=tuple(orelse)))
+        elif isinstance(s, (ir.ForRange, ir.Loop)):
+            body, _ = _drop_raising(s.body)  # (a body that always raises is refused)
+            out.append(replace(s, body=tuple(body)))
+        else:
+            out.append(s)
+    return out, False
 
 
 def _strip_trailing_continue(stmts):

@@ -183,7 +183,7 @@ class GatherWriter(CudaWriter):
                                    if o < 0)
                 self.emit(depth, f"if {cond}:")
                 key = idx[0] if len(idx) == 1 else f"({', '.join(idx)})"
-                self.emit(depth + 1, f"cuda.atomic.add(adj_{self.n(target.array)}, {key}, "
+                self.emit(depth + 1, f"cuda.atomic.add({self.adj(target.array)}, {key}, "
                                      f"{text})")
             return
         if (isinstance(target, AdjRef) or target in self._sinks) and not own:
@@ -258,7 +258,7 @@ class GatherWriter(CudaWriter):
                 bounds = " and ".join(f"_p{d} < {self.n(name)}.shape[{kk}]"
                                       for kk, d in enumerate(perm))
                 self.emit(1, f"if {bounds}:")
-                self.emit(2, f"adj_{self.n(name)}[{idx}] += {self.acc[name]}")
+                self.emit(2, f"{self.adj(name)}[{idx}] += {self.acc[name]}")
             self.finish_scalar_adjoints([
                 n for n in self.slot_args
                 if not isinstance(self.T.get(n), types.Array) and n in a.varied])

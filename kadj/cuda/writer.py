@@ -249,11 +249,11 @@ class CudaWriter(Writer):
 
     def finish_scalar_adjoints(self, names):
         # (local value, dtype, buffer, index, what) of every sum to reduce over the block
-        sinks = [(self.cast(self.adj(n), self.T[n]), self.T[n], f"adj_{n}_buf", "0", n)
+        sinks = [(self.cast(self.adj(n), self.T[n]), self.T[n], self.adj_buf(n), "0", n)
                  for n in names]
         for (arr, values), acc in self.uniform_acc.items():
             idx = values[0] if len(values) == 1 else "(" + ", ".join(map(str, values)) + ")"
-            sinks.append((acc, self.T[arr].dtype, f"adj_{self.n(arr)}", str(idx), arr))
+            sinks.append((acc, self.T[arr].dtype, self.adj(arr), str(idx), arr))
         if not sinks:
             return
         self.emit(1, "# ---- adjoints every thread adds to: summed over the block, one "
@@ -332,8 +332,10 @@ class CudaWriter(Writer):
         kind = self.tape_of(t)[0][len("_tape_"):]
         self.tape_size[kind] = self.tape_size.get(kind, 0) + m
 
+    growable_tape = False  # the per-thread tape is sized statically
+
     def _reserve_lines(self, amounts, depth):
-        return []  # the per-thread tape is sized statically
+        return []
 
     def tape_init_lines(self):
         lines = []
