@@ -73,26 +73,34 @@ class AdjRef(str):
         return obj
 
 
-class _PushCheck(str):
-    """Where a capacity check may be needed before one push (an empty line until
-    resolved; see ``Writer.close_frame``)."""
+class _Slot(str):
+    """A placeholder line of the generated source (empty text), resolved once every
+    frame of the sweep is closed (see ``Writer.close_frame``)."""
 
-    def __new__(cls, frame, kind, pad, seq):
+    def __new__(cls, **fields):
         obj = str.__new__(cls, "")
-        obj.frame, obj.kind, obj.pad, obj.seq = frame, kind, pad, seq
+        obj.__dict__.update(fields)
         return obj
 
+
+class _Reserve(_Slot):
+    """Where a frame reserves tape room for the pushes it covers."""
+
+
+class _PushCheck(_Slot):
+    """Where a capacity check may be needed before one push."""
+
     def needed(self):
-        """Is this push outside every reservation that could cover it?  A frame's
-        reservation covers its pushes made before it turned foreign, except in a
-        ``for`` loop (its reservation is made once, at loop entry: a later iteration
-        runs after the foreign frame of an earlier one)."""
+        """Is this push outside every reservation that could cover it?  A frame that
+        reserves in place covers its pushes made before a nested frame reserved for
+        itself, except in a ``for`` loop (its reservation is made once, at loop
+        entry: later iterations run after the nested frame of an earlier one)."""
         f = self.frame
         while f is not None:
             at = f["foreign"]
             if at is not None and (f["trip"] is not None or self.seq > at):
                 return True
-            f = f["merged"]
+            f = f["parent"] if f["absorbed"] else None
         return False
 
 
@@ -114,6 +122,7 @@ class Writer:
         self.tapes = set()
         self.frames = []
         self._push_seq = 0
+        self._cond_level = 0
         self.nopush = False
         self.skip_stores = False
         self.suppressed = frozenset()
@@ -146,12 +155,13 @@ class Writer:
     def n(self, var):
         if var in self.names:
             return self.names[var]
-        helper = re.match(r"^(?P<fn>[A-Za-z_]\w*?)_v\d+_(?P<rest>\w+)$", var)
+        helper = re.match(r"^(?P<fn>[A-Za-z_]\w*?)_v\d+_(?P<rest>[\w.]+)$", var)
         if var.startswith("$") or (helper and helper.group("rest").startswith("_v")):
             self.tmp += 1
             base = f"t{self.tmp}"
         elif helper:
-            base = f"{helper.group('rest')}_{helper.group('fn').strip('_')}"
+            rest = re.sub(r"\W", "_", helper.group("rest"))  # t.1: numba's versions
+            base = f"{rest}_{helper.group('fn').strip('_')}"
         else:
             base = re.sub(r"\W", "_", var).strip("_") or "v"
             if base[0].isdigit():
@@ -333,70 +343,97 @@ class Writer:
         kind = tape[len("_tape_"):]
         if self.growable_tape:
             self._push_seq += 1
-            self.lines.append(_PushCheck(frame, kind, "    " * depth, self._push_seq))
+            self.lines.append(_PushCheck(frame=frame, kind=kind, depth=depth,
+                                         seq=self._push_seq))
         self.emit(depth, f"{tape}[{sp}] = {value_text}")
         self.emit(depth, f"{sp} += 1")
         frame["counts"][kind] = frame["counts"].get(kind, 0) + 1
 
-    # Tape capacity, by construction.  A frame (the whole sweep, one loop, or one
-    # replayed iteration) reserves, where it starts, room for every push it makes
-    # itself: trip count x pushes per iteration for a ``for`` loop.  That reservation
-    # covers its pushes only while nothing else moves the tape pointer in between: a
-    # nested frame that reserves for itself (an inner loop that records) does.  Such a
-    # frame is marked *foreign*, and each of its own pushes then gets a capacity check
-    # (``_PushCheck``, resolved when the outermost frame closes, once every frame's
-    # kind is known).  Frames whose pushes are merged into an enclosing reservation
-    # (replayed iterations) are covered only if every frame they merge into is not
-    # foreign.  So every push is either inside a reservation that provably covers it,
-    # or checked.
+    # Tape capacity, by construction.  The pushes of a sweep are grouped in frames:
+    # the whole sweep, each loop (per loop entry for ``for``, per iteration for
+    # ``while``) and each replayed iteration.  A frame reserves, where it starts, room
+    # for its own pushes (trip count x pushes per iteration for a ``for`` loop).  A
+    # nested frame whose trip count is known where the enclosing frame starts (it
+    # reads no variable the enclosing loop assigns) and that runs on every iteration
+    # is absorbed: its amount joins the enclosing reservation.  When a nested frame
+    # that records cannot be absorbed, it reserves for itself where it starts, which
+    # moves the tape pointer past what the enclosing reservation counted: the
+    # enclosing frame is then *foreign* from that point on, and each of its pushes
+    # not provably covered gets a capacity check (`_PushCheck`).  So every push is
+    # either inside a reservation that covers it or checked.  The decisions need the
+    # whole frame tree, so reservations and checks are placeholders until the
+    # outermost frame closes.
     growable_tape = True
 
-    def open_frame(self, depth, trip=None, operands=(), hoist=None):
-        """Start a region whose pushes are reserved for up front (once per loop entry
-        for `for` loops: trip count x pushes per iteration), so that pushes inside
-        loops are plain stores.  ``hoist``: a replayed iteration whose reservations
-        move in front of the reversed loop when they do not vary between iterations
-        (the tape is back at the same height after each reversed iteration)."""
+    def open_frame(self, depth, trip=None, operands=(), hoist=None, assigned=None):
+        """Start a frame (see above).  ``trip``: the trip-count text of a ``for``
+        loop; ``operands``: the variables it reads; ``assigned``: the variables the
+        loop body assigns (None: nothing can be absorbed); ``hoist``: a replayed
+        iteration, whose reservation goes in front of the reversed loop (the tape is
+        back at the same height after each reversed iteration)."""
         parent = self.frames[-1] if self.frames else None
-        self.frames.append({"counts": {}, "at": len(self.lines), "depth": depth,
-                            "trip": trip, "operands": set(operands), "hoist": hoist,
-                            "parent": parent, "merged": None, "foreign": None,
-                            "nested_pushes": False})
+        if hoist is not None:
+            assigned = hoist["assigned"]
+        fr = {"counts": {}, "depth": depth, "trip": trip, "operands": set(operands),
+              "hoist": hoist, "assigned": assigned, "parent": parent, "children": [],
+              "cond": self._cond_level, "closed": None, "absorbed": False,
+              "foreign": None}
+        if parent is not None:
+            parent["children"].append(fr)
+        self.frames.append(fr)
+        self.lines.append(_Reserve(frame=fr))
 
     def close_frame(self):
         fr = self.frames.pop()
-        amounts = {}
-        for kind, n in sorted(fr["counts"].items()):
-            amounts[kind] = str(n) if fr["trip"] is None else (
-                fr["trip"] if n == 1 else f"{n} * {fr['trip']}")
-        parent = fr["parent"]
-        pushes = bool(fr["counts"]) or fr["nested_pushes"]
-        target = None
-        if fr["hoist"] is not None:
-            target = fr["hoist"]
-        elif parent is not None and parent["hoist"] is not None and \
-                not (fr["operands"] & parent["hoist"]["assigned"]):
-            target = parent["hoist"]
-            fr["merged"] = parent
-        if parent is not None and pushes:
-            parent["nested_pushes"] = True
-            if (fr["merged"] is not parent or fr["foreign"] is not None) and \
-                    parent["foreign"] is None:
-                parent["foreign"] = self._push_seq  # pushes after this one: not covered
-        if target is not None:
-            for kind, amount in amounts.items():
-                target["amounts"].setdefault(kind, []).append(amount)
-        else:
-            self.lines[fr["at"]:fr["at"]] = self._reserve_lines(amounts, fr["depth"])
+        fr["closed"] = self._push_seq
         if not self.frames:
-            self._resolve_push_checks()
+            self._plan_frame(fr)
+            self._resolve_slots()
 
-    def _resolve_push_checks(self):
+    def _plan_frame(self, fr):
+        """Decide, bottom-up, which frames are absorbed, each frame's amounts, and
+        where each frame stops covering its own pushes."""
+        for c in fr["children"]:
+            self._plan_frame(c)
+        recording = [c for c in fr["children"] if c["records"]]
+        fr["records"] = bool(fr["counts"]) or bool(recording)
+        terms = {kind: [str(n)] for kind, n in fr["counts"].items()}
+        ops = set(fr["operands"])
+        if fr["assigned"] is not None and all(
+                c["foreign"] is None and c["cond"] == fr["cond"] and
+                not (c["ops"] & fr["assigned"]) for c in recording):
+            for c in recording:
+                c["absorbed"] = True
+                ops |= c["ops"]
+                for kind, amount in c["amounts"].items():
+                    terms.setdefault(kind, []).append(amount)
+        elif recording:
+            fr["foreign"] = min(c["closed"] for c in recording)
+        fr["ops"] = ops
+        amounts = {}
+        for kind, ts in sorted(terms.items()):
+            per = " + ".join(ts)
+            if fr["trip"] is None:
+                amounts[kind] = per
+            elif per == "1":
+                amounts[kind] = fr["trip"]
+            else:
+                amounts[kind] = f"{per if len(ts) == 1 else f'({per})'} * {fr['trip']}"
+        fr["amounts"] = amounts
+        if fr["hoist"] is not None:
+            for kind, amount in amounts.items():
+                fr["hoist"]["amounts"].setdefault(kind, []).append(amount)
+
+    def _resolve_slots(self):
         out = []
         for line in self.lines:
             if isinstance(line, _PushCheck):
                 if line.needed():
-                    out += self._reserve_lines({line.kind: "1"}, len(line.pad) // 4)
+                    out += self._reserve_lines({line.kind: "1"}, line.depth)
+            elif isinstance(line, _Reserve):
+                fr = line.frame
+                if not fr["absorbed"] and fr["hoist"] is None:
+                    out += self._reserve_lines(fr["amounts"], fr["depth"])
             else:
                 out.append(line)
         self.lines = out
@@ -580,10 +617,10 @@ class Writer:
         for line in self.tape_init_lines():
             self.emit(1, line)
         inits = []
-        for v in sorted(a.varied, key=self.n):
+        for v in sorted(sorted(a.varied), key=self.n):  # unnamed ones: in a fixed order
             if isinstance(self.T.get(v), types.Float) and v not in self.single_use:
                 inits.append(f"{self.adj(v)} = {self.zero(self.T[v])}")
-        for v in sorted(self.declare, key=self.n):
+        for v in sorted(sorted(self.declare), key=self.n):
             inits.append(f"{self.n(v)} = {self.zero(self.T.get(v))}")
         if self.has_retval:
             inits.append(f"_retval = {self.zero(k.return_type)}")
@@ -680,10 +717,12 @@ class Writer:
                 self.emit(depth, f"{ref} {op} {self.o(s.value)}")
             elif isinstance(s, ir.If):
                 self.emit(depth, f"if {self.o(s.cond)}:")
+                self._cond_level += 1
                 self.fwd(s.then, depth + 1, loop_depth)
                 if any(id(x) in self.kept for x in s.orelse):
                     self.emit(depth, "else:")
                     self.fwd(s.orelse, depth + 1, loop_depth)
+                self._cond_level -= 1
             elif isinstance(s, ir.ForRange):
                 self.fwd_for(s, depth, loop_depth)
             elif isinstance(s, ir.Loop):
@@ -722,7 +761,8 @@ class Writer:
                 self.push(depth, self.n(v), self.T[v])
         lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
         self.open_frame(depth, trip=f"_trips({lo}, {hi}, {st})",
-                        operands=ir.var_names((s.start, s.stop, s.step)))
+                        operands=ir.var_names((s.start, s.stop, s.step)),
+                        assigned=ir.assigned(s.body) | {s.index})
         if replay:
             self.emit(depth, "# (not recorded here: each reversed iteration replays "
                              "its own forward part)")
@@ -750,7 +790,7 @@ class Writer:
         self.emit(depth, "while True:")
         if counted:
             self.emit(depth + 1, f"{cnt} += 1")
-        self.open_frame(depth + 1)
+        self.open_frame(depth + 1, assigned=ir.assigned(s.body))
         saved = self.suppressed
         self.suppressed = self.suppressed | set(saved_vars)
         self.fwd(s.body, depth + 1, loop_depth + 1)
@@ -904,7 +944,9 @@ class Writer:
 
     @property
     def _single_adj(self):
-        return {self.adj(v) for v in self.single_use}
+        # the names given so far (naming them all here would number them in set order)
+        return {self.derived[("adj", v)] for v in self.single_use
+                if ("adj", v) in self.derived}
 
     def rev_store(self, s, depth):
         a = self.a
