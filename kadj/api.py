@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba.core import types
+from numba.core.errors import NumbaError
 
-from . import analysis, codegen, frontend, ir, reverse, rules, structurize
+from . import analysis, codegen, frontend, ir, reverse, rules, structurize, validate
 from .errors import DifferentiationError
 from .plan import AdjointPlan
 
@@ -72,29 +73,33 @@ class DifferentiatedKernel:
         self._fast = {}
         self._lock = threading.Lock()
         self._last = None
+        self._rules_seen = rules.generation()
 
     def __repr__(self):
         return f"<kadj differentiated kernel {self.__name__}>"
 
     # ---- forward ------------------------------------------------------------------
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         from . import tape as _tape
+        if kwargs:
+            args = self.complete_args(args, kwargs)
         t = _tape.active()
         if t is not None:
             return t.record(self, self.complete_args(args))
-        return self.dispatcher(*args)
+        _tape.check_unrecorded(self, args)
+        try:
+            return self.dispatcher(*args)
+        except (NumbaError, NotImplementedError) as exc:
+            _raise_clearer(self.__name__, self.arg_names, args, exc)
+            raise
 
-    def complete_args(self, args):
-        """``args`` with omitted trailing arguments filled from the defaults."""
-        n = len(self.arg_names)
-        if len(args) >= n:
+    def complete_args(self, args, kwargs=None):
+        """``args`` (and keyword arguments) as one positional tuple, omitted trailing
+        arguments filled from the defaults."""
+        if not kwargs and len(args) == len(self.arg_names):
             return tuple(args)
-        defaults = self.py_func.__defaults__ or ()
-        missing = n - len(args)
-        if missing > len(defaults):
-            raise TypeError(f"{self.__name__} takes {n} arguments {self.arg_names}, got "
-                            f"{len(args)}")
-        return tuple(args) + tuple(defaults[len(defaults) - missing:])
+        return validate.bind(self.__name__, self.arg_names, self.py_func.__defaults__ or (),
+                             tuple(args), kwargs or {})
 
     def forward(self, *args):
         """Run the forward kernel without recording it on a tape."""
@@ -105,24 +110,45 @@ class DifferentiatedKernel:
         if len(args) != len(self.arg_names):
             raise TypeError(f"{self.__name__} takes {len(self.arg_names)} arguments "
                             f"{self.arg_names}, got {len(args)}")
-        return tuple(self.dispatcher.typeof_pyval(a) for a in args)
+        validate.check_arguments(self.__name__, self.arg_names, args)
+        arg_types = tuple(self.dispatcher.typeof_pyval(a) for a in args)
+        for name, a, t in zip(self.arg_names, args, arg_types):
+            if t == types.pyobject:
+                raise validate.unsupported_type(self.__name__, name, a)
+        return arg_types
 
     def _options(self):
         opts = getattr(self.dispatcher, "targetoptions", {}) or {}
-        return {k: opts[k] for k in _JIT_OPTIONS_KEPT if k in opts}
+        kept = {k: opts[k] for k in _JIT_OPTIONS_KEPT if k in opts}
+        # IEEE arithmetic: a singular partial (sqrt at 0) gives inf/nan, never an exception
+        kept["error_model"] = "numpy"
+        return kept
 
     def compiled(self, *args):
         """The compiled adjoint for these arguments' types."""
         args = self.complete_args(args)
+        if self._rules_seen != rules.generation():
+            self._forget_adjoints()
         fast = _fast_key(args)
         hit = self._fast.get(fast) if fast is not None else None
         if hit is not None:
             self._last = hit
             return hit
-        hit = self._compiled_slow(args)
+        try:
+            hit = self._compiled_slow(args)
+        except NumbaError as exc:
+            _raise_clearer(self.__name__, self.arg_names, args, exc)
+            raise
         if fast is not None:
             self._fast[fast] = hit
         return hit
+
+    def _forget_adjoints(self):
+        """Drop the adjoints built under an older rule table (a rule registered or
+        replaced since): they are rebuilt, with the new rule, when next needed."""
+        with self._lock:
+            self._rules_seen = rules.generation()
+            self._cache, self._fast = {}, {}
 
     def _compiled_slow(self, args):
         arg_types = self._arg_types(args)
@@ -139,13 +165,12 @@ class DifferentiatedKernel:
         return hit
 
     def _build(self, arg_types):
-        from numba import njit
         options = self._options()
         key = codegen.cache_key(self.py_func, arg_types, self.wrt, options, "cpu")
         cached = codegen.load_cached(key)
         if cached is not None:
             plan, source, pyfn, _report = cached
-            return CompiledAdjoint(plan, source, njit(cache=True, **options)(pyfn), True)
+            return CompiledAdjoint(plan, source, *codegen.jit(pyfn, True, options))
         tk = frontend.type_cpu_kernel(self.dispatcher, arg_types)
         kernel = structurize.structurize(tk)
         plan = self._plan(kernel, arg_types)
@@ -153,9 +178,8 @@ class DifferentiatedKernel:
         an = analysis.analyze(kernel, slot_names, plan.returns_value)
         adj = reverse.write_adjoint(kernel, an, slot_names, plan.returns_value)
         files = {loc.filename for loc in _locs(tk.func_ir) if loc.filename}
-        pyfn, disk = codegen.build(adj, plan, key, files)
-        jitted = njit(cache=disk, **options)(pyfn)
-        return CompiledAdjoint(plan, adj.source, jitted, disk)
+        pyfn, disk = codegen.build(adj, plan, key, files, func_ir=tk.func_ir)
+        return CompiledAdjoint(plan, adj.source, *codegen.jit(pyfn, disk, options))
 
     def _plan(self, kernel, arg_types):
         stored = ir.stored_arrays(kernel.body)
@@ -210,22 +234,21 @@ class DifferentiatedKernel:
                 remedy=f"call {self.__name__}.adjoint_source(*args) with example arguments")
         return self._last.source
 
-    def adjoint(self, *args, adj_return=1.0):
+    def adjoint(self, *args, adj_return=1.0, **kwargs):
         """Run the adjoint: ``k.adjoint(*forward_args, *adjoints, adj_return=1.0)``.
 
         Adjoints are in/out (API.md): on entry the cotangent of each argument's state
         after the call, on return the cotangent of its state before the call.  Returns
-        the forward's return value (recomputed), if any.
+        the forward's return value (recomputed), if any.  Arguments may also be passed
+        by keyword: forward ones by name, adjoints as ``adj_<name>=``.
         """
-        n = len(self.arg_names)
-        if len(args) < n:
-            raise TypeError(f"{self.__name__}.adjoint expects all {n} forward arguments "
-                            f"{self.arg_names} (defaults included) followed by their "
-                            "adjoints")
-        fwd, adjs = args[:n], args[n:]
+        call = f"{self.__name__}.adjoint"
+        fwd, adjs, by_name = validate.split_adjoint_call(
+            call, self.arg_names, self.py_func.__defaults__ or (), args, kwargs)
         comp = self.compiled(*fwd)
         plan = comp.plan
-        _check_adjoints(self.__name__, plan, fwd, adjs)
+        adjs = validate.order_adjoints(call, plan, fwd, adjs, by_name)
+        validate.check_adjoint_call(call, plan, fwd, adjs, host=True)
         call = list(fwd) + list(adjs)
         if plan.returns_value:
             call.append(float(adj_return))
@@ -265,55 +288,12 @@ def _fast_key(args):
     return tuple(key)
 
 
-def _overlap(a, b):
-    return np.may_share_memory(a, b) and np.shares_memory(a, b)
-
-
-def _check_adjoints(name, plan, fwd, adjs):
-    expected = plan.adjoint_names()
-    if len(adjs) != len(expected):
-        raise TypeError(
-            f"{name}.adjoint expects {len(expected)} adjoint argument(s) {expected} after "
-            f"the forward arguments, got {len(adjs)}")
-    for i, buf, aname in zip(plan.adjoint_args, adjs, expected):
-        x = fwd[i]
-        if not isinstance(buf, np.ndarray):
-            raise TypeError(f"{name}.adjoint: {aname} must be a NumPy array, got "
-                            f"{type(buf).__name__}")
-        if isinstance(x, np.ndarray):
-            if buf.shape != x.shape or buf.dtype != x.dtype:
-                raise ValueError(
-                    f"{name}.adjoint: {aname} must have the shape and dtype of "
-                    f"{plan.arg_names[i]} ({x.shape}, {x.dtype}); got ({buf.shape}, "
-                    f"{buf.dtype})")
-        else:
-            want = np.asarray(x).dtype
-            if buf.shape not in ((1,), ()) or buf.size != 1 or buf.dtype != want:
-                raise ValueError(
-                    f"{name}.adjoint: {aname} (adjoint of the scalar "
-                    f"{plan.arg_names[i]}) must be a 1-element array of dtype {want}; "
-                    f"got shape {buf.shape}, dtype {buf.dtype}")
-            if buf.shape == ():
-                raise ValueError(f"{name}.adjoint: {aname} must have shape (1,)")
-        if not buf.flags.writeable:
-            raise ValueError(f"{name}.adjoint: {aname} is read-only")
-    arrays = [a for a in list(fwd) if isinstance(a, np.ndarray)]
-    for buf, aname in zip(adjs, expected):
-        for a in arrays:
-            if _overlap(buf, a):
-                raise ValueError(f"{name}.adjoint: {aname} shares memory with a forward "
-                                 "argument; adjoint buffers must be separate arrays")
-    for j, b1 in enumerate(adjs):
-        for b2 in adjs[j + 1:]:
-            if _overlap(b1, b2):
-                raise ValueError(f"{name}.adjoint: two adjoint buffers share memory")
-    for j in plan.written:
-        w = fwd[j]
-        for i, a in enumerate(fwd):
-            if i != j and isinstance(a, np.ndarray) and _overlap(a, w):
-                raise ValueError(
-                    f"{name}.adjoint: argument {plan.arg_names[i]} overlaps an array the "
-                    "kernel writes; kadj does not differentiate aliased arguments")
+def _raise_clearer(call, names, args, exc):
+    """Raise a clear error (kernel, argument, what to do) in place of numba's ``exc``
+    when an argument explains it; return otherwise."""
+    clear = validate.explain_failure(call, names, args, exc)
+    if clear is not None:
+        raise clear from exc
 
 
 def _locs(func_ir):
@@ -363,10 +343,15 @@ def register_adjoint(fn):
             return (g * (1.0 - kadj.ops.exp(-out)),)
 
     The rule gets the incoming adjoint ``g``, the primal output ``out`` and the
-    arguments, and returns one contribution per argument (``None`` for none).
+    arguments, and returns one contribution per argument (``None`` for none).  A rule
+    whose parameters cannot take ``fn``'s arguments is refused here, one returning the
+    wrong number of contributions when a kernel first uses it.  Registering again
+    replaces the rule, also in the adjoints of kernels already differentiated (they
+    are rebuilt).
     """
     def deco(vjp):
-        rules.register(fn, domain=(), name=getattr(fn, "__name__", "custom"))(vjp)
+        rules.register(fn, domain=(), name=getattr(fn, "__name__", "custom"),
+                       arities=rules.arities_of(fn))(vjp)
         rules.CUSTOM[fn] = vjp
         return vjp
     return deco
@@ -385,15 +370,16 @@ def value_and_grad(f, argnums=0):
     single = isinstance(argnums, int)
     nums = (argnums,) if single else tuple(argnums)
 
-    def run(*args):
-        comp = k.compiled(*args)
-        plan = comp.plan
+    def run(*args, **kwargs):
         nargs = len(k.arg_names)
         for i in nums:
             if not -nargs <= i < nargs:
                 raise IndexError(f"argnums {i} is out of range for {k.__name__}, which "
                                  f"takes {nargs} arguments")
         idx = tuple(i % nargs for i in nums)
+        args = k.complete_args(args, kwargs)   # defaults filled before the buffers
+        comp = k.compiled(*args)
+        plan = comp.plan
         if not plan.returns_value:
             raise DifferentiationError(
                 f"{k.__name__} does not return a float, so it has no gradient",
@@ -425,7 +411,7 @@ def grad(f, argnums=0):
     with respect to ``args[argnums]`` (a tuple of gradients for a tuple of argnums)."""
     vg = value_and_grad(f, argnums)
 
-    def run(*args):
-        return vg(*args)[1]
+    def run(*args, **kwargs):
+        return vg(*args, **kwargs)[1]
 
     return run

@@ -1,13 +1,32 @@
-"""Codegen: the adjoint's Python source -> a compiled numba function, cached.
+"""Codegen: the adjoint's Python source -> a compiled numba function, cached on disk.
 
 The source written by :mod:`kadj.reverse` is saved as a module file in kadj's cache
 directory (``$KADJ_CACHE_DIR``, default ``~/.cache/kadj``) next to a JSON record of the
-adjoint's plan and of the source files it came from (with their modification times),
-then imported and compiled by numba with the user's own jit options and numba's
-on-disk cache.  A second process with unchanged sources finds both: it neither
-regenerates the adjoint nor recompiles it.  Adjoints that reference objects that cannot
-be named in a module file (user functions with custom rules, global arrays) are cached
-in memory only.
+adjoint's plan, the SHA-256 of the module and the source files it came from, then
+executed and compiled by numba with the user's own jit options and numba's on-disk cache
+(``__pycache__`` inside the same directory, or ``$NUMBA_CACHE_DIR`` when that is set).
+A second process with unchanged dependencies finds both: it neither regenerates the
+adjoint nor recompiles it.
+
+The key (:mod:`kadj.cachekey`) covers the kernel's code and every value it reads,
+followed through modules and jitted callees, the registered derivative rules, the
+argument types, ``wrt`` and jit options, kadj's sources and the versions of Python,
+NumPy, Numba and llvmlite, and the numba configuration that changes generated code; the
+typed IR is checked against it before an entry is written.
+
+Trust model (:mod:`kadj.cachedir`): the directory is trusted as the user's own files
+are, like ``__pycache__``, since its entries are code.  kadj makes it private (0700),
+refuses one owned by another user or writable by group or others, writes entries with
+exclusive creation under unpredictable names and renames them into place, and never
+reads an entry through a symbolic link or one that is not the user's own.  An entry is
+used only when the key matches, the directory and both files pass these checks, the
+module's SHA-256 (a damage check, not a signature) matches the record and the recorded
+source files are unchanged; anything else regenerates it.
+
+Adjoints that reference objects a module file cannot name (custom derivative rules,
+global arrays), or whose key is process-local, are kept in memory only.  Without a
+usable directory kadj compiles without a disk cache and says so once per cause
+(:class:`kadj.cachedir.CacheWarning`); ``KADJ_DISABLE_CACHE=1`` turns the cache off.
 """
 from __future__ import annotations
 
@@ -17,136 +36,19 @@ import json
 import os
 import sys
 
+from . import cachedir
+from .cachekey import CACHE_VERSION, cache_key, release, uncovered  # noqa: F401
+from .cachedir import CacheWarning  # noqa: F401  (re-exported)
 from .plan import AdjointPlan
 
-CACHE_VERSION = "kadj-adjoint-v1"
 _STANDARD = {"math", "np", "_push", "_sign", "_reserve", "_trips"}
 _HEADER = ("import math\nimport numpy as np\n"
            "from kadj.runtime_helpers import _push, _sign, _reserve, _trips\n\n\n")
 
 
 def cache_dir():
-    d = os.environ.get("KADJ_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                         "kadj")
-    return d
-
-
-_SELF_HASH = None
-
-
-def _kadj_hash():
-    """Hash of kadj's own sources: a new kadj never loads an old kadj's adjoints."""
-    global _SELF_HASH
-    if _SELF_HASH is None:
-        h = hashlib.sha256()
-        here = os.path.dirname(os.path.abspath(__file__))
-        for root, _dirs, files in sorted(os.walk(here)):
-            for f in sorted(files):
-                if f.endswith(".py"):
-                    with open(os.path.join(root, f), "rb") as fh:
-                        h.update(fh.read())
-        _SELF_HASH = h.hexdigest()[:16]
-    return _SELF_HASH
-
-
-def _fingerprint(obj, h, seen, depth=0):
-    """Feed into ``h`` what the adjoint of code depending on ``obj`` depends on: bytecode,
-    constants, names, closure values and the globals the code reads (recursively for
-    jitted callees).  Objects without a stable description contribute their identity,
-    which only costs a cache miss in another process."""
-    import types as pytypes
-
-    import numpy as np
-
-    if depth > 8:
-        return
-    if isinstance(obj, (bool, int, float, complex, str, bytes, type(None))):
-        h.update(repr((type(obj).__name__, obj)).encode())
-        return
-    if isinstance(obj, np.generic):
-        h.update(repr((type(obj).__name__, obj.item())).encode())
-        return
-    if isinstance(obj, np.ndarray):
-        h.update(repr((obj.dtype.str, obj.shape)).encode())
-        h.update(np.ascontiguousarray(obj).tobytes())
-        return
-    if isinstance(obj, tuple):
-        h.update(b"(")
-        for x in obj:
-            _fingerprint(x, h, seen, depth + 1)
-        h.update(b")")
-        return
-    if isinstance(obj, pytypes.ModuleType):
-        h.update(("module:" + obj.__name__).encode())
-        return
-    if id(obj) in seen:
-        h.update(b"<seen>")
-        return
-    seen.add(id(obj))
-    py_func = getattr(obj, "py_func", None)
-    if py_func is not None:
-        obj = py_func
-    if isinstance(obj, pytypes.FunctionType):
-        _fingerprint_code(obj.__code__, h)
-        _fingerprint(obj.__defaults__ or (), h, seen, depth + 1)
-        for k, v in sorted((obj.__kwdefaults__ or {}).items()):
-            h.update(k.encode())
-            _fingerprint(v, h, seen, depth + 1)
-        for cell in obj.__closure__ or ():
-            try:
-                _fingerprint(cell.cell_contents, h, seen, depth + 1)
-            except ValueError:  # empty cell
-                h.update(b"<empty>")
-        for name in _global_names(obj.__code__):
-            if name in obj.__globals__:
-                h.update(name.encode())
-                _fingerprint(obj.__globals__[name], h, seen, depth + 1)
-        return
-    mod = getattr(obj, "__module__", None)
-    qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
-    if mod and qual:
-        h.update(f"{mod}.{qual}".encode())
-    else:
-        h.update(f"{type(obj).__qualname__}@{id(obj)}".encode())
-
-
-def _global_names(code):
-    import types as pytypes
-    names = set(code.co_names)
-    for c in code.co_consts:
-        if isinstance(c, pytypes.CodeType):
-            names |= _global_names(c)
-    return sorted(names)
-
-
-def _fingerprint_code(code, h):
-    import types as pytypes
-    h.update(code.co_code)
-    h.update(repr(code.co_names).encode())
-    h.update(repr(code.co_varnames).encode())
-    for c in code.co_consts:
-        if isinstance(c, pytypes.CodeType):
-            _fingerprint_code(c, h)
-        else:
-            h.update(repr(c).encode())
-
-
-def cache_key(py_func, arg_types, wrt, options, target):
-    """Key of one adjoint: kadj's own sources, the kernel (bytecode, closure, the
-    globals and jitted callees it reads), argument types, wrt, jit options and the
-    user-registered derivative rules."""
-    from . import rules
-    h = hashlib.sha256()
-    parts = [CACHE_VERSION, _kadj_hash(), target, str(py_func.__module__),
-             py_func.__qualname__, py_func.__code__.co_filename,
-             repr(tuple(str(t) for t in arg_types)), repr(wrt),
-             repr(sorted((k, repr(v)) for k, v in options.items()))]
-    h.update("\n".join(parts).encode())
-    _fingerprint(py_func, h, set())
-    for key in sorted(rules.CUSTOM, key=repr):
-        h.update(repr(key).encode())
-        _fingerprint(rules.CUSTOM[key], h, set())
-    return h.hexdigest()[:24]
+    """The configured cache directory (whether or not kadj may use it)."""
+    return cachedir.configured_dir()
 
 
 def _files_fresh(files):
@@ -159,72 +61,99 @@ def _files_fresh(files):
     return True
 
 
+def _disk_key(key):
+    return bool(key) and not key.startswith("mem-")
+
+
 def load_cached(key):
-    """(plan, source, module) from the disk cache, or None."""
-    d = cache_dir()
-    meta_path = os.path.join(d, f"adj_{key}.json")
-    src_path = os.path.join(d, f"adj_{key}.py")
-    if not (os.path.exists(meta_path) and os.path.exists(src_path)):
+    """(plan, source, function, report) from the disk cache, or None."""
+    if not _disk_key(key):
         return None
+    d = cachedir.private_dir()
+    if d is None:
+        return None
+    src_path = os.path.join(d, f"adj_{key}.py")
     try:
-        with open(meta_path) as fh:
-            meta = json.load(fh)
-        if not _files_fresh(meta["files"]):
+        raw_meta = cachedir.read_entry(os.path.join(d, f"adj_{key}.json"))
+        raw_src = cachedir.read_entry(src_path) if raw_meta is not None else None
+        if raw_src is None:
             return None
+        meta = json.loads(raw_meta.decode())
+        if meta.get("format") != CACHE_VERSION or meta.get("key") != key or \
+                meta.get("sha256") != hashlib.sha256(raw_src).hexdigest() or \
+                not _files_fresh(meta["files"]):
+            return None  # damaged, partly written, renamed or out of date: regenerate
+        text = raw_src.decode()
         plan = AdjointPlan(kernel_name=meta["kernel_name"], arg_names=tuple(meta["arg_names"]),
                            adjoint_args=tuple(meta["adjoint_args"]),
                            written=frozenset(meta["written"]), read=frozenset(meta["read"]),
                            returns_value=meta["returns_value"])
-        with open(src_path) as fh:
-            text = fh.read()
-        if meta.get("sha256") != hashlib.sha256(text.encode()).hexdigest():
-            return None  # damaged or partly written: regenerate
-        module = _import(src_path, key)
-        source = text[len(_HEADER):]
-        return plan, source, getattr(module, meta["function"]), meta.get("report", "")
+        module = _exec_module(src_path, key, text)
+        release(key)
+        return plan, text[len(_HEADER):], getattr(module, meta["function"]), \
+            meta.get("report", "")
     except Exception:  # a damaged cache entry is regenerated
         return None
 
 
-def _import(path, key):
+def _exec_module(path, key, text):
+    """Run the verified ``text`` as the module at ``path`` (never re-reading the file,
+    and writing no bytecode cache beside it)."""
     name = f"kadj_adjoint_{key}"
-    spec = importlib.util.spec_from_file_location(name, path)
+    spec = importlib.util.spec_from_loader(name, loader=None, origin=path)
     module = importlib.util.module_from_spec(spec)
+    module.__file__ = path
+    code = compile(text, path, "exec", dont_inherit=True)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    exec(code, module.__dict__)
     return module
 
 
-def build(adj, plan, key, source_files, report=""):
-    """Python function object for the generated adjoint (disk-backed when possible).
+def build(adj, plan, key, source_files, report="", func_ir=None):
+    """Python function object for the generated adjoint, written to the disk cache when
+    the key is disk-safe, ``func_ir`` (the kernel's typed IR) holds no value the key
+    missed, and the cache directory is usable.
 
     Returns (function, disk_cached)."""
     extra = set(adj.namespace) - _STANDARD
-    if not extra:
-        try:
-            d = cache_dir()
-            os.makedirs(d, exist_ok=True)
-            src_path = os.path.join(d, f"adj_{key}.py")
-            tmp = src_path + f".{os.getpid()}.tmp"
-            with open(tmp, "w") as fh:
-                fh.write(_HEADER + adj.source)
-            os.replace(tmp, src_path)
-            meta = {"kernel_name": plan.kernel_name, "arg_names": list(plan.arg_names),
-                    "adjoint_args": list(plan.adjoint_args), "written": sorted(plan.written),
-                    "read": sorted(plan.read), "returns_value": plan.returns_value,
-                    "function": adj.name, "report": report,
-                    "sha256": hashlib.sha256((_HEADER + adj.source).encode()).hexdigest(),
-                    "files": [[f, os.path.getmtime(f)] for f in sorted(source_files)
-                              if os.path.exists(f)]}
-            tmp = os.path.join(d, f"adj_{key}.json.{os.getpid()}.tmp")
-            with open(tmp, "w") as fh:
-                json.dump(meta, fh)
-            os.replace(tmp, os.path.join(d, f"adj_{key}.json"))
-            module = _import(src_path, key)
-            return getattr(module, adj.name), True
-        except OSError:
-            pass
+    missed = uncovered(key, func_ir) if func_ir is not None else ["no typed IR given"]
+    if not extra and _disk_key(key) and not missed:
+        d = cachedir.private_dir()
+        if d is not None:
+            try:
+                return _write(d, adj, plan, key, source_files, report), True
+            except OSError as exc:
+                cachedir.warn_once(
+                    f"kadj cannot write to its cache directory {d} ({exc.strerror or exc}); "
+                    "adjoints are compiled without a disk cache. Make the directory "
+                    "writable, set KADJ_CACHE_DIR to another directory of your own, or "
+                    "KADJ_DISABLE_CACHE=1.")
     ns = dict(adj.namespace)
     code = compile(adj.source, f"<kadj adjoint of {plan.kernel_name}>", "exec")
     exec(code, ns)
     return ns[adj.name], False
+
+
+def _write(d, adj, plan, key, source_files, report):
+    text = _HEADER + adj.source
+    data = text.encode()
+    cachedir.write_entry(d, f"adj_{key}.py", data)
+    meta = {"format": CACHE_VERSION, "key": key, "kernel_name": plan.kernel_name,
+            "arg_names": list(plan.arg_names), "adjoint_args": list(plan.adjoint_args),
+            "written": sorted(plan.written), "read": sorted(plan.read),
+            "returns_value": plan.returns_value, "function": adj.name, "report": report,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "files": [[f, os.path.getmtime(f)] for f in sorted(source_files)
+                      if os.path.exists(f)]}
+    cachedir.write_entry(d, f"adj_{key}.json", json.dumps(meta).encode())
+    module = _exec_module(os.path.join(d, f"adj_{key}.py"), key, text)
+    return getattr(module, adj.name)
+
+
+def jit(pyfn, disk_cached, options):
+    """``(jitted, cached)``: ``pyfn`` compiled lazily by numba with ``options``, with
+    numba's on-disk cache when the adjoint is disk-cached and numba can write a cache."""
+    if disk_cached:
+        return cachedir.njit_cached(pyfn, options)
+    from numba import njit
+    return njit(**options)(pyfn), False

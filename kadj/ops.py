@@ -79,6 +79,11 @@ def _lift(x):
 def _op(name, *args):
     args = tuple(_lift(a) for a in args)
     # light algebraic simplification keeps generated adjoints readable
+    if name in _FOLD and all(a.kind == "const" for a in args) and not (
+            name == "div" and args[1].value == 0.0):
+        folded = _FOLD[name](*(a.value for a in args))
+        if math.isfinite(folded):  # (inf and nan have no literal in the source)
+            return const(folded)
     if name == "mul":
         a, b = args
         if _is_const(a, 1.0):
@@ -100,8 +105,22 @@ def _op(name, *args):
     return Sym("op", name=name, args=args)
 
 
+_FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b,
+         "mul": lambda a, b: a * b, "div": lambda a, b: a / b, "neg": lambda a: -a}
+
+
 def _is_const(s, v):
     return s.kind == "const" and s.value == v
+
+
+def constant(x):
+    """The value of ``x`` when it is a number or a constant :class:`Sym`, else None."""
+    if isinstance(x, Sym):
+        return x.value if x.kind == "const" else None
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
 
 
 def _symbolic(*xs):
@@ -147,3 +166,15 @@ ne = _fn("ne", lambda a, b: a != b)
 floor = _fn("floor", math.floor)
 trunc = _fn("trunc", math.trunc)
 square = lambda x: x * x  # noqa: E731
+
+
+def strong_zero(g, contribution):
+    """``contribution`` (the cotangent ``g`` times a partial derivative), or exactly 0
+    where ``g == 0``: a zero cotangent contributes nothing even where the partial is
+    infinite or NaN, so a masked or zero-weighted singular point (``sqrt`` at 0,
+    ``x / 0``) does not poison the gradient.  Rules use it only for partials that can
+    be singular; elsewhere ``g * partial`` is already 0 for ``g == 0``."""
+    c = constant(g)
+    if c is not None:  # a constant cotangent (``g = 1``: the local partials)
+        return 0.0 if c == 0.0 else contribution
+    return where(eq(g, 0.0), 0.0, contribution)

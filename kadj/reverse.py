@@ -365,19 +365,22 @@ class Writer:
     # outermost frame closes.
     growable_tape = True
 
-    def open_frame(self, depth, trip=None, operands=(), hoist=None, assigned=None):
+    def open_frame(self, depth, trip=None, operands=(), hoist=None, assigned=None,
+                   body=(), trip_src=None):
         """Start a frame (see above).  ``trip``: the trip-count text of a ``for``
         loop; ``operands``: the variables it reads; ``assigned``: the variables the
         loop body assigns (None: nothing can be absorbed); ``hoist``: a replayed
         iteration, whose reservation goes in front of the reversed loop (the tape is
-        back at the same height after each reversed iteration)."""
+        back at the same height after each reversed iteration).  ``body``: the loop
+        body (its loop-invariant definitions let a nested trip count be computed
+        before the loop); ``trip_src``: the (start, stop, step) operands."""
         parent = self.frames[-1] if self.frames else None
         if hoist is not None:
             assigned = hoist["assigned"]
         fr = {"counts": {}, "depth": depth, "trip": trip, "operands": set(operands),
               "hoist": hoist, "assigned": assigned, "parent": parent, "children": [],
               "cond": self._cond_level, "closed": None, "absorbed": False,
-              "foreign": None}
+              "foreign": None, "body": tuple(body), "trip_src": trip_src}
         if parent is not None:
             parent["children"].append(fr)
         self.frames.append(fr)
@@ -399,30 +402,100 @@ class Writer:
         fr["records"] = bool(fr["counts"]) or bool(recording)
         terms = {kind: [str(n)] for kind, n in fr["counts"].items()}
         ops = set(fr["operands"])
-        if fr["assigned"] is not None and all(
-                c["foreign"] is None and c["cond"] == fr["cond"] and
-                not (c["ops"] & fr["assigned"]) for c in recording):
+        absorbed = {}
+        if fr["assigned"] is not None:
+            for c in recording:
+                found = self._absorbable(c, fr)
+                if found is None:
+                    break
+                absorbed[id(c)] = found
+        if recording and len(absorbed) == len(recording):
             for c in recording:
                 c["absorbed"] = True
-                ops |= c["ops"]
-                for kind, amount in c["amounts"].items():
+                amounts, c_ops = absorbed[id(c)]
+                ops |= c_ops
+                for kind, amount in amounts.items():
                     terms.setdefault(kind, []).append(amount)
         elif recording:
             fr["foreign"] = min(c["closed"] for c in recording)
         fr["ops"] = ops
+        fr["terms"] = terms
+        fr["amounts"] = self._amounts(terms, fr["trip"])
+        if fr["hoist"] is not None:
+            for kind, amount in fr["amounts"].items():
+                fr["hoist"]["amounts"].setdefault(kind, []).append(amount)
+
+    @staticmethod
+    def _amounts(terms, trip):
+        """Tape entries per kind: the per-iteration terms, times the trip count."""
         amounts = {}
         for kind, ts in sorted(terms.items()):
             per = " + ".join(ts)
-            if fr["trip"] is None:
+            if trip is None:
                 amounts[kind] = per
             elif per == "1":
-                amounts[kind] = fr["trip"]
+                amounts[kind] = trip
             else:
-                amounts[kind] = f"{per if len(ts) == 1 else f'({per})'} * {fr['trip']}"
-        fr["amounts"] = amounts
-        if fr["hoist"] is not None:
-            for kind, amount in amounts.items():
-                fr["hoist"]["amounts"].setdefault(kind, []).append(amount)
+                amounts[kind] = f"{per if len(ts) == 1 else f'({per})'} * {trip}"
+        return amounts
+
+    def _absorbable(self, c, fr):
+        """The amounts of nested frame ``c`` as computed where ``fr`` reserves and
+        the variables they read, or None when ``c`` cannot join ``fr``'s reservation: it checks its own pushes,
+        runs under a branch, or its trip count depends on the loop's own variables
+        (loop-invariant definitions such as ``n = x.shape[0]`` in the loop body are
+        computed again in front of the loop)."""
+        if c["foreign"] is not None or c["cond"] != fr["cond"]:
+            return None
+        clash = c["ops"] & fr["assigned"]
+        if not clash:
+            return c["amounts"], c["ops"]
+        if c["trip_src"] is None or clash - c["operands"] or \
+                (c["ops"] - c["operands"]) & fr["assigned"]:
+            return None
+        defs, counts = {}, {}
+        for x in ir.walk(fr["body"]):
+            if isinstance(x, ir.Assign):
+                counts[x.target] = counts.get(x.target, 0) + 1
+        for x in fr["body"]:
+            if isinstance(x, ir.Assign) and counts[x.target] == 1:
+                defs[x.target] = x.expr
+        leaves = set()
+        texts = [self._invariant(x, defs, fr["assigned"], 0, leaves)
+                 for x in c["trip_src"]]
+        if any(t is None for t in texts):
+            return None
+        return (self._amounts(c["terms"], f"_trips({', '.join(texts)})"),
+                (c["ops"] - clash) | leaves)
+
+    def _invariant(self, x, defs, assigned, depth, leaves):
+        """Text of operand ``x`` computed in front of a loop: ``x`` itself when the
+        loop does not assign it, else its single, unconditional definition in the
+        body when that is a shape, a tuple item, or + - * of such values."""
+        if not isinstance(x, ir.Var) or x.name not in assigned:
+            leaves |= ir.var_names((x,))
+            return self.o(x)
+        e = defs.get(x.name)
+        if e is None or depth > 8:
+            return None
+
+        def sub(y):
+            return self._invariant(y, defs, assigned, depth + 1, leaves)
+        if isinstance(e, ir.Copy):
+            return sub(e.src)
+        if isinstance(e, ir.Attr) and e.attr == "shape":
+            base = sub(e.value)
+            return None if base is None else f"{base}.shape"
+        if isinstance(e, ir.Item) and isinstance(e.index, int):
+            base = sub(e.value)
+            return None if base is None else f"{base}[{e.index}]"
+        if isinstance(e, ir.Op) and not e.kws and len(e.args) == 2 and \
+                e.fn in (operator.add, operator.sub, operator.mul):
+            a, b = sub(e.args[0]), sub(e.args[1])
+            if a is None or b is None:
+                return None
+            return f"({a} {_INFIX[e.fn]} {b})"
+        return None
 
     def _resolve_slots(self):
         out = []
@@ -762,7 +835,8 @@ class Writer:
         lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
         self.open_frame(depth, trip=f"_trips({lo}, {hi}, {st})",
                         operands=ir.var_names((s.start, s.stop, s.step)),
-                        assigned=ir.assigned(s.body) | {s.index})
+                        assigned=ir.assigned(s.body) | {s.index}, body=s.body,
+                        trip_src=(s.start, s.stop, s.step))
         if replay:
             self.emit(depth, "# (not recorded here: each reversed iteration replays "
                              "its own forward part)")
@@ -790,7 +864,7 @@ class Writer:
         self.emit(depth, "while True:")
         if counted:
             self.emit(depth + 1, f"{cnt} += 1")
-        self.open_frame(depth + 1, assigned=ir.assigned(s.body))
+        self.open_frame(depth + 1, assigned=ir.assigned(s.body), body=s.body)
         saved = self.suppressed
         self.suppressed = self.suppressed | set(saved_vars)
         self.fwd(s.body, depth + 1, loop_depth + 1)
@@ -1041,7 +1115,7 @@ class Writer:
         if s.uid in a.replay:
             self.emit(depth + 1, "# replay this iteration's forward part, recording")
             hoist = {"assigned": ir.assigned(s.body) | {s.index}, "amounts": {}}
-            self.open_frame(depth + 1, hoist=hoist)
+            self.open_frame(depth + 1, hoist=hoist, body=s.body)
             saved = (self.kept, self.skip_stores, self.nopush)
             self.kept = set(map(id, ir.walk(s.body)))
             self.skip_stores, self.nopush = True, False

@@ -23,6 +23,7 @@ import numpy as np
 from numba.core import types as nbtypes
 
 from . import ops as o
+from .errors import DifferentiationError
 
 
 @dataclass(frozen=True)
@@ -64,22 +65,129 @@ NONDIFFERENTIABLE = {
 }
 
 
-def register(*keys, domain=((-2.0, 2.0),), int_args=None, name=None):
-    """Register ``vjp`` for every key in ``keys`` (aliases share one entry)."""
+_generation = 0
+
+
+def generation():
+    """A counter bumped by every registration: an adjoint built under an older table
+    must be rebuilt (the differentiated kernels' in-memory caches check it)."""
+    return _generation
+
+
+def register(*keys, domain=((-2.0, 2.0),), int_args=None, name=None, arities=None):
+    """Register ``vjp`` for every key in ``keys`` (aliases share one entry).
+
+    ``vjp`` must accept ``(g, out, *args)`` for every number of arguments in
+    ``arities`` (user rules: those of the function), checked here when its signature can
+    be read; each call must return one contribution per argument, checked when the rule
+    is expanded.  (The table's own entries are checked against their ``domain`` by the
+    tests.)
+    """
 
     def deco(vjp):
-        rule = Rule(
-            name=name or keys[0].__name__ if hasattr(keys[0], "__name__") else str(keys[0]),
-            vjp=vjp,
-            domain=tuple(domain),
-            int_args=dict(int_args or {}),
-            nargs=len(domain),
-        )
+        global _generation
+        rule_name = name or getattr(keys[0], "__name__", str(keys[0]))
+        for n in arities or ():
+            if not _accepts(vjp, n):
+                raise DifferentiationError(
+                    f"the derivative rule {_rule_label(vjp)} for {rule_name}"
+                    f"{_signature_text(keys[0])} cannot be called as rule(g, out, *args) "
+                    f"with {n} argument(s)",
+                    construct=f"rule for {rule_name}",
+                    remedy=f"give the rule the parameters (g, out, "
+                           f"{', '.join(f'x{k}' for k in range(n))}): the incoming "
+                           "adjoint, the primal output and one per argument")
+        rule = Rule(name=rule_name, vjp=_checked(vjp, rule_name), domain=tuple(domain),
+                    int_args=dict(int_args or {}), nargs=len(domain))
         for k in keys:
             RULES[k] = rule
+        _generation += 1
         return vjp
 
     return deco
+
+
+def unregister(fn):
+    """Remove ``fn``'s rule (and a user rule's record); adjoints built with it rebuild."""
+    global _generation
+    RULES.pop(fn, None)
+    CUSTOM.pop(fn, None)
+    _generation += 1
+
+
+def arities_of(fn):
+    """The numbers of arguments ``fn`` can be called with, or None when its signature
+    cannot be read (builtins) or is unbounded (``*args``)."""
+    import inspect
+    try:
+        params = inspect.signature(getattr(fn, "py_func", fn)).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                  p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return None
+    required = sum(p.default is p.empty for p in positional)
+    return tuple(range(required, len(positional) + 1))
+
+
+def _signature_text(fn):
+    import inspect
+    try:
+        return str(inspect.signature(getattr(fn, "py_func", fn)))
+    except (TypeError, ValueError):
+        return ""
+
+
+def _accepts(vjp, n):
+    import inspect
+    try:
+        sig = inspect.signature(vjp)
+    except (TypeError, ValueError):
+        return True  # unreadable: checked when the rule is expanded
+    try:
+        sig.bind(*range(n + 2))
+    except TypeError:
+        return False
+    return True
+
+
+def _rule_label(vjp):
+    code = getattr(vjp, "__code__", None)
+    where = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+    return f"'{getattr(vjp, '__qualname__', repr(vjp))}'{where}"
+
+
+def _checked(vjp, rule_name):
+    """``vjp`` refusing (DifferentiationError) a call it cannot take or a result that
+    is not one contribution per argument, which would silently drop gradients."""
+    import functools
+
+    @functools.wraps(vjp)
+    def checked(g, out, *args):
+        try:
+            contribs = vjp(g, out, *args)
+        except TypeError:
+            if _accepts(vjp, len(args)):
+                raise
+            raise DifferentiationError(
+                f"the derivative rule {_rule_label(vjp)} for {rule_name} cannot be called "
+                f"as rule(g, out, *args) with the {len(args)} argument(s) of this call",
+                construct=f"rule for {rule_name}",
+                remedy="give the rule one parameter per argument after (g, out)") from None
+        if not isinstance(contribs, (tuple, list)) or len(contribs) != len(args):
+            got = f"{len(contribs)} contribution(s)" if isinstance(
+                contribs, (tuple, list)) else f"a {type(contribs).__name__}, not a tuple"
+            raise DifferentiationError(
+                f"the derivative rule {_rule_label(vjp)} for {rule_name} returned {got} "
+                f"for a call with {len(args)} argument(s)",
+                construct=f"rule for {rule_name}",
+                remedy="return a tuple with one contribution per argument (None for an "
+                       "argument without one), e.g. (g * dx,) for one argument")
+        return contribs
+
+    checked.unchecked = vjp
+    return checked
 
 
 def lookup(fn):
@@ -88,6 +196,21 @@ def lookup(fn):
         return RULES.get(fn)
     except TypeError:  # unhashable callee
         return None
+
+
+# Singular points.  Adjoints are compiled with IEEE arithmetic (numba's "numpy" error
+# model): a partial derivative that is infinite or undefined at a point (sqrt at 0,
+# 1 / b at b = 0) gives inf or NaN there, never an exception.  Entries whose partial can
+# be singular wrap their contribution in ``_sz`` (strong zero): a zero cotangent then
+# contributes exactly 0, so a masked or zero-weighted singular point does not turn the
+# gradient into NaN.  Only those entries pay for the test.
+_sz = o.strong_zero
+
+
+def _may_be_zero(x):
+    """False only for a known non-zero constant (``x / 2.0`` needs no guard)."""
+    c = o.constant(x)
+    return c is None or c == 0.0
 
 
 _PM = ((-2.0, 2.0), (-2.0, 2.0))
@@ -101,9 +224,17 @@ register(operator.sub, operator.isub, np.subtract, domain=_PM, name="sub")(
     lambda g, out, a, b: (g, -g))
 register(operator.mul, operator.imul, np.multiply, domain=_PM, name="mul")(
     lambda g, out, a, b: (g * b, g * a))
-register(operator.truediv, operator.itruediv, np.divide, np.true_divide,
-         domain=((-2.0, 2.0), (0.5, 2.0)), name="truediv")(
-    lambda g, out, a, b: (g / b, -(g * out) / b))
+
+
+@register(operator.truediv, operator.itruediv, np.divide, np.true_divide,
+          domain=((-2.0, 2.0), (0.5, 2.0)), name="truediv")
+def _truediv(g, out, a, b):
+    da, db = g / b, -(g * out) / b
+    if _may_be_zero(b):
+        return (_sz(g, da), _sz(g, db))
+    return (da, db)
+
+
 register(operator.neg, np.negative, name="neg")(lambda g, out, a: (-g,))
 register(operator.pos, np.positive, name="pos")(lambda g, out, a: (g,))
 register(abs, np.abs, np.absolute, np.fabs, math.fabs, name="abs")(
@@ -113,8 +244,17 @@ register(abs, np.abs, np.absolute, np.fabs, math.fabs, name="abs")(
 @register(operator.pow, operator.ipow, math.pow, np.power, pow,
           domain=((0.3, 2.0), (-2.0, 2.0)), name="pow")
 def _pow(g, out, a, b):
-    # d/da a**b = b * a**(b-1); d/db = a**b * log(a) (only used when b is active)
-    return (g * b * o.pow(a, b - 1.0), g * out * o.log(a))
+    # d/da a**b = b * a**(b-1); d/db = a**b * log(a) (only used when b is active).
+    # At a = 0 (as JAX and PyTorch): d/da is 0 where b == 0 and d/db is 0 where b >= 0
+    # (the limit of a**b * log(a) as a -> 0+); elsewhere IEEE arithmetic of the formula.
+    da = g * b * o.pow(a, b - 1.0)
+    c = o.constant(b)
+    if c is None:
+        da = o.where(o.eq(b, 0.0), 0.0, _sz(g, da))
+    elif c < 1.0:  # a constant exponent >= 1 has a finite d/da everywhere
+        da = _sz(g, da)
+    db = o.where(o.land(o.eq(a, 0.0), o.ge(b, 0.0)), 0.0, _sz(g, g * out * o.log(a)))
+    return (da, db)
 
 
 # ---- min / max / clip ---------------------------------------------------------------
@@ -154,49 +294,51 @@ register(math.cos, np.cos, name="cos")(lambda g, out, x: (-(g * o.sin(x)),))
 register(math.tan, np.tan, domain=((-1.2, 1.2),), name="tan")(
     lambda g, out, x: (g * (1.0 + out * out),))
 register(math.asin, np.arcsin, domain=_UNIT, name="asin")(
-    lambda g, out, x: (g / o.sqrt(1.0 - x * x),))
+    lambda g, out, x: (_sz(g, g / o.sqrt(1.0 - x * x)),))
 register(math.acos, np.arccos, domain=_UNIT, name="acos")(
-    lambda g, out, x: (-(g / o.sqrt(1.0 - x * x)),))
+    lambda g, out, x: (_sz(g, -(g / o.sqrt(1.0 - x * x))),))
 register(math.atan, np.arctan, name="atan")(lambda g, out, x: (g / (1.0 + x * x),))
 register(math.atan2, np.arctan2, domain=((-2.0, 2.0), (0.3, 2.0)), name="atan2")(
-    lambda g, out, y, x: (g * x / (x * x + y * y), -(g * y) / (x * x + y * y)))
+    lambda g, out, y, x: (_sz(g, g * x / (x * x + y * y)),
+                          _sz(g, -(g * y) / (x * x + y * y))))
 register(math.sinh, np.sinh, name="sinh")(lambda g, out, x: (g * o.cosh(x),))
 register(math.cosh, np.cosh, name="cosh")(lambda g, out, x: (g * o.sinh(x),))
 register(math.tanh, np.tanh, name="tanh")(lambda g, out, x: (g * (1.0 - out * out),))
 register(math.asinh, np.arcsinh, name="asinh")(
     lambda g, out, x: (g / o.sqrt(x * x + 1.0),))
 register(math.acosh, np.arccosh, domain=((1.2, 3.0),), name="acosh")(
-    lambda g, out, x: (g / o.sqrt(x * x - 1.0),))
+    lambda g, out, x: (_sz(g, g / o.sqrt(x * x - 1.0)),))
 register(math.atanh, np.arctanh, domain=_UNIT, name="atanh")(
-    lambda g, out, x: (g / (1.0 - x * x),))
+    lambda g, out, x: (_sz(g, g / (1.0 - x * x)),))
 
 # ---- exponentials and logarithms -------------------------------------------------
 register(math.exp, np.exp, name="exp")(lambda g, out, x: (g * out,))
 register(math.expm1, np.expm1, name="expm1")(lambda g, out, x: (g * (out + 1.0),))
 register(np.exp2, name="exp2")(lambda g, out, x: (g * out * math.log(2.0),))
 register(math.log1p, np.log1p, domain=((-0.5, 2.0),), name="log1p")(
-    lambda g, out, x: (g / (1.0 + x),))
+    lambda g, out, x: (_sz(g, g / (1.0 + x)),))
 register(math.log2, np.log2, domain=_POS, name="log2")(
-    lambda g, out, x: (g / (x * math.log(2.0)),))
+    lambda g, out, x: (_sz(g, g / (x * math.log(2.0))),))
 register(math.log10, np.log10, domain=_POS, name="log10")(
-    lambda g, out, x: (g / (x * math.log(10.0)),))
-register(np.log, domain=_POS, name="np.log")(lambda g, out, x: (g / x,))
+    lambda g, out, x: (_sz(g, g / (x * math.log(10.0))),))
+register(np.log, domain=_POS, name="np.log")(lambda g, out, x: (_sz(g, g / x),))
 
 
 @register(math.log, domain=_POS, name="log")
 def _log(g, out, x, base=None):
     # math.log(x) or math.log(x, base) = log(x) / log(base)
     if base is None:
-        return (g / x,)
+        return (_sz(g, g / x),)
     lb = o.log(base)
-    return (g / (x * lb), -(g * out) / (base * lb))
+    return (_sz(g, g / (x * lb)), _sz(g, -(g * out) / (base * lb)))
 
 
 register(math.sqrt, np.sqrt, domain=_POS, name="sqrt")(
-    lambda g, out, x: (g / (2.0 * out),))
-register(np.cbrt, domain=_POS, name="cbrt")(lambda g, out, x: (g / (3.0 * out * out),))
+    lambda g, out, x: (_sz(g, g / (2.0 * out)),))
+register(np.cbrt, domain=_POS, name="cbrt")(
+    lambda g, out, x: (_sz(g, g / (3.0 * out * out)),))
 register(math.hypot, np.hypot, domain=((0.3, 2.0), (-2.0, -0.3)), name="hypot")(
-    lambda g, out, x, y: (g * x / out, g * y / out))
+    lambda g, out, x, y: (_sz(g, g * x / out), _sz(g, g * y / out)))
 register(math.erf, name="erf")(
     lambda g, out, x: (g * (2.0 / math.sqrt(math.pi)) * o.exp(-(x * x)),))
 register(math.erfc, name="erfc")(
@@ -205,10 +347,13 @@ register(math.copysign, np.copysign, domain=((0.3, 2.0), (-2.0, -0.3)), name="co
     lambda g, out, x, y: (g * o.copysign(1.0, x) * o.copysign(1.0, y), None))
 register(operator.mod, operator.imod, np.remainder, np.mod,
          domain=((0.1, 0.9), (1.1, 2.0)), name="mod")(
-    # a % b = a - b * floor(a / b) (Python's sign convention)
-    lambda g, out, a, b: (g, -(g * o.floor(a / b))))
+    # a % b = a - b * floor(a / b) (Python's sign convention), so d/db = -floor(a / b)
+    # = -(a - out) / b: a float (floor would convert to an integer, which overflows for
+    # a / b beyond 2**63 and at b = 0)
+    lambda g, out, a, b: (g, _sz(g, -(g * (a - out)) / b)))
 register(math.fmod, np.fmod, domain=((0.1, 0.9), (1.1, 2.0)), name="fmod")(
-    lambda g, out, a, b: (g, -(g * o.trunc(a / b))))
+    # a fmod b = a - b * trunc(a / b): d/db = -trunc(a / b) = -(a - out) / b
+    lambda g, out, a, b: (g, _sz(g, -(g * (a - out)) / b)))
 register(np.square, name="square")(lambda g, out, x: (2.0 * g * x,))
 register(float, np.float64, np.float32, name="float")(lambda g, out, x: (g,))
 # numba's own type objects used as casts (``from numba import float32; float32(x)``)

@@ -1,11 +1,16 @@
-"""Small jitted helpers that generated adjoints call (tape push, sign)."""
+"""Small jitted helpers that generated adjoints call (tape push, sign).
+
+They are cached by numba on disk where numba can write (beside this file, in
+``$NUMBA_CACHE_DIR`` or ``~/.cache/numba``) and compiled in every process otherwise
+(:func:`kadj.cachedir.cached_njit`)."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .cachedir import cached_njit
 
 
-@njit(inline="always", cache=True)
+@cached_njit(inline="always")
 def _push(tape, sp, value):
     """Push ``value`` on a growable tape; returns the (possibly new) tape and pointer."""
     if sp == tape.shape[0]:
@@ -16,12 +21,12 @@ def _push(tape, sp, value):
     return tape, sp + 1
 
 
-@njit(inline="always", cache=True)
+@cached_njit(inline="always")
 def _sign(x):
     return 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)
 
 
-@njit(cache=True)
+@cached_njit()
 def _reserve(tape, need):
     """The tape itself when it holds ``need`` entries, else a larger copy of it."""
     if need <= tape.shape[0]:
@@ -34,9 +39,11 @@ def _reserve(tape, need):
     return bigger
 
 
-@njit(inline="always", cache=True)
+@cached_njit(inline="always")
 def _trips(start, stop, step):
     """Number of iterations of range(start, stop, step)."""
     if step > 0:
         return max(0, (stop - start + step - 1) // step)
+    if step == 0:  # a loop that does not run here (range() refuses a zero step)
+        return 0
     return max(0, (start - stop - step - 1) // (-step))

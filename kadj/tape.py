@@ -23,6 +23,21 @@ configuration and replayed as ``k.adjoint[grid, block, ...]``; their arrays may 
 NumPy arrays, numba device arrays or CuPy arrays, and the tape's copies and adjoint
 buffers live where each array lives (``tape.grad(x)`` is of the same kind as ``x``).
 
+Nesting and threads.  A launch is recorded on every tape active in the thread that
+launches it, so in ``with Tape() as outer: ... with Tape() as inner: ...`` the outer
+tape records the inner block's launches too, and each tape's ``backward`` is that of
+its own complete sequence (an inner tape sees the arrays as they were when it first
+saw them).  A tape is active in one thread at a time, once: entering it again, in
+the same thread or in another, raises :class:`TapeError`.  A tape does not see
+launches from other threads, so a differentiated kernel launched in a thread where
+the tape is not active, and touching an array that the tape has recorded (the same
+array or an overlapping view), is refused with :class:`TapeError` before it runs;
+launches on arrays that no active tape has seen (a data loader's) run unrecorded.
+``tape.record(kernel, args)`` records a launch of another thread explicitly, and
+``kernel.forward(...)`` runs one deliberately unrecorded.  ``record``, ``backward``,
+``grad`` and the other methods of one tape are serialized by a lock: concurrent
+records are recorded one at a time, in the order they get the lock.
+
 Limitations.  Modifications made outside recorded launches (``u[:] = 0`` in Python
 between launches, or to the arrays after recording) are invisible to the tape: the
 live arrays must still hold their newest recorded contents when ``backward`` runs,
@@ -32,16 +47,28 @@ launch cannot be seeded (write it into an array instead).
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import threading
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .errors import DifferentiationError, InternalError
 
-__all__ = ["Launch", "ScalarGrad", "Tape", "active"]
+__all__ = ["Launch", "ScalarGrad", "Tape", "TapeError", "active", "check_unrecorded"]
 
-_local = threading.local()
+
+class TapeError(DifferentiationError):
+    """A tape used in a way that would lose launches: entered twice, entered in two
+    threads at once, or an array it recorded touched by a launch it cannot see."""
+
+
+_local = threading.local()         # .stack: the tapes active in this thread, in order
+_registry_lock = threading.Lock()
+_entered = {}                      # every active tape in the process -> its thread
+_serials = itertools.count()       # a total order of tapes, to take their locks in
 
 
 def _stack():
@@ -54,6 +81,73 @@ def active():
     """The innermost active :class:`Tape` of this thread, or None."""
     stack = _stack()
     return stack[-1] if stack else None
+
+
+def check_unrecorded(kernel, args):
+    """Refuse an unrecorded launch that a tape active in another thread would miss.
+
+    Called by a differentiated kernel launched while no tape is active in its
+    thread: raises :class:`TapeError` when an array argument is (or overlaps) an
+    array that a tape active in another thread has recorded.  Costs nothing while no
+    tape is active anywhere.
+    """
+    if _entered:
+        _check_other_threads(kernel, tuple(args), ())
+
+
+def _check_other_threads(kernel, args, recording):
+    """Refuse the launch if it touches an array recorded by an active tape that is
+    not among ``recording`` (the tapes this launch is recorded on)."""
+    here = threading.current_thread()
+    with _registry_lock:
+        for tape in [t for t, thread in _entered.items() if not thread.is_alive()]:
+            del _entered[tape]   # entered by a thread that ended without leaving it
+        others = [(t, thread) for t, thread in _entered.items()
+                  if thread is not here and all(t is not r for r in recording)]
+    for tape, owner in others:
+        keys, arrays = tape._seen
+        if not keys:
+            continue
+        for i, arg in enumerate(args):
+            for a in _arrays_in(arg):
+                if _key(a) in keys or any(_overlaps(a, b) for b in arrays):
+                    raise _unseen_launch_error(kernel, i, a, owner, here)
+
+
+def _unseen_launch_error(kernel, i, a, owner, here):
+    name = getattr(kernel, "__name__", type(kernel).__name__)
+    names = tuple(getattr(kernel, "arg_names", ()))
+    arg = names[i] if i < len(names) else f"#{i}"
+    return TapeError(
+        f"Kernel '{name}' was launched in thread '{here.name}' with argument "
+        f"'{arg}' ({_describe(a)}), an array that the kadj.Tape active in thread "
+        f"'{owner.name}' has recorded; that tape does not see launches from other "
+        "threads, so its gradient would silently miss this one, and the launch was "
+        f"not run. Launch the kernel in thread '{owner.name}' inside the tape's "
+        "'with' block, or record it on that tape explicitly with "
+        "tape.record(kernel, args); if the launch must stay unrecorded (it only "
+        "reads the array and its results never reach the tape), call "
+        f"{name}.forward(...) instead.")
+
+
+def _serialized(method):
+    """Run a :class:`Tape` method under the tape's lock."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
+def _recording(tape):
+    """The tapes a launch recorded on ``tape`` goes on: ``tape`` and every tape
+    active in the calling thread, in a fixed order (the order their locks are
+    taken in, so that two threads never wait on each other)."""
+    tapes = list(_stack())
+    if all(t is not tape for t in tapes):
+        tapes.append(tape)
+    tapes.sort(key=lambda t: t._serial)
+    return tapes
 
 
 @dataclass(frozen=True)
@@ -121,6 +215,18 @@ class _TrackedArray:
         return None
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A launch checked against one tape, not yet recorded on it.
+
+    new:    key -> array, for the arrays this launch shows the tape first.
+    copies: keys of the written arrays whose current contents must be kept."""
+
+    launch: Launch
+    new: dict
+    copies: tuple
+
+
 class Tape:
     """Records kernel launches and computes gradients through the whole sequence.
 
@@ -139,100 +245,180 @@ class Tape:
 
     def __init__(self, *, copy_inputs=True):
         self.copy_inputs = bool(copy_inputs)
+        self._lock = threading.RLock()
+        self._serial = next(_serials)
         self.reset()
 
     # ------------------------------------------------------------- activation
 
     def __enter__(self):
-        stack = _stack()
-        if any(t is self for t in stack):
-            raise DifferentiationError(
-                "This tape is already active; a tape cannot be entered again while "
-                "it is recording.")
-        stack.append(self)
+        here = threading.current_thread()
+        with _registry_lock:
+            owner = _entered.get(self)
+            if owner is not None and owner.is_alive():
+                raise self._entered_error(owner, here)
+            _entered[self] = here
+        _stack().append(self)
         return self
 
     def __exit__(self, *exc_info):
         stack = _stack()
-        if not stack or stack[-1] is not self:
-            raise InternalError("tapes were exited in a different order than entered")
-        stack.pop()
+        with _registry_lock:
+            if _entered.get(self) is threading.current_thread():
+                del _entered[self]
+        innermost = bool(stack) and stack[-1] is self
+        for j in range(len(stack) - 1, -1, -1):
+            if stack[j] is self:
+                del stack[j]
+                break
+        else:
+            raise TapeError(
+                "This tape is not active in this thread, so it cannot be exited "
+                "here; leave a tape in the thread that entered it.")
+        if not innermost:
+            raise TapeError(
+                "Tapes were exited in a different order than they were entered; "
+                "nest 'with tape:' blocks instead of calling __enter__ and __exit__.")
         return False
 
+    @staticmethod
+    def _entered_error(owner, here):
+        if owner is here:
+            return TapeError(
+                "This tape is already active in this thread; a tape cannot be "
+                "entered again while it is recording. A launch is recorded on every "
+                "tape active in its thread, so the outer 'with tape:' block already "
+                "records a nested block's launches: use a new kadj.Tape() for the "
+                "nested block, or none.")
+        return TapeError(
+            f"This tape is already active in thread '{owner.name}' and cannot be "
+            f"entered in thread '{here.name}' as well: a tape records the launches "
+            "of the one thread that entered it, in order. Use one kadj.Tape() per "
+            "thread, or record a launch of this thread on that tape explicitly with "
+            "tape.record(kernel, args).")
+
     def __repr__(self):
-        return (f"Tape({len(self._launches)} launches, {len(self._arrays)} arrays, "
-                f"{self.snapshot_count} snapshots)")
+        with self._lock:
+            return (f"Tape({len(self._launches)} launches, {len(self._arrays)} "
+                    f"arrays, {self.snapshot_count} snapshots)")
 
     @property
     def launches(self):
         """The recorded launches, in order."""
-        return tuple(self._launches)
+        with self._lock:
+            return tuple(self._launches)
 
     @property
     def snapshot_count(self):
         """How many array copies the tape keeps."""
-        return sum(len(t.snapshots) for t in self._arrays.values())
+        with self._lock:
+            return sum(len(t.snapshots) for t in self._arrays.values())
 
     # -------------------------------------------------------------- recording
 
     def record(self, kernel, args, config=None):
-        """Run ``kernel.forward(*args)`` and record it; return the forward's result.
+        """Run ``kernel.forward(*args)`` once and record it; return its result.
 
-        Called by a differentiated kernel when this tape is active.
+        The launch is recorded on this tape and on every other tape active in the
+        calling thread.  A differentiated kernel calls it on the innermost tape
+        active in its thread; call it directly to record, on this tape, a launch
+        made in another thread.  Launches are recorded one at a time.
         """
         args = tuple(args)
-        index = len(self._launches)
         plan = kernel.adjoint_plan(*args)
-        keys = tuple(self._track(plan, index, i, a) if _is_array(a)
-                     else _check_value(plan, index, i, a) for i, a in enumerate(args))
-        _check_aliasing(plan, index, keys)
-        versions = tuple(None if k is None else self._arrays[k].version for k in keys)
-        launch = Launch(kernel, args, config, plan=plan, index=index, keys=keys,
-                        versions=versions)
-        for i in sorted(plan.written):
-            self._preserve(launch, i)
-        try:
-            result = kernel.forward(*args) if config is None else \
-                kernel.forward(config, *args)
-        finally:
-            for key in {keys[i] for i in plan.written if keys[i] is not None}:
-                self._arrays[key].version += 1
-        self._register(launch)
+        tapes = _recording(self)
+        with ExitStack() as held:
+            for tape in tapes:
+                held.enter_context(tape._lock)
+            if _entered:
+                _check_other_threads(kernel, args, tapes)
+            # every tape checks the launch before any of them changes
+            pending = [tape._prepare(kernel, args, config, plan) for tape in tapes]
+            copies = {}
+            for tape, p in zip(tapes, pending):
+                tape._commit(p, copies)
+            try:
+                result = kernel.forward(*args) if config is None else \
+                    kernel.forward(config, *args)
+            finally:
+                for tape, p in zip(tapes, pending):
+                    tape._advance(p.launch)
+            for tape, p in zip(tapes, pending):
+                tape._register(p.launch)
         return result
 
-    def _track(self, plan, index, i, a):
+    def _prepare(self, kernel, args, config, plan):
+        """Check the launch against this tape without changing the tape."""
+        index = len(self._launches)
+        new = {}
+        keys = tuple(self._track(plan, index, i, a, new) if _is_array(a)
+                     else _check_value(plan, index, i, a) for i, a in enumerate(args))
+        _check_aliasing(plan, index, keys)
+        versions = tuple(None if k is None else
+                         (self._arrays[k].version if k in self._arrays else 0)
+                         for k in keys)
+        launch = Launch(kernel, args, config, plan=plan, index=index, keys=keys,
+                        versions=versions)
+        copies = tuple(key for key in (self._to_preserve(launch, i)
+                                       for i in sorted(plan.written))
+                       if key is not None)
+        return _Pending(launch, new, copies)
+
+    def _track(self, plan, index, i, a, new):
+        """The key of array argument ``i``; one the tape has not seen goes in ``new``."""
         key = _key(a)
-        if key in self._arrays:
+        if key in self._arrays or key in new:
             return key
-        for other in self._arrays.values():
-            if _overlaps(a, other.array):
+        for other in [t.array for t in self._arrays.values()] + list(new.values()):
+            if _overlaps(a, other):
                 raise DifferentiationError(
                     f"Launch #{index} of kernel '{plan.kernel_name}' passes argument "
                     f"'{plan.arg_names[i]}' ({_describe(a)}), which overlaps in memory "
-                    f"an array the tape has already seen ({_describe(other.array)}) "
+                    f"an array the tape has already seen ({_describe(other)}) "
                     "without being the same view of it. The tape tracks arrays by "
                     "their exact memory view: pass the same array (or an identical "
                     "view) every time, or copy the view before the launch.")
-        self._arrays[key] = _TrackedArray(a)
+        new[key] = a
         return key
 
-    def _preserve(self, launch, i):
-        """Keep the pre-call contents of written argument ``i`` if anyone needs them."""
+    def _to_preserve(self, launch, i):
+        """The key of written argument ``i`` if its pre-call contents must be kept."""
         key = launch.keys[i]
         if key is None:
-            return
-        tracked = self._arrays[key]
-        version = tracked.version
-        if version in tracked.snapshots:
-            return
-        needs = list(tracked.readers.get(version, ()))
+            return None
+        tracked = self._arrays.get(key)
+        version = launch.versions[i]
+        if tracked is not None and version in tracked.snapshots:
+            return None
+        needs = list(tracked.readers.get(version, ())) if tracked is not None else []
         if i in launch.plan.read:
             needs.append(_Reader(launch.index, i))
         if not needs:
-            return
+            return None
         if not self.copy_inputs:
             raise self._overwrite_error(launch, i, needs[0])
-        tracked.snapshots[version] = _copy(tracked.array)
+        return key
+
+    def _commit(self, pending, copies):
+        """Track the new arrays and keep the copies; ``copies`` (key -> copy) is
+        shared by the tapes recording the same launch."""
+        if pending.new:
+            for key, a in pending.new.items():
+                self._arrays[key] = _TrackedArray(a)
+            keys, arrays = self._seen
+            self._seen = (keys | frozenset(pending.new),
+                          arrays + tuple(pending.new.values()))
+        for key in pending.copies:
+            tracked = self._arrays[key]
+            if key not in copies:
+                copies[key] = _copy(tracked.array)
+            tracked.snapshots[tracked.version] = copies[key]
+
+    def _advance(self, launch):
+        """Every array the launch writes starts a new version."""
+        for key in {launch.keys[i] for i in launch.plan.written}:
+            if key is not None:
+                self._arrays[key].version += 1
 
     def _overwrite_error(self, launch, i, reader):
         what = f"argument '{launch.arg_name(i)}' ({_describe(launch.args[i])})"
@@ -264,6 +450,7 @@ class Tape:
 
     # --------------------------------------------------------------- backward
 
+    @_serialized
     def backward(self, loss=None, *, seeds=None):
         """Replay the recorded adjoints in reverse and accumulate the gradients.
 
@@ -379,6 +566,7 @@ class Tape:
 
     # -------------------------------------------------------------- gradients
 
+    @_serialized
     def grad(self, x):
         """The gradient with respect to ``x``'s contents before the tape first saw it.
 
@@ -404,6 +592,7 @@ class Tape:
         g = np.zeros(shape, np.dtype(x.dtype)) if g is None else g.reshape(shape).copy()
         return _from_host(x, g)
 
+    @_serialized
     def scalar_grads(self):
         """Gradients with respect to each launch's floating-point scalar arguments."""
         if not self._has_gradients:
@@ -415,15 +604,18 @@ class Tape:
                        self._launches[index].arg_name(i), float(value))
             for (index, i), value in sorted(self._scalar_grads.items()))
 
+    @_serialized
     def zero(self):
         """Clear the gradients; the recorded launches stay."""
         self._grads = {}
         self._scalar_grads = {}
 
+    @_serialized
     def reset(self):
         """Forget the recorded launches, the arrays' copies and the gradients."""
         self._launches = []
         self._arrays = {}
+        self._seen = (frozenset(), ())   # the arrays' keys and arrays, read unlocked
         self._differentiable = set()
         self._has_gradients = False
         self.zero()
@@ -538,6 +730,15 @@ def _holds_array(a):
     if isinstance(a, (tuple, list)):
         return any(_holds_array(x) for x in a)
     return _is_array(a)
+
+
+def _arrays_in(a):
+    """The arrays an argument is or holds (in tuples and lists)."""
+    if isinstance(a, (tuple, list)):
+        for x in a:
+            yield from _arrays_in(x)
+    elif _is_array(a):
+        yield a
 
 
 def _check_value(plan, index, i, a):

@@ -16,7 +16,14 @@ Contract checked here:
      gradient;
   3. a damaged cache entry (.py or .json) is regenerated, never an error and never a
      wrong gradient;
-  4. an unusable KADJ_CACHE_DIR falls back to the in-memory cache.
+  4. an unusable KADJ_CACHE_DIR falls back to the in-memory cache;
+  5. what the adjoint depends on beyond the kernel's source is in the key: a constant
+     read through another module (``consts.SCALE``, in a new process and after
+     ``importlib.reload``), a jitted helper of another module edited in place (its
+     modification time kept), numba's configuration, the versions of kadj, Python,
+     NumPy, Numba and llvmlite, and the jit options.
+
+The trust checks on the directory and its entries are in test_cache_safety.py.
 """
 import json
 import os
@@ -24,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
+import types as types_module
 
 import numpy as np
 import pytest
@@ -123,14 +131,19 @@ def write_kernel(workdir, coef="2.0"):
     return path
 
 
-def run_child(workdir, cache_dir):
+def run_child(workdir, cache_dir, script="child.py", args=(), env_extra=None):
+    """Run ``script`` of ``workdir`` in a fresh interpreter with KADJ_CACHE_DIR=cache_dir
+    (and ``env_extra``); the parsed JSON of its KADJ-RESULT line."""
     env = dict(os.environ)
     env["KADJ_CACHE_DIR"] = str(cache_dir)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(workdir), KADJ_ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-    env.pop("NUMBA_CACHE_DIR", None)       # numba caches next to the adjoint module
-    env.pop("NUMBA_DISABLE_JIT", None)
-    proc = subprocess.run([sys.executable, str(workdir / "child.py")], cwd=str(workdir),
+    env["PYTHONDONTWRITEBYTECODE"] = "1"   # edits within one second: never a stale .pyc
+    for name in ("NUMBA_CACHE_DIR", "NUMBA_DISABLE_JIT", "NUMBA_BOUNDSCHECK",
+                 "KADJ_DISABLE_CACHE"):
+        env.pop(name, None)                # numba caches next to the adjoint module
+    env.update(env_extra or {})
+    proc = subprocess.run([sys.executable, str(workdir / script), *args], cwd=str(workdir),
                           env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, (
         f"child process failed (rc={proc.returncode}) with KADJ_CACHE_DIR={cache_dir}\n"
@@ -305,3 +318,233 @@ def test_unwritable_cache_dir_falls_back_to_memory(workdir, tmp_path, where):
     assert_generated(r, "process with an unusable cache dir")
     assert blocker.is_file() and blocker.read_text() == "not a directory\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "src"]
+
+
+# ---- 5. dependencies beyond the kernel's own source -----------------------------------------
+STALE_KERNEL = """\
+from numba import njit
+import kadj
+import consts
+import helpers
+
+
+@kadj.differentiate
+@njit
+def scaled(x, y):
+    for i in range(x.shape[0]):
+        y[i] = consts.SCALE * helpers.square(x[i])
+"""
+
+STALE_HELPERS = """\
+from numba import njit
+
+
+@njit
+def square(v):
+    return {c} * v * v
+"""
+
+STALE_CHILD = """\
+import importlib
+import json
+import sys
+
+import numpy as np
+
+import kadj.codegen
+
+builds = [0]
+_build = kadj.codegen.build
+
+
+def counted(*a, **k):
+    builds[0] += 1
+    return _build(*a, **k)
+
+
+kadj.codegen.build = counted
+
+import consts
+import stalemod
+
+
+def run():
+    builds[0] = 0
+    x = np.linspace(0.5, 1.5, 5)
+    adj_x, adj_y = np.zeros(5), np.arange(1.0, 6.0)
+    stalemod.scaled.adjoint(x, np.zeros(5), adj_x, adj_y)
+    comp = stalemod.scaled.compiled(x, np.zeros(5))
+    return dict(adj_x=adj_x.tolist(), builds=builds[0], disk_cached=comp.disk_cached)
+
+
+out = [run()]
+if len(sys.argv) > 1:            # a new SCALE, reloaded in this same process
+    with open("consts.py", "w") as fh:
+        fh.write(f"SCALE = {sys.argv[1]}\\n")
+    importlib.reload(consts)
+    importlib.reload(stalemod)   # re-decorates the kernel
+    out.append(run())
+print("KADJ-RESULT " + json.dumps(out))
+"""
+
+
+def write_stale_sources(d, scale, c, keep_mtime=False):
+    """consts.py (SCALE), helpers.py (square = c * v * v), stalemod.py, the child."""
+    for name, text in (("consts.py", f"SCALE = {scale}\n"),
+                       ("helpers.py", STALE_HELPERS.format(c=c)),
+                       ("stalemod.py", STALE_KERNEL), ("stale_child.py", STALE_CHILD)):
+        path = d / name
+        old = path.stat() if path.exists() else None
+        if old is not None and path.read_text() == text:
+            continue
+        path.write_text(text)
+        if old is not None:
+            t = old.st_mtime_ns if keep_mtime else old.st_mtime_ns + 5_000_000_000
+            os.utime(path, ns=(t, t))
+
+
+def assert_scaled_gradient(r, scale, c, what):
+    """d/dx of y = scale * c * x**2, seeded with adj_y = 1..5."""
+    x = np.linspace(0.5, 1.5, 5)
+    want = scale * 2.0 * c * x * np.arange(1.0, 6.0)
+    np.testing.assert_allclose(np.array(r["adj_x"]), want, rtol=1e-13, err_msg=(
+        f"{what}: the adjoint does not use SCALE={scale}, square = {c} * v * v "
+        f"(builds={r['builds']}, disk_cached={r['disk_cached']})"))
+
+
+def test_constant_read_through_a_module_is_in_the_key(tmp_path):
+    src, cache = tmp_path / "src", tmp_path / "cache"
+    src.mkdir()
+    write_stale_sources(src, "2.0", "1.0")
+    first = run_child(src, cache, "stale_child.py")[0]
+    assert_scaled_gradient(first, 2.0, 1.0, "first process")
+    assert first["disk_cached"] and first["builds"] == 1
+
+    write_stale_sources(src, "5.0", "1.0")   # consts.py edited, the kernel's file is not
+    second = run_child(src, cache, "stale_child.py")[0]
+    assert_scaled_gradient(second, 5.0, 1.0, "process after consts.SCALE = 5.0")
+    assert second["builds"] == 1, "the adjoint for SCALE=5.0 was not regenerated"
+
+    # a third process: the SCALE=5.0 adjoint from the disk cache, then SCALE=7.0 by
+    # importlib.reload of both modules in the same process
+    third, reloaded = run_child(src, cache, "stale_child.py", args=["7.0"])
+    assert_scaled_gradient(third, 5.0, 1.0, "third process, before the reload")
+    assert third["builds"] == 0, "an unchanged kernel was regenerated: the key is unstable"
+    assert_scaled_gradient(reloaded, 7.0, 1.0, "after importlib.reload (SCALE = 7.0)")
+    assert reloaded["builds"] == 1
+
+
+def test_helper_edited_in_place_is_in_the_key(tmp_path):
+    src, cache = tmp_path / "src", tmp_path / "cache"
+    src.mkdir()
+    write_stale_sources(src, "2.0", "1.0")
+    first = run_child(src, cache, "stale_child.py")[0]
+    assert_scaled_gradient(first, 2.0, 1.0, "first process")
+    assert first["disk_cached"]
+
+    # same size, same modification time: only the helper's code tells the versions apart
+    write_stale_sources(src, "2.0", "3.0", keep_mtime=True)
+    second = run_child(src, cache, "stale_child.py")[0]
+    assert_scaled_gradient(second, 2.0, 3.0, "process after editing helpers.square")
+    assert second["builds"] == 1
+
+
+def test_numba_config_change_is_in_the_key(populated, tmp_path):
+    src, pristine, first = populated
+    assert first["disk_cached"]
+    cache = tmp_path / "cache"
+    shutil.copytree(pristine, cache)
+    r = run_child(src, cache, env_extra={"NUMBA_BOUNDSCHECK": "1"})
+    assert_generated(r, "process with NUMBA_BOUNDSCHECK=1 after one without")
+    assert_gradient(r, 2.0)
+
+
+def _key(fn, options=None):
+    from numba.core import types
+
+    from kadj import codegen
+    arr = types.Array(types.float64, 1, "C")
+    return codegen.cache_key(fn, (arr, arr), None, options or {}, "cpu")
+
+
+def _plain(x, y):
+    for i in range(x.shape[0]):
+        y[i] = 2.0 * x[i]
+
+
+def test_key_covers_versions_configuration_and_options(monkeypatch):
+    import llvmlite
+    import numba
+
+    base = _key(_plain)
+    assert not base.startswith("mem-") and _key(_plain) == base, "the key is not stable"
+    changes = [(kadj, "__version__", "99.0"), (numba, "__version__", "0.1"),
+               (np, "__version__", "0.1"), (llvmlite, "__version__", "0.1"),
+               (sys, "version", "3.99.0 (elsewhere)"),
+               (numba.config, "BOUNDSCHECK", 1 if numba.config.BOUNDSCHECK != 1 else 0),
+               (numba.config, "OPT", 0), (numba.config, "CPU_NAME", "some-other-cpu"),
+               (numba.config, "LOOP_VECTORIZE", not numba.config.LOOP_VECTORIZE),
+               (numba.config, "DISABLE_INTEL_SVML", not numba.config.DISABLE_INTEL_SVML)]
+    for obj, attr, value in changes:
+        with monkeypatch.context() as m:
+            m.setattr(obj, attr, value)
+            assert _key(_plain) != base, f"the key ignores {getattr(obj, '__name__', obj)}.{attr}"
+    assert _key(_plain) == base
+    keys = {_key(_plain, o) for o in ({}, {"fastmath": True}, {"error_model": "numpy"},
+                                      {"error_model": "python"}, {"boundscheck": True},
+                                      {"fastmath": {"nnan"}}, {"fastmath": {"nnan", "ninf"}})}
+    assert len(keys) == 7, "two different jit options share a key"
+    # option sets are keyed by content, not by their (hash-randomised) order
+    assert _key(_plain, {"fastmath": {"nnan", "ninf", "arcp"}}) == \
+        _key(_plain, {"fastmath": {"arcp", "ninf", "nnan"}})
+
+
+class _Opaque:
+    scale = 2.0
+
+
+_OPAQUE = _Opaque()
+
+
+def _reads_opaque(x, y):
+    for i in range(x.shape[0]):
+        y[i] = _OPAQUE.scale * x[i]
+
+
+def test_values_without_a_stable_description_keep_the_adjoint_in_memory():
+    assert _key(_reads_opaque).startswith("mem-")
+    from kadj import codegen
+    assert codegen.load_cached(_key(_reads_opaque)) is None
+
+
+_consts = types_module.ModuleType("kadj_test_consts")
+_consts.SCALE = 3.0
+
+
+def _reads_module(x, y):
+    for i in range(x.shape[0]):
+        y[i] = _consts.SCALE * x[i]
+
+
+def test_value_the_key_missed_keeps_the_adjoint_in_memory(monkeypatch, tmp_path):
+    """The typed IR is checked against the key: a frozen value the key's walk did not
+    take in (here: a walk that stops following module attributes) is never cached."""
+    from numba import njit
+
+    from kadj import cachekey
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KADJ_CACHE_DIR", str(cache))
+    kernel = njit(_reads_module)
+    x = np.linspace(0.5, 1.5, 4)
+    assert kadj.differentiate(kernel).compiled(x, np.zeros(4)).disk_cached, \
+        "precondition: with the full walk the adjoint is disk-cached"
+    written = sorted(cache.glob("adj_*"))
+
+    monkeypatch.setattr(cachekey.Fingerprint, "_module",
+                        lambda self, mod, names, depth: self.text("module", mod.__name__))
+    k = kadj.differentiate(kernel)
+    assert not k.compiled(x, np.zeros(4)).disk_cached
+    assert sorted(cache.glob("adj_*")) == written
+    adj_x = np.zeros(4)
+    k.adjoint(x, np.zeros(4), adj_x, np.arange(1.0, 5.0))
+    np.testing.assert_allclose(adj_x, 3.0 * np.arange(1.0, 5.0), rtol=1e-14)

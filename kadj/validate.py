@@ -1,0 +1,406 @@
+"""Argument checks for every target: the CPU adjoint call, the CUDA launch and its
+adjoint, ``kadj.grad`` (and the tape, which may use the same helpers).
+
+Bad input gets one sentence naming the kernel, the argument and what to do, and loses
+nothing: every check runs before the adjoint writes anything, so a refused call leaves
+the user's arrays, adjoint buffers included, as they were.  Checks that need only the
+arguments (unsupported dtypes, lists, keyword arguments) run before anything is
+compiled; the adjoint buffers are checked against the argument layout
+(:class:`kadj.plan.AdjointPlan`) just before the adjoint runs.
+
+Memory overlap.  Two arrays are compared within one memory space: host memory (NumPy
+arrays, and the CUDA simulator's device arrays, which wrap NumPy arrays) or device
+memory (anything exporting ``__cuda_array_interface__``, compared through its pointer,
+shape and strides).  ``np.may_share_memory`` (bounds only) comes first; when the bounds
+meet, ``np.shares_memory`` solves the exact problem with a bounded effort
+(``MAX_OVERLAP_WORK``): crafted views with large co-prime strides make the exact test
+take many seconds, and when the bounded test cannot decide, the call is refused.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import types as pytypes
+
+import numpy as np
+
+# effort of the exact overlap test per pair of arrays (numpy's max_work): a few
+# milliseconds at worst; ordinary views (slices, transposes, interleavings) need far less
+MAX_OVERLAP_WORK = 10_000
+# arrays whose layout is not nested (each axis's stride beyond the previous axis's
+# extent) have their element offsets listed to look for repeats, up to this many
+MAX_LISTED_ELEMENTS = 1 << 20
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2 ** 31 - 1, 65535, 65535)
+
+
+class Undecided(Exception):
+    """The bounded overlap test could not decide."""
+
+
+# ---- arrays on any target ----------------------------------------------------------------
+def is_array(a):
+    return isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__") or \
+        isinstance(getattr(a, "_ary", None), np.ndarray)
+
+
+def _memory(a):
+    """(space, ndarray describing a's memory) or None.  For device memory the ndarray is
+    a phantom: built over the device pointer, read by nothing but the overlap test."""
+    if isinstance(a, np.ndarray):
+        return "host", a
+    host = getattr(a, "_ary", None)  # the CUDA simulator's device arrays wrap one
+    if isinstance(host, np.ndarray):
+        return "host", host
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is None:
+        return None
+    shape = tuple(cai["shape"])
+    if math.prod(shape) == 0:
+        return "device", np.empty(0)
+    face = {"shape": shape, "typestr": cai["typestr"], "strides": cai.get("strides"),
+            "data": (int(cai["data"][0]), False), "version": 3}
+    return "device", np.asarray(pytypes.SimpleNamespace(__array_interface__=face))
+
+
+def overlap(a, b):
+    """Do arrays ``a`` and ``b`` share an element's memory?  Raises :class:`Undecided`
+    when the bounded exact test gives up."""
+    ma, mb = _memory(a), _memory(b)
+    return ma is not None and mb is not None and _shares(ma, mb)
+
+
+def _shares(ma, mb):
+    """Do the memories ``ma`` and ``mb`` (from :func:`_memory`) share an element?"""
+    if ma[0] != mb[0] or not np.may_share_memory(ma[1], mb[1]):
+        return False
+    try:
+        return bool(np.shares_memory(ma[1], mb[1], max_work=MAX_OVERLAP_WORK))
+    except np.exceptions.TooHardError:
+        raise Undecided from None
+
+
+def self_overlapping(a):
+    """Do two elements of ``a`` share memory (a broadcast view, or ``as_strided`` with a
+    0 or too small stride)?  Conservative (True) for huge unusual layouts."""
+    mem = _memory(a)
+    return mem is not None and _self_overlapping(mem[1])
+
+
+def _self_overlapping(x):
+    if x.size <= 1 or x.flags.c_contiguous or x.flags.f_contiguous:
+        return False
+    axes = sorted((abs(s), n) for s, n in zip(x.strides, x.shape) if n > 1)
+    if axes[0][0] == 0:
+        return True
+    reach = x.itemsize
+    for stride, n in axes:
+        if stride < reach:
+            break
+        reach = stride * n
+    else:
+        return False  # nested layout: distinct indices, disjoint elements
+    if x.size > MAX_LISTED_ELEMENTS:
+        return True
+    offsets = np.zeros(1, dtype=np.int64)
+    for stride, n in axes:
+        offsets = (offsets[:, None] + stride * np.arange(n, dtype=np.int64)).ravel()
+    offsets.sort()
+    return bool(np.any(np.diff(offsets) < x.itemsize))
+
+
+def _writeable(a):
+    if isinstance(a, np.ndarray):
+        return a.flags.writeable
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is not None:
+        return not cai["data"][1]
+    host = getattr(a, "_ary", None)
+    return host.flags.writeable if isinstance(host, np.ndarray) else True
+
+
+def _describe(a):
+    if is_array(a):
+        kind = "array" if isinstance(a, np.ndarray) else type(a).__name__
+        return f"{kind} of shape {tuple(a.shape)} and dtype {np.dtype(a.dtype)}"
+    return f"{type(a).__name__} {a!r}" if isinstance(a, (int, float)) else \
+        type(a).__name__
+
+
+# ---- binding positional and keyword arguments --------------------------------------------
+def bind(call, names, defaults, args, kwargs):
+    """``args`` and ``kwargs`` as one positional tuple for a function with argument
+    ``names`` and trailing ``defaults``; omitted trailing arguments take their defaults."""
+    n = len(names)
+    if len(args) > n:
+        raise TypeError(f"{call} takes {n} arguments {names}, got {len(args)}.")
+    out = list(args)
+    for name in kwargs:
+        if name not in names:
+            raise TypeError(f"{call} got an unexpected keyword argument '{name}'; its "
+                            f"arguments are {names}.")
+        if names.index(name) < len(args):
+            raise TypeError(f"{call} got two values for argument '{name}' (by position "
+                            "and by keyword); pass it once.")
+    first_default = n - len(defaults)
+    missing = [names[i] for i in range(len(args), first_default) if names[i] not in kwargs]
+    if missing:
+        raise TypeError(f"{call} is missing argument(s) {tuple(missing)}; it takes "
+                        f"{names}.")
+    for i in range(len(args), n):
+        out.append(kwargs[names[i]] if names[i] in kwargs else
+                   defaults[i - first_default])
+    return tuple(out)
+
+
+def split_adjoint_call(call, names, defaults, args, kwargs):
+    """``k.adjoint(*args, **kwargs)`` -> (forward arguments, positional adjoints,
+    adjoints by name).  Forward arguments come first, positionally (all of them, defaults
+    included) or by name; adjoints follow positionally or as ``adj_<name>=``."""
+    n = len(names)
+    fwd_kw = {k: v for k, v in kwargs.items() if k in names}
+    adj_kw = {k: v for k, v in kwargs.items() if k not in names}
+    for k in adj_kw:
+        if not (k.startswith("adj_") and k[4:] in names):
+            raise TypeError(
+                f"{call} got an unexpected keyword argument '{k}'; it takes the forward "
+                f"arguments {names} and then their adjoints "
+                f"({', '.join('adj_' + m for m in names)}, for those that have one).")
+    if len(args) > n and fwd_kw:
+        raise TypeError(f"{call} got forward argument(s) {tuple(fwd_kw)} by keyword after "
+                        f"{len(args)} positional arguments; pass the forward arguments "
+                        "first, then the adjoints.")
+    if len(args) < n and not kwargs:
+        raise TypeError(f"{call} expects all {n} forward arguments {names} (defaults "
+                        "included) followed by their adjoints, or keyword arguments "
+                        f"(adjoints as adj_<name>=...); got {len(args)} positional "
+                        "arguments.")
+    fwd = bind(call, names, defaults, args[:n], fwd_kw)
+    first_default = n - len(defaults)
+    for i in range(first_default, n if len(args) > n else 0):
+        d = defaults[i - first_default]
+        if is_array(args[i]) and isinstance(d, (int, float)):
+            raise TypeError(
+                f"{call}: argument '{names[i]}' (default {d!r}) got an array, probably an "
+                "adjoint: the adjoint takes every forward argument, defaults included, "
+                f"before the adjoints. Pass '{names[i]}' explicitly; if it really is an "
+                "array here, pass the adjoints by keyword (adj_<name>=...).")
+    return fwd, tuple(args[n:]), adj_kw
+
+
+def order_adjoints(call, plan, fwd, positional, by_name):
+    """The adjoint buffers in slot order, from positional ones and ``adj_<name>=``."""
+    expected = plan.adjoint_names()
+    if not by_name:
+        if len(positional) != len(expected):
+            raise TypeError(
+                f"{call} expects {len(expected)} adjoint argument(s) {expected} after "
+                f"the forward arguments, got {len(positional)}." +
+                (_int_hint(plan, fwd) if len(positional) > len(expected) else ""))
+        return tuple(positional)
+    if len(positional) > len(expected):
+        raise TypeError(f"{call} expects {len(expected)} adjoint argument(s) {expected}, "
+                        f"got {len(positional)} positional ones and {tuple(by_name)}.")
+    out = list(positional)
+    for name in by_name:
+        if name not in expected:
+            raise TypeError(f"{call}: '{name[4:]}' has no adjoint slot (it is not a "
+                            "floating-point argument the kernel differentiates, or not in "
+                            f"wrt); its adjoints are {expected}.")
+        if expected.index(name) < len(positional):
+            raise TypeError(f"{call} got {name} by position and by keyword; pass it once.")
+    missing = [m for m in expected[len(positional):] if m not in by_name]
+    if missing:
+        raise TypeError(f"{call} is missing adjoint argument(s) {tuple(missing)}; it "
+                        f"expects {expected}.")
+    out += [by_name[m] for m in expected[len(positional):]]
+    return tuple(out)
+
+
+def _int_hint(plan, fwd):
+    """Why an argument the caller passed an adjoint for may have no slot: an integer."""
+    ints = [(n, a) for i, (n, a) in enumerate(zip(plan.arg_names, fwd))
+            if i not in plan.adjoint_args and isinstance(a, (int, np.integer))
+            and not isinstance(a, (bool, np.bool_))]
+    return "".join(f" Argument '{n}' is the integer {a!r}, so it has no adjoint; pass "
+                   f"{float(a)!r} to differentiate with respect to it." for n, a in ints)
+
+
+# ---- the arguments themselves (before anything is compiled) ------------------------------
+def check_arguments(call, names, args):
+    """Refuse arguments numba cannot pass or kadj cannot differentiate: lists, float16,
+    non-native byte order, object arrays."""
+    for name, a in zip(names, args):
+        if isinstance(a, list):
+            raise TypeError(f"{call}: argument '{name}' is a Python list; kernels take "
+                            f"arrays: pass np.asarray({name}).")
+        if is_array(a) or isinstance(a, np.generic):
+            _check_dtype(call, name, np.dtype(a.dtype), is_array(a))
+
+
+def _check_dtype(call, name, dt, array):
+    what = "array" if array else "scalar"
+    if dt.kind == "f" and dt.itemsize == 2:
+        raise TypeError(f"{call}: argument '{name}' is a float16 {what}, which kadj does "
+                        f"not differentiate; convert it with {name}.astype(np.float32) "
+                        "(or np.float64).")
+    if not dt.isnative:
+        raise TypeError(f"{call}: argument '{name}' has non-native byte order ({dt.str}), "
+                        "which numba cannot pass to a kernel; convert it with "
+                        f"{name}.astype({dt.newbyteorder('=').name!r}).")
+    if (dt.kind == "f" and dt.itemsize > 8) or (dt.kind == "c" and dt.itemsize > 16):
+        raise TypeError(f"{call}: argument '{name}' has dtype {dt}, which numba does not "
+                        f"support; convert it with {name}.astype(np.float64).")
+    if dt.kind == "O":
+        raise TypeError(f"{call}: argument '{name}' is an object array; pass a numeric "
+                        f"array (np.asarray({name}, dtype=np.float64)).")
+
+
+def unsupported_type(call, name, value):
+    """The error for an argument numba types as a Python object."""
+    return TypeError(f"{call}: argument '{name}' is a {type(value).__name__}, which numba "
+                     f"cannot pass to a kernel; pass a NumPy array (np.asarray({name})) "
+                     "or a number.")
+
+
+def explain_failure(call, names, args, exc):
+    """A clearer error for numba's typing failure ``exc`` caused by an argument (None,
+    a list, an unsupported dtype), or None when no argument explains it."""
+    try:
+        check_arguments(call, names, args)
+    except TypeError as clear:
+        return clear
+    text = str(exc)
+    nones = [n for n, a in zip(names, args) if a is None]
+    if nones and "none" in text:
+        reason = next((ln.strip() for ln in text.splitlines()
+                       if ln.strip() and not ln.startswith("Failed in")), text)
+        listed = ", ".join(f"'{n}'" for n in nones)
+        return TypeError(f"{call}: argument {listed} is None, which the kernel cannot use "
+                         f"there (numba: {reason}); pass an array or a number for "
+                         f"{listed}.")
+    return None
+
+
+# ---- launch configurations ---------------------------------------------------------------
+def check_launch(kernel, config):
+    """``kernel[grid, block]``, ``[grid, block, stream]`` or ``[grid, block, stream,
+    shared]``: 1 to 3 positive integer dimensions each, at most 1024 threads per block.
+    ``kernel`` names the launched kernel (``"k"`` or ``"k.adjoint"``)."""
+    if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
+        raise TypeError(f"{kernel}[{config!r}] needs a launch configuration [grid, block] "
+                        "(or [grid, block, stream]); pass both, e.g. "
+                        f"{kernel}[(n + 127) // 128, 128].")
+    call = f"{kernel}[{', '.join(repr(c) for c in config[:2])}]"
+    grid = _dims(call, "grid", config[0], MAX_GRID)
+    block = _dims(call, "block", config[1], MAX_BLOCK)
+    threads = math.prod(block)
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise ValueError(f"{call}: a block of {config[1]!r} has {threads} threads; CUDA "
+                         f"allows at most {MAX_THREADS_PER_BLOCK} per block. Use fewer "
+                         "threads per block and more blocks.")
+    return grid, block
+
+
+def _dims(call, what, d, limits):
+    dims = tuple(d) if isinstance(d, (tuple, list)) else (d,)
+    if not 1 <= len(dims) <= 3 or not all(
+            isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
+            for x in dims):
+        raise TypeError(f"{call}: the {what} dimensions must be 1 to 3 integers, got "
+                        f"{d!r}; pass e.g. {what} = (n + 127) // 128 as an int.")
+    for k, (x, most) in enumerate(zip(dims, limits)):
+        if x < 1:
+            raise ValueError(f"{call}: {what} dimension {'xyz'[k]} is {x}; every grid and "
+                             "block dimension must be at least 1 (a launch without threads "
+                             "computes nothing).")
+        if x > most:
+            raise ValueError(f"{call}: {what} dimension {'xyz'[k]} is {x}; CUDA allows at "
+                             f"most {most}.")
+    return tuple(int(x) for x in dims) + (1,) * (3 - len(dims))
+
+
+# ---- the adjoint call --------------------------------------------------------------------
+def check_adjoint_call(call, plan, fwd, adjs, host=False):
+    """Check the adjoint buffers ``adjs`` (in slot order) against ``plan`` and the
+    forward arguments ``fwd``: types (NumPy arrays when ``host``), shapes, dtypes,
+    writeable, no element shared with another element, with a forward argument or with
+    another buffer; and no array the kernel writes sharing memory with another
+    argument."""
+    names, written = plan.arg_names, plan.written
+    expected = plan.adjoint_names()
+    for i, buf, aname in zip(plan.adjoint_args, adjs, expected):
+        _check_buffer(call, names[i], fwd[i], buf, aname, host)
+    fmem = [(i, m) for i, a in enumerate(fwd) if (m := _memory(a)) is not None]
+    bmem = [(aname, _memory(b)) for aname, b in zip(expected, adjs)]
+    for aname, mb in bmem:
+        if _self_overlapping(mb[1]):
+            raise ValueError(f"{call}: several elements of {aname} share memory (a "
+                             "broadcast view or a 0 stride), so their adjoints would be "
+                             f"mixed; pass a separate array (np.zeros_like({aname[4:]})).")
+    for j, m in fmem:
+        if j in written and _self_overlapping(m[1]):
+            raise ValueError(f"{call}: argument '{names[j]}' is written by the kernel but "
+                             "several of its elements share memory (a broadcast view or a "
+                             f"0 stride); pass {names[j]}.copy().")
+    may = np.may_share_memory   # bounds only: the exact test runs when they meet
+    for aname, mb in bmem:
+        for i, m in fmem:
+            if may(mb[1], m[1]) and _meet(call, mb, m, aname, names[i]):
+                raise ValueError(
+                    f"{call}: {aname} shares memory with the forward argument "
+                    f"'{names[i]}', which the adjoint would then modify; adjoint buffers "
+                    f"must be separate arrays: pass np.zeros_like({names[i]}).")
+    for k, (n1, m1) in enumerate(bmem):
+        for n2, m2 in bmem[k + 1:]:
+            if may(m1[1], m2[1]) and _meet(call, m1, m2, n1, n2):
+                raise ValueError(f"{call}: the adjoint buffers {n1} and {n2} share "
+                                 "memory; pass a separate array for each.")
+    for k, (i, m1) in enumerate(fmem):
+        for j, m2 in fmem[k + 1:]:
+            if (i in written or j in written) and may(m1[1], m2[1]) and \
+                    _meet(call, m1, m2, names[i], names[j]):
+                r, w = (i, j) if j in written else (j, i)
+                raise ValueError(
+                    f"{call}: argument '{names[r]}' overlaps '{names[w]}', an array the "
+                    "kernel writes; kadj does not differentiate aliased arguments: pass "
+                    f"separate arrays (e.g. {names[r]}.copy()).")
+
+
+def _check_buffer(call, name, x, buf, aname, host):
+    if type(buf) is np.ndarray and type(x) is np.ndarray:  # the common case, quickly
+        if buf.shape == x.shape and buf.dtype == x.dtype and buf.flags.writeable:
+            return
+    if not is_array(buf) or (host and not isinstance(buf, np.ndarray)):
+        raise TypeError(f"{call}: {aname} must be a "
+                        f"{'NumPy array' if host else 'NumPy or device array'}, got "
+                        f"{_describe(buf)}; pass np.zeros_like({name}) for an array "
+                        "argument, np.zeros(1) for a scalar.")
+    shape, dtype = tuple(buf.shape), np.dtype(buf.dtype)
+    if is_array(x):
+        want = (tuple(x.shape), np.dtype(x.dtype))
+        if shape != want[0] or dtype != want[1]:
+            raise ValueError(f"{call}: {aname} must have the shape and dtype of {name} "
+                             f"({want[0]}, {want[1]}), got ({shape}, {dtype}); allocate it "
+                             f"with np.zeros_like({name}).")
+    else:
+        want = np.asarray(x).dtype
+        if shape != (1,) or dtype != want:
+            raise ValueError(f"{call}: {aname} (the adjoint of the scalar {name}) must be "
+                             f"a 1-element array of dtype {want}, got shape {shape} and "
+                             f"dtype {dtype}; pass np.zeros(1, np.{want.name}).")
+    if not _writeable(buf):
+        raise ValueError(f"{call}: {aname} is read-only, and the adjoint accumulates into "
+                         "it; pass a writeable array.")
+
+
+def _meet(call, ma, mb, what_a, what_b):
+    """:func:`_shares`, refusing the call when the bounded test cannot decide."""
+    try:
+        return _shares(ma, mb)
+    except Undecided:
+        raise ValueError(
+            f"{call}: kadj cannot tell cheaply whether {what_a} and {what_b} share memory "
+            "(their strides make the exact test expensive), so it refuses the call; pass "
+            "contiguous copies (np.ascontiguousarray(...)).") from None
