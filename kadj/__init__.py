@@ -8,12 +8,11 @@ from .api import (DifferentiatedKernel, differentiate, grad, value_and_grad,
                   register_adjoint)
 from . import ops
 
-try:  # the tape and testing helpers
-    from .tape import Tape
-except ImportError:  # pragma: no cover - during development only
-    Tape = None
+from .tape import Tape, TapeError
+from .cachedir import CacheWarning
 from . import testing  # noqa: E402
 
 __all__ = ["DifferentiationError", "InternalError", "DifferentiatedKernel", "differentiate",
-           "grad", "value_and_grad", "register_adjoint", "Tape", "ops", "testing"]
+           "grad", "value_and_grad", "register_adjoint", "Tape", "TapeError", "CacheWarning",
+           "ops", "testing"]
 __version__ = "0.1.0"

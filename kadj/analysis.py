@@ -253,33 +253,35 @@ def _usefulness(kernel, a, returns_value):
             useful.add(s.value.name)
         elif isinstance(s, ir.Return) and returns_value and isinstance(s.value, ir.Var):
             useful.add(s.value.name)
-    changed = True
-    while changed:
-        changed = False
-        for s in stmts:
-            if not isinstance(s, ir.Assign) or s.target not in useful or \
-                    s.target not in a.varied:
-                continue
-            e = s.expr
-            new = set()
-            if isinstance(e, ir.Copy) and isinstance(e.src, ir.Var):
-                new.add(e.src.name)
-            elif isinstance(e, ir.Op):
-                rule = rules.lookup(e.fn)
-                if rule is not None:
-                    args = [ops.var(x.name) if isinstance(x, ir.Var) else ops.const(0.0)
-                            for x in e.args]
-                    try:
-                        contribs = rule.vjp(ops.var(ir.COTANGENT), ops.var(s.target), *args)
-                    except TypeError:
-                        contribs = [1.0] * len(args)
-                    for x, c in zip(e.args, contribs):
-                        if c is not None and isinstance(x, ir.Var):
-                            new.add(x.name)
-            new -= useful
-            if new:
-                useful |= new
-                changed = True
+    # what each varied variable's adjoint flows into: its defining statements' operands
+    # that get a contribution (computed once), then a worklist over that graph
+    feeds = {}
+    for s in stmts:
+        if not isinstance(s, ir.Assign) or s.target not in a.varied:
+            continue
+        e = s.expr
+        into = feeds.setdefault(s.target, set())
+        if isinstance(e, ir.Copy) and isinstance(e.src, ir.Var):
+            into.add(e.src.name)
+        elif isinstance(e, ir.Op):
+            rule = rules.lookup(e.fn)
+            if rule is not None:
+                args = [ops.var(x.name) if isinstance(x, ir.Var) else ops.const(0.0)
+                        for x in e.args]
+                try:
+                    contribs = rule.vjp(ops.var(ir.COTANGENT), ops.var(s.target), *args)
+                except TypeError:
+                    contribs = [1.0] * len(args)
+                for x, c in zip(e.args, contribs):
+                    if c is not None and isinstance(x, ir.Var):
+                        into.add(x.name)
+    work = list(useful)
+    while work:
+        v = work.pop()
+        for w in feeds.get(v, ()):
+            if w not in useful:
+                useful.add(w)
+                work.append(w)
     a.varied &= useful
 
 

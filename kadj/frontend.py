@@ -7,11 +7,20 @@ of the kernel), then numba's type inference, and stops there.  SSA reconstructio
 off: kadj's reverse pass restores overwritten variables itself, and the user's variable
 names stay as the user wrote them.
 
+Refused here, with :class:`~kadj.DifferentiationError`: ``with`` blocks
+(``numba.objmode`` above all; numba's with-lifting pass is replaced by
+:class:`KadjWithBlocks`, in the kernel and in every inlined helper), recursion (a
+helper reached again through its own chain of inlined calls, named with the cycle), and
+generator functions.  Any number of calls to one helper, and helpers nested to any
+depth, are inlined.
+
 The result, :class:`TypedKernel`, holds ``func_ir``, ``typemap``, ``calltypes`` and the
 return type; every callee is later resolved to its Python object from the IR.
 """
 from __future__ import annotations
 
+import inspect
+import threading
 from dataclasses import dataclass
 
 from numba.core import compiler, ir
@@ -67,9 +76,88 @@ def resolve_value(func_ir, var):
     raise LookupError(var)
 
 
+_MAX_INLINED_CALLS = 4000
+_current = threading.local()  # the kernel being typed, for errors raised in its helpers
+
+
+def _kernel_name(state):
+    return getattr(_current, "kernel", None) or state.func_id.func_name
+
+
+def _fn_name(fn):
+    return getattr(fn, "__name__", None) or repr(fn)
+
+
+@register_pass(mutates_CFG=True, analysis_only=False)
+class KadjWithBlocks(FunctionPass):
+    """Refuse ``with`` blocks (``numba.objmode``, ``parallel_chunksize``...) before numba
+    lifts them out of the function; it replaces numba's own with-lifting pass, which
+    would compile the rest of the function with kadj's lowering-less pipeline."""
+
+    _name = "kadj_with_blocks"
+
+    def __init__(self):
+        FunctionPass.__init__(self)
+
+    def run_pass(self, state):
+        for block in state.func_ir.blocks.values():
+            for stmt in block.body:
+                if isinstance(stmt, ir.EnterWith):
+                    _refuse_with(state, stmt)
+        return False
+
+
+def _refuse_with(state, stmt):
+    from numba.core.withcontexts import _ObjModeContextType
+
+    cm = None
+    try:
+        cm = resolve_value(state.func_ir, stmt.contextmanager)
+    except (LookupError, AttributeError, KeyError):
+        try:  # a called context manager: objmode(r="float64")
+            defn = state.func_ir.get_definition(stmt.contextmanager)
+            if isinstance(defn, ir.Expr) and defn.op == "call":
+                cm = resolve_value(state.func_ir, defn.func)
+        except (LookupError, AttributeError, KeyError):
+            cm = None
+    where = ""
+    if state.func_id.func_name != _kernel_name(state):
+        where = f" (in the helper '{state.func_id.func_name}')"
+    if isinstance(cm, _ObjModeContextType):
+        raise DifferentiationError(
+            f"object-mode blocks cannot be differentiated{where}: their Python code is "
+            "invisible to kadj", kernel=_kernel_name(state), loc=stmt.loc,
+            construct="with numba.objmode(...) block",
+            remedy="move the object-mode code out of the kernel (before or after the "
+                   "call), or register a custom adjoint (@kadj.register_adjoint) for a "
+                   "helper function that wraps it")
+    name = _fn_name(type(cm)) if cm is not None else "a context manager"
+    raise DifferentiationError(
+        f"with-blocks are not supported in differentiated kernels{where}",
+        kernel=_kernel_name(state), loc=stmt.loc, construct=f"with-block ({name})",
+        remedy="remove the with-statement from the kernel and run its body directly")
+
+
+def _untyped_pipeline(state, name="untyped"):
+    """numba's untyped pipeline with :class:`KadjWithBlocks` in place of its
+    with-lifting pass."""
+    from numba.core.untyped_passes import WithLifting
+
+    pm = DefaultPassBuilder.define_untyped_pipeline(state, name)
+    pm.passes = [(KadjWithBlocks, "kadj: refuse with-blocks") if cls is WithLifting
+                 else (cls, desc) for cls, desc in pm.passes]
+    pm._finalized = False  # the caller adds passes and finalizes
+    return pm
+
+
 @register_pass(mutates_CFG=True, analysis_only=False)
 class KadjInlineCallees(FunctionPass):
-    """Inline every call to a jitted Python function that has no derivative rule."""
+    """Inline every call to a jitted Python function that has no derivative rule.
+
+    A worklist of blocks, each tagged with the chain of helpers it was inlined from: a
+    helper already on its own chain (or the kernel itself) is real recursion and is
+    refused by name; any number of calls to the same helper, and helpers nested
+    several levels deep, are inlined."""
 
     _name = "kadj_inline_callees"
 
@@ -81,52 +169,101 @@ class KadjInlineCallees(FunctionPass):
 
         worker = InlineWorker(state.typingctx, state.targetctx, state.locals,
                               state.pipeline, state.flags, validator=callee_ir_validator)
-        modified = False
-        for _round in range(64):
-            changed = False
-            for label, block in list(state.func_ir.blocks.items()):
-                for i, instr in enumerate(block.body):
-                    if not (isinstance(instr, ir.Assign) and isinstance(instr.value, ir.Expr)
-                            and instr.value.op == "call"):
-                        continue
-                    try:
-                        callee = resolve_value(state.func_ir, instr.value.func)
-                    except (LookupError, AttributeError, KeyError):
-                        continue
-                    if not is_jitted(callee) or rules.lookup(callee) is not None:
-                        continue
-                    if instr.value.kws or instr.value.vararg:
-                        raise DifferentiationError(
-                            "calls with keyword or star arguments to jitted helpers are "
-                            "not supported",
-                            kernel=state.func_id.func_name, loc=instr.loc,
-                            construct=f"call to {callee.py_func.__name__}",
-                            remedy="pass the helper's arguments positionally")
-                    worker.inline_function(state.func_ir, block, i, callee.py_func)
-                    changed = modified = True
-                    break
-                if changed:
-                    break
-            if not changed:
+        worker._compiler_pipeline = _untyped_pipeline
+        kernel = _kernel_name(state)
+        fir = state.func_ir
+        root = state.func_id.func
+        chains = {label: () for label in fir.blocks}
+        work = sorted(fir.blocks, reverse=True)
+        callee_irs = {}
+        inlined = 0
+        while work:
+            label = work.pop()
+            block = fir.blocks[label]
+            for i, instr in enumerate(block.body):
+                callee = _inlinable_callee(fir, instr)
+                if callee is None:
+                    continue
+                fn = callee.py_func
+                chain = chains[label]
+                if inspect.isgeneratorfunction(fn):
+                    _refuse_generator(kernel, fn, instr.loc)
+                if fn is root or fn in chain:
+                    _refuse_recursion(kernel, root, chain, fn, instr.loc)
+                if instr.value.kws or instr.value.vararg:
+                    raise DifferentiationError(
+                        "calls with keyword or star arguments to jitted helpers are "
+                        "not supported", kernel=kernel, loc=instr.loc,
+                        construct=f"call to {fn.__name__}",
+                        remedy="pass the helper's arguments positionally")
+                inlined += 1
+                if inlined > _MAX_INLINED_CALLS:
+                    raise DifferentiationError(
+                        f"inlining its helper functions makes the kernel too large (more "
+                        f"than {_MAX_INLINED_CALLS} inlined calls)", kernel=kernel,
+                        loc=instr.loc, construct=f"call to {fn.__name__}",
+                        remedy=f"register a custom adjoint for '{fn.__name__}' "
+                               "(@kadj.register_adjoint) so that it is called, not "
+                               "inlined")
+                if fn not in callee_irs:
+                    callee_irs[fn] = worker.run_untyped_passes(fn)
+                *_, new_blocks = worker.inline_ir(fir, block, i, callee_irs[fn],
+                                                  fn.__code__.co_freevars)
+                tail, *body = [lb for lb, _ in new_blocks]
+                chains[tail] = chain
+                for lb in body:
+                    chains[lb] = chain + (fn,)
+                work.extend(reversed([tail] + body))
                 break
-        else:
-            raise DifferentiationError(
-                "helper functions nest too deeply (recursion?)",
-                kernel=state.func_id.func_name, construct="recursive call",
-                remedy="rewrite the recursion as a loop")
-        if modified:
-            cfg = compute_cfg_from_blocks(state.func_ir.blocks)
+        if inlined:
+            cfg = compute_cfg_from_blocks(fir.blocks)
             for dead in cfg.dead_nodes():
-                del state.func_ir.blocks[dead]
-            postproc.PostProcessor(state.func_ir).run()
-            state.func_ir.blocks = simplify_CFG(state.func_ir.blocks)
-        return modified
+                del fir.blocks[dead]
+            postproc.PostProcessor(fir).run()
+            fir.blocks = simplify_CFG(fir.blocks)
+        return bool(inlined)
+
+
+def _inlinable_callee(func_ir, instr):
+    """The jitted function ``instr`` calls when kadj inlines it (no derivative rule),
+    else None."""
+    if not (isinstance(instr, ir.Assign) and isinstance(instr.value, ir.Expr)
+            and instr.value.op == "call"):
+        return None
+    try:
+        callee = resolve_value(func_ir, instr.value.func)
+    except (LookupError, AttributeError, KeyError):
+        return None
+    if not is_jitted(callee) or rules.lookup(callee) is not None:
+        return None
+    return callee
+
+
+def _refuse_generator(kernel, fn, loc):
+    what = "the kernel is a generator" if fn is None else \
+        f"'{_fn_name(fn)}' is a generator function"
+    raise DifferentiationError(
+        f"{what} (it uses yield); generators cannot be differentiated",
+        kernel=kernel, loc=loc, construct="generator (yield)",
+        remedy="write the values into an array in a loop, or compute them in the loop "
+               "that consumes them")
+
+
+def _refuse_recursion(kernel, root, chain, fn, loc):
+    calls = (root,) + chain + (fn,)
+    start = next(k for k, f in enumerate(calls) if f is fn)
+    cycle = " -> ".join(_fn_name(f) for f in calls[start:])
+    raise DifferentiationError(
+        f"the function '{_fn_name(fn)}' is recursive ({cycle}); kadj differentiates "
+        "helper functions by inlining them, which recursion cannot be",
+        kernel=kernel, loc=loc, construct=f"recursive call to {_fn_name(fn)}",
+        remedy=f"rewrite '{_fn_name(fn)}' as a loop, or register a custom adjoint for it "
+               "(@kadj.register_adjoint) so that it is called, not inlined")
 
 
 class _FrontendPipeline(CompilerBase):
     def define_pipelines(self):
-        pm = DefaultPassBuilder.define_untyped_pipeline(self.state)
-        pm._finalized = False
+        pm = _untyped_pipeline(self.state)
         pm.add_pass(KadjInlineCallees, "kadj: inline jitted callees")
         pm.add_pass(typed_passes.NopythonTypeInference, "nopython frontend")
         pm.finalize()
@@ -153,15 +290,23 @@ def _run(py_func, typingctx, targetctx, arg_types, target, flags=None, context=N
     (the CUDA target override), ``flags`` replaces the CPU flags."""
     import contextlib
 
-    with (context or contextlib.nullcontext()):
-        pipeline = _FrontendPipeline(typingctx, targetctx, None, tuple(arg_types), None,
-                                     flags or _flags(), {})
-        pipeline.state.cr = None
-        try:
-            pipeline.compile_extra(py_func)
-        except compiler.CompilerError as exc:  # raised once the lowering-less pipeline ends
-            if "pipelines exhausted" not in str(exc):
-                raise
+    if inspect.isgeneratorfunction(py_func):
+        code = py_func.__code__
+        _refuse_generator(py_func.__name__, None,
+                          ir.Loc(code.co_filename, code.co_firstlineno))
+    outer, _current.kernel = getattr(_current, "kernel", None), py_func.__name__
+    try:
+        with (context or contextlib.nullcontext()):
+            pipeline = _FrontendPipeline(typingctx, targetctx, None, tuple(arg_types),
+                                         None, flags or _flags(), {})
+            pipeline.state.cr = None
+            try:
+                pipeline.compile_extra(py_func)
+            except compiler.CompilerError as exc:  # the lowering-less pipeline ended
+                if "pipelines exhausted" not in str(exc):
+                    raise
+    finally:
+        _current.kernel = outer
     st = pipeline.state
     if st.get("typemap") is None:
         raise DifferentiationError("numba could not type the kernel",

@@ -22,6 +22,7 @@ import keyword
 import math
 import operator
 import re
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,6 +119,7 @@ class Writer:
         self.tmp = 0
         self.used = set(RESERVED_NAMES) | {fname}
         self.derived = {}
+        self.derived_of = {}
         self.counter = 0
         self.tapes = set()
         self.frames = []
@@ -150,6 +152,7 @@ class Writer:
         key = (kind, var)
         if key not in self.derived:
             self.derived[key] = self.unique(make(self.n(var)))
+            self.derived_of[self.derived[key]] = key
         return self.derived[key]
 
     def n(self, var):
@@ -241,12 +244,15 @@ class Writer:
         raise TypeError(x)
 
     def bind(self, obj, hint):
+        nm = getattr(obj, "__name__", None)
+        if isinstance(nm, str) and getattr(builtins, nm, None) is obj:
+            return nm  # builtins' names are reserved: no kernel name shadows them
         for mod, prefix in ((np, "np"), (math, "math")):
-            nm = getattr(obj, "__name__", None)
-            if nm and getattr(mod, nm, None) is obj:
+            with warnings.catch_warnings():  # e.g. numpy's FutureWarning for np.str
+                warnings.simplefilter("ignore")
+                found = getattr(mod, nm, None) if isinstance(nm, str) else None
+            if found is obj:
                 return f"{prefix}.{nm}"
-        if any(obj is f for f in (min, max, abs, len, bool, int, float, round, pow)):
-            return obj.__name__
         for k, v in self.ns.items():
             if v is obj:
                 return k
@@ -940,7 +946,7 @@ class Writer:
                 if v in a.pushed and v not in recomputed and v not in self.suppressed:
                     self.pop(depth, self.n(v), self.T[v])
                 for target, text in self.contributions(s, g=g, out_name=out_name):
-                    op = "=" if target in self._single_adj else "+="
+                    op = "=" if self._is_single_adj(target) else "+="
                     self.accumulate(depth, target, op, text)
                 return
             contribs = self.contributions(s)
@@ -955,7 +961,7 @@ class Writer:
                     self.emit(depth, f"{adjv} = {self.zero(self.T[v])}")
                     reset = False
                 for target, text in contribs:
-                    op = "=" if target in self._single_adj else "+="
+                    op = "=" if self._is_single_adj(target) else "+="
                     self.accumulate(depth, target, op, text)
             if reset:
                 self.emit(depth, f"{adjv} = {self.zero(self.T[v])}")
@@ -1016,11 +1022,10 @@ class Writer:
         is an :class:`AdjRef` when it is an element of an adjoint array."""
         self.emit(depth, f"{target} {op} {text}")
 
-    @property
-    def _single_adj(self):
-        # the names given so far (naming them all here would number them in set order)
-        return {self.derived[("adj", v)] for v in self.single_use
-                if ("adj", v) in self.derived}
+    def _is_single_adj(self, target):
+        """Is ``target`` the adjoint of a variable used once (assigned, not added to)?"""
+        key = self.derived_of.get(target) if isinstance(target, str) else None
+        return key is not None and key[0] == "adj" and key[1] in self.single_use
 
     def rev_store(self, s, depth):
         a = self.a

@@ -25,7 +25,7 @@ import operator
 from dataclasses import replace
 
 import numpy as np
-from numba import prange
+from numba import literal_unroll, prange
 from numba.core import ir as nir
 from numba.core import types
 from numba.core.analysis import compute_cfg_from_blocks
@@ -64,7 +64,9 @@ class Structurizer:
         self.tuples = {}  # scalarized tuple variable -> element count
         self.visits = {}
         self.uid = 0
+        self.prelude = []  # statements run first (constant tables)
         self.extra_callee_ok = extra_callee_ok or (lambda fn: False)
+        self._refuse_unstructured()
         self._find_array_aliases()
         self._find_scalarized_tuples()
 
@@ -73,12 +75,37 @@ class Structurizer:
         raise DifferentiationError(msg, kernel=self.tk.name, loc=loc, construct=construct,
                                    remedy=remedy)
 
+    def _refuse_unstructured(self):
+        """try/except and literal_unroll, which numba lowers to control flow of its
+        own, are refused where they occur."""
+        from numba.core.unsafe import eh
+
+        for label in sorted(self.blocks):
+            for stmt in self.blocks[label].body:
+                if not (isinstance(stmt, nir.Assign) and
+                        isinstance(stmt.value, (nir.Global, nir.FreeVar))):
+                    continue
+                v = stmt.value.value
+                if v is eh.mark_try_block:
+                    self.error("try/except blocks are not supported in differentiated "
+                               "kernels", loc=stmt.loc, construct="try/except",
+                               remedy="remove the try/except: check the inputs before "
+                                      "calling the kernel, or branch with if/else on "
+                                      "the condition that would raise")
+                if v is literal_unroll:
+                    self.error("loops over literal_unroll() are not supported",
+                               loc=stmt.loc, construct="literal_unroll loop",
+                               remedy="loop over range(n) and index an array (or a "
+                                      "module-level tuple) of the values, or write the "
+                                      "iterations out")
+
     # ---- entry ----------------------------------------------------------------------
     def run(self):
         entry = self.cfg.entry_point()
         body = self.seq(entry, _Ctx())
         body = _lower_loop_returns(body, self)
         body = self.drop_raising(body)
+        body = self.prelude + body
         if "_retflag" in self.__dict__:
             body.insert(0, ir.Assign(self._retflag, ir.Copy(ir.Const(False))))
         for _ in range(3):  # $it -> $phi -> i
@@ -241,15 +268,20 @@ class Structurizer:
 
     def raises_only(self, label):
         """Does every path from ``label`` end in a ``raise`` (or a failed assert)?"""
-        memo = self.__dict__.setdefault("_raises", {})
-        if label not in memo:
-            memo[label] = False  # (a cycle does not raise by itself)
-            term = self.blocks[label].terminator
-            if isinstance(term, (nir.StaticRaise, nir.DynamicRaise)):
-                memo[label] = True
-            elif isinstance(term, (nir.Jump, nir.Branch)):
-                memo[label] = all(self.raises_only(t) for t in term.get_targets())
-        return memo[label]
+        if "_raising" not in self.__dict__:
+            raise_terms = (nir.StaticRaise, nir.DynamicRaise)
+            work = [lb for lb, b in self.blocks.items()
+                    if isinstance(b.terminator, raise_terms)]
+            raising = set(work)
+            while work:  # a block all of whose successors raise raises (cycles do not)
+                for pred, _ in self.cfg.predecessors(work.pop()):
+                    term = self.blocks[pred].terminator
+                    if pred not in raising and isinstance(term, (nir.Jump, nir.Branch)) \
+                            and all(t in raising for t in term.get_targets()):
+                        raising.add(pred)
+                        work.append(pred)
+            self._raising = raising
+        return label in self._raising
 
     def drop_raising(self, stmts):
         """Keep the non-raising path: an ``if`` one of whose arms always raises becomes
@@ -263,7 +295,7 @@ class Structurizer:
                     isinstance(s.body[-1], _Raises):
                 self._refuse_raise(s.body[-1].loc, "in every iteration of its loop")
             if isinstance(s, ir.Loop) and not any(
-                    isinstance(t, (ir.Break, ir.Return)) for t in ir.walk(s.body)):
+                    isinstance(t, (ir.Break, ir.Return)) for t in ir.walk_level(s.body)):
                 self.error("this loop ends only by raising an exception, so the path "
                            "that does not raise never ends", loc=s.loc,
                            construct="loop left only by raise",
@@ -555,6 +587,38 @@ class Structurizer:
                     self.tuples[f"{t}__{k}"] = len(et)
                     work.append((f"{t}__{k}", len(et)))
 
+    def constant_table(self, var, vtype, loc):
+        """A read-only array holding the values of ``var``, a tuple of numbers known
+        when the kernel is compiled (a module-level or closure tuple, or a tuple of
+        literals), for indexing it with a variable; None if it is not one."""
+        if not isinstance(vtype, types.UniTuple) or \
+                not isinstance(vtype.dtype, (types.Integer, types.Float)):
+            return None
+        try:
+            values = resolve_value(self.fir, var)
+        except (LookupError, AttributeError, KeyError):
+            d = self._chase(var)
+            items = [self.const_of(v) for v in d.items] if isinstance(d, nir.Expr) and \
+                d.op == "build_tuple" else [None]
+            if any(c is None for c in items):
+                return None
+            values = tuple(c.value for c in items)
+        if not isinstance(values, tuple) or len(values) != len(vtype) or not all(
+                isinstance(v, (int, float, np.integer, np.floating)) and
+                not isinstance(v, bool) for v in values):
+            return None
+        d = self._chase(var)
+        hint = d.name if isinstance(d, (nir.Global, nir.FreeVar)) else "table"
+        array = np.array(values, dtype=np.dtype(str(vtype.dtype)))
+        key = (array.dtype.str, array.tobytes())
+        tables = self.__dict__.setdefault("_tables", {})
+        if key not in tables:
+            name = self.fresh("table", types.Array(vtype.dtype, 1, "C", readonly=True))
+            tables[key] = name
+            self.prelude.append(ir.Assign(name, ir.Copy(ir.GlobalRef(array, name=hint)),
+                                          loc=loc))
+        return tables[key]
+
     def const_of(self, var):
         try:
             d = self.fir.get_definition(var)
@@ -788,8 +852,15 @@ class Structurizer:
                     c = self.const_of(e.index)
                     k = c.value if c is not None else None
                 if not isinstance(k, (int, np.integer)):
+                    table = None if op != "getitem" else \
+                        self.constant_table(e.value, vtype, loc)
+                    if table is not None:  # COEFFS[k] with COEFFS a constant tuple
+                        return [ir.Assign(tgt, ir.Load(ir.Var(table),
+                                                       (self.operand(e.index),)), loc=loc)]
                     self.error("tuples must be indexed with constant integers", loc=loc,
-                               construct="tuple index")
+                               construct="tuple index",
+                               remedy="pass the values as an array and index the array, "
+                                      "or index the tuple with constant integers")
                 if e.value.name in self.tuples:
                     return [ir.Assign(tgt, ir.Copy(ir.Var(f"{e.value.name}__{int(k)}")),
                                       loc=loc)]
@@ -802,6 +873,11 @@ class Structurizer:
             self.error("only loops over range() or prange() are supported", loc=loc,
                        construct="iterator",
                        remedy="loop over range(len(x)) and index x instead")
+        if op in ("build_list", "build_set", "build_map", "list_comprehension"):
+            self.error("lists, sets and dicts are not supported in differentiated "
+                       "kernels", loc=loc, construct=op.replace("build_", ""),
+                       remedy="use a tuple of constants, a scratch array (np.empty) "
+                              "allocated outside loops, or an array argument")
         self.error(f"the expression '{op}' is not supported", loc=loc, construct=op,
                    remedy="rewrite it with scalar operations and element-wise loops")
 
@@ -820,6 +896,16 @@ class Structurizer:
         if fn in ALLOCATORS:
             return [ir.Assign(tgt, ir.Alloc(fn, args, kws), loc=loc)]
         fname = getattr(fn, "__name__", str(fn))
+        if any(fn is f for f in (enumerate, zip, reversed, iter)):
+            self.error("only loops over range() or prange() are supported", loc=loc,
+                       construct=f"for loop over {fname}()",
+                       remedy="loop over range(len(x)) and index x instead")
+        if _is_random(fn):
+            self.error(f"random numbers ({fname}()) cannot be differentiated: the "
+                       "adjoint would draw different ones", loc=loc,
+                       construct=f"call to {fname}",
+                       remedy="draw the random numbers outside the kernel and pass them "
+                              "in as an array")
         arg_types = [self.types.get(a.name) for a in e.args]
         if any(isinstance(t, types.Array) for t in arg_types) and fn is not len:
             self.error(f"whole-array call {fname}() is not supported yet", loc=loc,
@@ -849,6 +935,14 @@ class Structurizer:
             return ir.GlobalRef(obj, name=_qualname(obj))
         except (LookupError, AttributeError):
             return ir.Var(var.name)
+
+
+def _is_random(fn):
+    import random
+
+    module = getattr(fn, "__module__", None) or ""
+    return module.startswith("numpy.random") or module == "random" or \
+        isinstance(getattr(fn, "__self__", None), random.Random)
 
 
 def ir_var(name, loc):

@@ -72,14 +72,6 @@ def scratch_in_loop(x, y):
         y[i] = t[0] + t[1]
 
 
-@njit
-def raises_inside(x, y):
-    for i in range(x.shape[0]):
-        if x[i] < -10.0:
-            raise ValueError("x out of range")  # <- refused
-        y[i] = x[i] * 2.0
-
-
 def _a(n=5):
     return np.linspace(0.3, 1.7, n)
 
@@ -92,7 +84,6 @@ REFUSED = [
     ("no_rule_call", no_rule_call, lambda: (_a(), np.zeros(5))),
     ("iterate_array", iterate_array, lambda: (_a(),)),
     ("scratch_in_loop", scratch_in_loop, lambda: (_a(), np.zeros(5))),
-    ("raises_inside", raises_inside, lambda: (_a(), np.zeros(5))),
 ]
 
 

@@ -209,7 +209,7 @@ def test_active_is_none_outside_a_tape():
     assert active() is None
 
 
-def test_nested_tapes_record_into_the_innermost():
+def test_innermost_nested_tape_is_the_active_one():
     with Tape() as outer:
         assert active() is outer
         with Tape() as inner:
