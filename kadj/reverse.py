@@ -211,7 +211,6 @@ class Writer:
         self._last_loc = loc
         src = ""
         try:
-            lines = loc._raw_function_lines if hasattr(loc, "_raw_function_lines") else None
             src = _source_line(loc)
         except Exception:
             src = ""

@@ -2,9 +2,12 @@
 
 Fake kernels with hand-written adjoints (right and deliberately wrong) check the
 checker itself, independently of the code generator: a gradient check that cannot
-fail proves nothing.  The last part runs it on real ``@kadj.differentiate`` kernels.
+fail proves nothing.  Later parts run it on real ``@kadj.differentiate`` kernels, check
+its steps (small parameters, large values), its reports of kinks and ties, and that it
+runs adjoints with bounds checking.
 """
 import math
+import os
 
 import numpy as np
 import pytest
@@ -408,3 +411,262 @@ class Tampered:
 def test_a_tampered_real_adjoint_fails(rng):
     with pytest.raises(AssertionError, match="heat_step_plain"):
         check_grad(Tampered(heat_step), (rng.standard_normal(10), np.zeros(10), 0.3))
+
+
+# ------------------------------------------------ steps relative to each argument
+
+
+# y = u / dx**2, with a grid spacing dx much smaller than 1
+@fake(("u", "y", "dx"), written={1}, read={0})
+def over_spacing(u, y, dx):
+    y[:] = u / (dx * dx)
+
+
+@over_spacing
+def over_spacing(fwd, adj):
+    (u, y, dx), (adj_u, adj_y, adj_dx) = fwd, adj
+    adj_u += adj_y / (dx * dx)
+    adj_dx[0] += np.sum(-2.0 * u / dx ** 3 * adj_y)
+    adj_y[:] = 0.0
+
+
+@fake(("u", "y", "dx"), written={1}, read={0})
+def over_spacing_slightly_wrong(u, y, dx):
+    y[:] = u / (dx * dx)
+
+
+@over_spacing_slightly_wrong
+def over_spacing_slightly_wrong(fwd, adj):
+    (u, y, dx), (adj_u, adj_y, adj_dx) = fwd, adj
+    adj_u += adj_y / (dx * dx)
+    adj_dx[0] += np.sum(-2.0 * u / dx ** 3 * adj_y) * (1.0 + 1e-4)
+    adj_y[:] = 0.0
+
+
+# y = a * sin(x), for x far from zero (the step grows with |x|)
+@fake(("x", "y", "a"), written={1}, read={0})
+def sine_far_out(x, y, a):
+    y[:] = a * np.sin(x)
+
+
+@sine_far_out
+def sine_far_out(fwd, adj):
+    (x, y, a), (adj_x, adj_y, adj_a) = fwd, adj
+    adj_x += a * np.cos(x) * adj_y
+    adj_a[0] += np.sum(np.sin(x) * adj_y)
+    adj_y[:] = 0.0
+
+
+def test_a_small_grid_spacing_gets_a_small_step(rng):
+    args = (rng.standard_normal(5), np.zeros(5), 0.005)
+    result = check_grad(over_spacing, args)
+    assert result.jacobian_checked and result.max_rel_error < 1e-7
+    # the dx column of the finite-difference Jacobian against d(u/dx^2)/ddx
+    jac = numerical_jacobian(over_spacing, args, wrt="dx")
+    np.testing.assert_allclose(jac[:, 0], -2.0 * args[0] / 0.005 ** 3, rtol=1e-8)
+
+
+def test_a_small_error_in_a_small_parameter_still_fails(rng):
+    args = (rng.standard_normal(5), np.zeros(5), 0.005)
+    with pytest.raises(AssertionError, match="argument 'dx'"):
+        check_grad(over_spacing_slightly_wrong, args)
+
+
+def test_truncation_error_is_cleared_by_the_confirming_step(rng):
+    # at |x| ~ 1000 the first step's truncation error (~6e-6 relative) exceeds rtol;
+    # the step four times smaller agrees
+    x = 1000.0 + rng.standard_normal(6)
+    assert check_grad(sine_far_out, (x, np.zeros(6), 1.3)).max_rel_error < 1e-6
+    with pytest.raises(AssertionError, match=r"d\(y after\)/d\(x before\)"):
+        check_grad(scale_wrong_in_one_element, (x, np.zeros(6), 1.3), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- kinks and ties
+
+
+def _clamp_below(x, y):
+    y[:] = np.maximum(x, 0.5)
+
+
+# y = max(x, 0.5); at a tie the adjoint takes the x side
+@fake(("x", "y"), written={1}, read={0})
+def clamp_below(x, y):
+    _clamp_below(x, y)
+
+
+@clamp_below
+def clamp_below(fwd, adj):
+    (x, y), (adj_x, adj_y) = fwd, adj
+    adj_x += np.where(x >= 0.5, adj_y, 0.0)
+    adj_y[:] = 0.0
+
+
+@fake(("x", "y"), written={1}, read={0})
+def clamp_below_wrong_at_tie(x, y):
+    _clamp_below(x, y)
+
+
+@clamp_below_wrong_at_tie
+def clamp_below_wrong_at_tie(fwd, adj):
+    (x, y), (adj_x, adj_y) = fwd, adj
+    adj_x += np.where(x > 0.5, adj_y, np.where(x == 0.5, 3.0 * adj_y, 0.0))
+    adj_y[:] = 0.0
+
+
+# y = x + 0.01 * max(x, 0.5): a kink too small for the inner-product test to see
+@fake(("x", "y"), written={1}, read={0})
+def small_kink(x, y):
+    y[:] = x + 0.01 * np.maximum(x, 0.5)
+
+
+@small_kink
+def small_kink(fwd, adj):
+    (x, y), (adj_x, adj_y) = fwd, adj
+    adj_x += (1.0 + 0.01 * (x >= 0.5)) * adj_y
+    adj_y[:] = 0.0
+
+
+def _with_tie(rng, n, at):
+    x = rng.standard_normal(n)
+    x[at] = 0.5
+    return x
+
+
+def test_a_tie_is_reported_as_a_kink(rng):
+    x = _with_tie(rng, 6, 3)
+    with pytest.raises(AssertionError) as info:
+        check_grad(clamp_below, (x, np.zeros(6)))
+    text = str(info.value)
+    assert "inner-product test for argument 'x'" in text
+    assert ("the function looks non-differentiable (a kink or tie) near this point; "
+            "the adjoint's value is one of the one-sided derivatives") in text.lower()
+    assert "x[3]: one-sided derivatives" in text
+    x[3] = 0.7   # away from the tie the same adjoint passes
+    check_grad(clamp_below, (x, np.zeros(6)))
+
+
+def test_a_wrong_value_at_a_tie_is_neither_one_sided_derivative(rng):
+    with pytest.raises(AssertionError, match=r"kink or tie.*x\[2\].*\(neither\)"):
+        check_grad(clamp_below_wrong_at_tie, (_with_tie(rng, 5, 2), np.zeros(5)))
+
+
+def test_the_jacobian_test_reports_a_kink_with_its_entry(rng):
+    x = _with_tie(rng, 20, 7)
+    with pytest.raises(AssertionError,
+                       match=r"kink or tie.*d\(y\[7\] after\)/d\(x\[7\] before\)"):
+        check_grad(small_kink, (x, np.zeros(20)), rtol=1e-3)
+    x[7] = 0.6
+    check_grad(small_kink, (x, np.zeros(20)), rtol=1e-3)
+
+
+# ------------------------------------------------ real kernels: steps and kinks
+
+if differentiate is not None:
+    @differentiate
+    @njit
+    def diffusion_step(u, u_new, dx, dt):
+        for i in range(1, u.shape[0] - 1):
+            u_new[i] = u[i] + dt * (u[i - 1] - 2.0 * u[i] + u[i + 1]) / (dx * dx)
+
+    @differentiate
+    @njit
+    def floor_at(x, y, floor):
+        for i in range(x.shape[0]):
+            y[i] = max(x[i], floor)
+
+
+class ScaledSlot:
+    """A real kernel whose adjoint is scaled by ``factor`` in adjoint slot ``slot``."""
+
+    def __init__(self, kernel, slot, factor):
+        self.kernel, self.slot, self.factor = kernel, slot, factor
+
+    def adjoint_plan(self, *args):
+        return self.kernel.adjoint_plan(*args)
+
+    def forward(self, *args):
+        return self.kernel.forward(*args)
+
+    def adjoint(self, *args, **kwargs):
+        self.kernel.adjoint(*args, **kwargs)
+        n = len(self.kernel.arg_names)
+        args[n + self.slot][...] *= self.factor
+
+
+@needs_core
+def test_real_kernel_with_a_small_grid_spacing(rng):
+    args = (rng.standard_normal(8), np.zeros(8), 0.005, 1e-5)
+    assert check_grad(diffusion_step, args).max_rel_error < 1e-7
+    # slots: u, u_new, dx, dt; a relative error of 1e-5 in d/d(dx) is caught
+    with pytest.raises(AssertionError, match="argument 'dx'"):
+        check_grad(ScaledSlot(diffusion_step, 2, 1.0 + 1e-5), args)
+
+
+@needs_core
+def test_real_kernel_at_a_tie_reports_the_kink(rng):
+    x = rng.standard_normal(5)
+    x[2] = 0.25
+    with pytest.raises(AssertionError, match=r"kink or tie.*x\[2\]"):
+        check_grad(floor_at, (x, np.zeros(5), 0.25))
+    x[2] = 0.4
+    check_grad(floor_at, (x, np.zeros(5), 0.25))
+
+
+# ------------------------------------------------------------- bounds checking
+
+if differentiate is not None:
+    import dataclasses
+
+    from numba.core import config as numba_config
+
+    @njit
+    def doubled(x, y):
+        for i in range(x.shape[0]):
+            y[i] = 2.0 * x[i]
+
+    def _doubled_adjoint_off_by_one(x, y, adj_x, adj_y):
+        for i in range(x.shape[0]):
+            adj_x[i] += 2.0 * adj_y[i + 1]      # one element past the end
+        for i in range(y.shape[0]):
+            adj_y[i] = 0.0
+
+    class OffByOne(kadj.DifferentiatedKernel):
+        """``doubled`` with a compiled adjoint that reads past the end of adj_y."""
+
+        def __init__(self):
+            super().__init__(doubled)
+            self.broken = njit(_doubled_adjoint_off_by_one)
+
+        def compiled(self, *args):
+            return dataclasses.replace(super().compiled(*args), function=self.broken,
+                                       disk_cached=False)
+
+
+@pytest.fixture
+def no_global_boundscheck(monkeypatch):
+    """Numba's own default (``boundscheck`` per function) instead of the suite's
+    NUMBA_BOUNDSCHECK=1, so that only check_grad's bounds checking is at work."""
+    monkeypatch.delenv("NUMBA_BOUNDSCHECK", raising=False)
+    numba_config.reload_config()
+    assert numba_config.BOUNDSCHECK is None
+    yield
+    monkeypatch.undo()
+    numba_config.reload_config()
+
+
+@needs_core
+def test_check_grad_runs_the_adjoint_with_bounds_checking(rng, no_global_boundscheck):
+    with pytest.raises(AssertionError, match="indexed an array out of bounds") as info:
+        check_grad(OffByOne(), (rng.standard_normal(6), np.zeros(6)))
+    assert "'doubled'" in str(info.value)
+    assert isinstance(info.value.__cause__, IndexError)
+
+
+@needs_core
+def test_the_suite_compiles_with_bounds_checking(rng):
+    # tests/conftest.py sets NUMBA_BOUNDSCHECK=1 unless the environment sets it
+    assert numba_config.BOUNDSCHECK == int(os.environ["NUMBA_BOUNDSCHECK"])
+    kernel, x = OffByOne(), rng.standard_normal(6)
+    if numba_config.BOUNDSCHECK:
+        with pytest.raises(IndexError):
+            kernel.adjoint(x, np.zeros(6), np.zeros(6), np.ones(6))

@@ -8,6 +8,7 @@ import numpy as np
 from numba import njit, prange
 
 from ._example import Example
+from ..sizes import at_least, grid2
 
 
 @njit
@@ -21,6 +22,17 @@ def relu_dense(w, x, b, out):
             out[i] = z
         else:
             out[i] = 0.0
+
+
+def relu_dense_sized(rng, n):
+    """A (rows, cols) weight matrix of about n entries."""
+    rows, cols = grid2(n, smallest=1)
+    w = rng.standard_normal((rows, cols))
+    x = rng.standard_normal(cols)
+    b = rng.standard_normal(rows)
+    z = w @ x + b
+    b = b + np.where(z > 0.0, 0.2, -0.2)          # |pre-activation| >= 0.2
+    return w, x, b, rng.random(rows)
 
 
 def relu_dense_args(rng):
@@ -47,6 +59,14 @@ def mlp_tanh_loss(w1, b1, w2, x, target):
     return 0.5 * (y - target) ** 2
 
 
+def mlp_tanh_loss_sized(rng, n):
+    """A (hidden, inputs) first layer of about n weights, scaled by 1/sqrt(inputs)."""
+    nh, ni = grid2(n, smallest=1)
+    scale = 1.0 / math.sqrt(ni)
+    return (rng.standard_normal((nh, ni)) * scale, rng.standard_normal(nh) * 0.5,
+            rng.standard_normal(nh), rng.standard_normal(ni), 0.7)
+
+
 def mlp_tanh_loss_args(rng):
     return (rng.standard_normal((6, 5)) * 0.5, rng.standard_normal(6) * 0.5,
             rng.standard_normal(6), rng.standard_normal(5), 0.7)
@@ -59,8 +79,13 @@ def gelu(x, out):
         out[i] = 0.5 * x[i] * (1.0 + math.erf(x[i] / math.sqrt(2.0)))
 
 
+def gelu_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.standard_normal(n) * 2.0, np.zeros(n)
+
+
 def gelu_args(rng):
-    return rng.standard_normal(16) * 2.0, np.zeros(16)
+    return gelu_sized(rng, 16)
 
 
 @njit
@@ -70,13 +95,18 @@ def clip(x, out, lo, hi):
         out[i] = min(max(x[i], lo), hi)
 
 
-def clip_args(rng):
+def clip_sized(rng, n):
     # Values at least 0.05 away from lo=-0.5 and hi=0.6.
-    x = rng.uniform(-1.2, 1.2, 20)
+    n = at_least(n, 1)
+    x = rng.uniform(-1.2, 1.2, n)
     for edge in (-0.5, 0.6):
         near = np.abs(x - edge) < 0.05
         x[near] += 0.1
-    return x, np.zeros(20), -0.5, 0.6
+    return x, np.zeros(n), -0.5, 0.6
+
+
+def clip_args(rng):
+    return clip_sized(rng, 20)
 
 
 @njit
@@ -89,13 +119,22 @@ def inplace_update(x, y, a, b):
         y[i] /= 1.0 + x[i] * x[i]
 
 
+def inplace_update_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.standard_normal(n), rng.standard_normal(n), 1.3, 0.4
+
+
 def inplace_update_args(rng):
-    return rng.standard_normal(12), rng.standard_normal(12), 1.3, 0.4
+    return inplace_update_sized(rng, 12)
+
+
+def inplace_update_f32_sized(rng, n):
+    x, y, a, b = inplace_update_sized(rng, n)
+    return x.astype(np.float32), y.astype(np.float32), np.float32(a), np.float32(b)
 
 
 def inplace_update_f32_args(rng):
-    x, y, a, b = inplace_update_args(rng)
-    return x.astype(np.float32), y.astype(np.float32), np.float32(a), np.float32(b)
+    return inplace_update_f32_sized(rng, 12)
 
 
 @njit
@@ -112,11 +151,16 @@ def to_polar(x, y, r, theta):
         theta[i] = ti
 
 
-def to_polar_args(rng):
+def to_polar_sized(rng, n):
     # Angles in (-0.8 pi, 0.8 pi): away from atan2's branch cut on the negative x axis.
-    ang = rng.uniform(-0.8 * np.pi, 0.8 * np.pi, 10)
-    rad = rng.uniform(0.5, 2.0, 10)
-    return rad * np.cos(ang), rad * np.sin(ang), np.zeros(10), np.zeros(10)
+    n = at_least(n, 1)
+    ang = rng.uniform(-0.8 * np.pi, 0.8 * np.pi, n)
+    rad = rng.uniform(0.5, 2.0, n)
+    return rad * np.cos(ang), rad * np.sin(ang), np.zeros(n), np.zeros(n)
+
+
+def to_polar_args(rng):
+    return to_polar_sized(rng, 10)
 
 
 @njit
@@ -133,8 +177,13 @@ def rotate_points(pts, out, angle):
         out[i, 1] = s * pts[i, 0] + c * pts[i, 1]
 
 
+def rotate_points_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.standard_normal((n, 2)), np.zeros((n, 2)), 0.7
+
+
 def rotate_points_args(rng):
-    return rng.standard_normal((8, 2)), np.zeros((8, 2)), 0.7
+    return rotate_points_sized(rng, 8)
 
 
 @njit
@@ -148,6 +197,16 @@ def budget_sum(cost, value, budget):
         spent += cost[i]
         total += value[i] * math.sqrt(cost[i])
     return total
+
+
+def budget_sum_sized(rng, n):
+    """n items; the budget runs out after about 3/5 of them, midway between two
+    cumulative costs."""
+    n = at_least(n, 2)
+    cost = rng.uniform(0.5, 1.5, n)
+    c = np.cumsum(cost)
+    k = min(n - 2, (3 * n) // 5)
+    return cost, rng.standard_normal(n), float(0.5 * (c[k] + c[k + 1]))
 
 
 def budget_sum_args(rng):
@@ -170,9 +229,14 @@ def masked_log_sum(x, mask):
     return s
 
 
+def masked_log_sum_sized(rng, n):
+    n = at_least(n, 1)
+    sign = np.where(rng.random(n) < 0.3, -1.0, 1.0)
+    return sign * rng.uniform(0.2, 3.0, n), (rng.random(n) < 0.7).astype(np.int64)
+
+
 def masked_log_sum_args(rng):
-    sign = np.where(rng.random(20) < 0.3, -1.0, 1.0)
-    return sign * rng.uniform(0.2, 3.0, 20), (rng.random(20) < 0.7).astype(np.int64)
+    return masked_log_sum_sized(rng, 20)
 
 
 @njit
@@ -184,6 +248,18 @@ def first_crossing(x, thresh):
         if x[i] > thresh:
             return (i - 1) + (thresh - x[i - 1]) / (x[i] - x[i - 1])
     return -1.0
+
+
+def first_crossing_sized(rng, n):
+    """n samples rising from 0 to 2, first crossing 1.0 near the middle by a clear
+    margin."""
+    n = at_least(n, 2)
+    x = np.linspace(0.0, 2.0, n) + 0.05 * rng.standard_normal(n)
+    k = max(1, n // 2)
+    x[:k] = np.minimum(x[:k], 0.8)
+    x[k - 1] = 0.8 - 0.1 * rng.random()
+    x[k] = 1.2 + 0.1 * rng.random()
+    return x, 1.0
 
 
 def first_crossing_args(rng):
@@ -201,8 +277,13 @@ def damped_tanh_parallel(x, y, out, a):
         out[i] = a * x[i] * math.exp(-y[i]) + math.tanh(x[i])
 
 
+def damped_tanh_parallel_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.standard_normal(n), rng.random(n), np.zeros(n), 0.8
+
+
 def damped_tanh_parallel_args(rng):
-    return rng.standard_normal(32), rng.random(32), np.zeros(32), 0.8
+    return damped_tanh_parallel_sized(rng, 32)
 
 
 @njit
@@ -217,10 +298,15 @@ def soft_threshold(x, out, lam):
             out[i] = 0.0
 
 
-def soft_threshold_args(rng):
+def soft_threshold_sized(rng, n):
     # |x| in [0, 0.4] or [0.6, 2]: away from lam = 0.5.
-    mag = np.where(rng.random(16) < 0.4, rng.uniform(0.0, 0.4, 16), rng.uniform(0.6, 2.0, 16))
-    return np.where(rng.random(16) < 0.5, -mag, mag), rng.random(16), 0.5
+    n = at_least(n, 1)
+    mag = np.where(rng.random(n) < 0.4, rng.uniform(0.0, 0.4, n), rng.uniform(0.6, 2.0, n))
+    return np.where(rng.random(n) < 0.5, -mag, mag), rng.random(n), 0.5
+
+
+def soft_threshold_args(rng):
+    return soft_threshold_sized(rng, 16)
 
 
 @njit
@@ -240,8 +326,13 @@ def swish(x, out, beta):
         out[i] = _swish(x[i], beta)
 
 
+def swish_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.standard_normal(n) * 2.0, np.zeros(n), 1.3
+
+
 def swish_args(rng):
-    return rng.standard_normal(14) * 2.0, np.zeros(14), 1.3
+    return swish_sized(rng, 14)
 
 
 @njit
@@ -251,8 +342,17 @@ def interleaved_magnitude(z, out):
         out[i] = math.hypot(z[2 * i], z[2 * i + 1])
 
 
+def interleaved_magnitude_sized(rng, n):
+    """n complex numbers."""
+    n = at_least(n, 1)
+    z = (rng.standard_normal(2 * n) + 0.5).reshape(n, 2)
+    r = np.hypot(z[:, 0], z[:, 1])
+    z[r < 0.1] *= (0.1 / r[r < 0.1])[:, None]       # |z| >= 0.1: away from hypot's kink
+    return z.ravel(), np.zeros(n)
+
+
 def interleaved_magnitude_args(rng):
-    return rng.standard_normal(24) + 0.5, np.zeros(12)
+    return interleaved_magnitude_sized(rng, 12)
 
 
 @njit
@@ -262,32 +362,53 @@ def power_law(x, out, c, p):
         out[i] = c * x[i] ** p
 
 
+def power_law_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.uniform(0.5, 3.0, n), np.zeros(n), 1.7, 1.5
+
+
 def power_law_args(rng):
-    return rng.uniform(0.5, 3.0, 12), np.zeros(12), 1.7, 1.5
+    return power_law_sized(rng, 12)
 
 
 EXAMPLES = [
-    Example("relu_dense", relu_dense, relu_dense_args, tags=("nn", "2d", "branch")),
+    Example("relu_dense", relu_dense, relu_dense_args, tags=("nn", "2d", "branch"),
+            sized=relu_dense_sized),
     Example("mlp_tanh_loss", mlp_tanh_loss, mlp_tanh_loss_args,
-            tags=("nn", "2d", "scratch", "returns")),
-    Example("gelu", gelu, gelu_args, tags=("nn", "math")),
-    Example("clip", clip, clip_args, tags=("branch", "minmax")),
-    Example("inplace_update", inplace_update, inplace_update_args, tags=("inplace",)),
+            tags=("nn", "2d", "scratch", "returns"),
+            sized=mlp_tanh_loss_sized),
+    Example("gelu", gelu, gelu_args, tags=("nn", "math"),
+            sized=gelu_sized),
+    Example("clip", clip, clip_args, tags=("branch", "minmax"),
+            sized=clip_sized),
+    Example("inplace_update", inplace_update, inplace_update_args, tags=("inplace",),
+            sized=inplace_update_sized),
     Example("inplace_update_f32", inplace_update, inplace_update_f32_args,
-            tags=("inplace", "float32")),
-    Example("to_polar", to_polar, to_polar_args, tags=("helper", "tuple", "math")),
+            tags=("inplace", "float32"),
+            sized=inplace_update_f32_sized),
+    Example("to_polar", to_polar, to_polar_args, tags=("helper", "tuple", "math"),
+            sized=to_polar_sized),
     Example("rotate_points", rotate_points, rotate_points_args,
-            tags=("helper", "tuple", "2d")),
-    Example("budget_sum", budget_sum, budget_sum_args, tags=("break", "returns")),
+            tags=("helper", "tuple", "2d"),
+            sized=rotate_points_sized),
+    Example("budget_sum", budget_sum, budget_sum_args, tags=("break", "returns"),
+            sized=budget_sum_sized),
     Example("masked_log_sum", masked_log_sum, masked_log_sum_args,
-            tags=("continue", "returns", "int_args")),
+            tags=("continue", "returns", "int_args"),
+            sized=masked_log_sum_sized),
     Example("first_crossing", first_crossing, first_crossing_args,
-            tags=("early_return", "returns")),
-    Example("soft_threshold", soft_threshold, soft_threshold_args, tags=("branch",)),
-    Example("swish", swish, swish_args, tags=("nn", "helper")),
+            tags=("early_return", "returns"),
+            sized=first_crossing_sized),
+    Example("soft_threshold", soft_threshold, soft_threshold_args, tags=("branch",),
+            sized=soft_threshold_sized),
+    Example("swish", swish, swish_args, tags=("nn", "helper"),
+            sized=swish_sized),
     Example("interleaved_magnitude", interleaved_magnitude, interleaved_magnitude_args,
-            tags=("math",)),
-    Example("power_law", power_law, power_law_args, tags=("math",)),
+            tags=("math",),
+            sized=interleaved_magnitude_sized),
+    Example("power_law", power_law, power_law_args, tags=("math",),
+            sized=power_law_sized),
     Example("damped_tanh_parallel", damped_tanh_parallel, damped_tanh_parallel_args,
-            tags=("parallel",)),
+            tags=("parallel",),
+            sized=damped_tanh_parallel_sized),
 ]

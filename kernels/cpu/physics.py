@@ -7,6 +7,7 @@ import numpy as np
 from numba import njit
 
 from ._example import Example
+from ..sizes import at_least, pairs_to_points
 
 
 @njit
@@ -31,6 +32,12 @@ def nbody_accel(pos, mass, acc, soft2):
         acc[i, 0] = ax
         acc[i, 1] = ay
         acc[i, 2] = az
+
+
+def nbody_accel_sized(rng, n):
+    """About n pairs of bodies."""
+    p = pairs_to_points(n)
+    return rng.standard_normal((p, 3)), rng.uniform(0.5, 1.5, p), np.zeros((p, 3)), 0.05
 
 
 def nbody_accel_args(rng):
@@ -67,6 +74,22 @@ def lj_energy_args(rng):
     return pos, 1.0, 1.0, float(rcut)
 
 
+def lj_energy_sized(rng, n):
+    """About n pairs of atoms: a jittered square lattice (spacing 1.2, jitter small
+    enough that distance shells stay apart), cut off between the shells at 1.2*sqrt(2)
+    and 2.4, at the middle of the widest gap between pair distances there."""
+    p = pairs_to_points(n, smallest=4)
+    side = int(math.ceil(math.sqrt(p)))
+    g = np.array([(a, b) for a in range(side) for b in range(side)][:p], dtype=np.float64)
+    pos = 1.2 * g + 0.02 * rng.standard_normal((p, 2))
+    diff = pos[:, None, :] - pos[None, :, :]
+    d = np.sort(np.sqrt((diff ** 2).sum(-1))[np.triu_indices(p, 1)])
+    d = d[(d > 1.8) & (d < 2.3)]
+    edges = np.concatenate([[1.8], d, [2.3]])
+    k = int(np.argmax(np.diff(edges)))
+    return pos, 1.0, 1.0, float(0.5 * (edges[k] + edges[k + 1]))
+
+
 @njit
 def spring_chain_energy(x, y, k, rest):
     """Elastic energy of a 2-D chain of springs, lengths by math.hypot."""
@@ -76,6 +99,26 @@ def spring_chain_energy(x, y, k, rest):
         stretch = length - rest
         energy += 0.5 * k * stretch * stretch
     return energy
+
+
+def _walk(rng, n, length, turn):
+    """A 2-D chain of n points centred on the origin: bonds of ``length`` (+-10%),
+    each turning left or right by ``turn`` radians (+-0.05) from the one before, so
+    its extent grows like sqrt(n) and finite-difference steps, relative to the
+    coordinates, stay small against the bonds."""
+    turns = np.where(rng.random(n) < 0.5, -1.0, 1.0) * (turn + 0.05 * rng.uniform(-1, 1, n))
+    heading = np.cumsum(turns)
+    bonds = length * rng.uniform(0.9, 1.1, n)
+    pos = np.zeros((n, 2))
+    pos[1:, 0] = np.cumsum(bonds[1:] * np.cos(heading[1:]))
+    pos[1:, 1] = np.cumsum(bonds[1:] * np.sin(heading[1:]))
+    return pos - pos.mean(axis=0)
+
+
+def spring_chain_energy_sized(rng, n):
+    """A chain of n points wandering in the plane (bonds 0.9 to 1.1, rest 0.9)."""
+    pos = _walk(rng, at_least(n, 2), 1.0, 1.0)
+    return pos[:, 0].copy(), pos[:, 1].copy(), 3.0, 0.9
 
 
 def spring_chain_energy_args(rng):
@@ -111,8 +154,13 @@ def velocity_verlet(x, v, k, m, dt, nsteps):
             v[i] += 0.5 * dt * a[i]
 
 
+def velocity_verlet_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.standard_normal(n), rng.standard_normal(n), 2.0, 1.5, 0.1, 5
+
+
 def velocity_verlet_args(rng):
-    return rng.standard_normal(7), rng.standard_normal(7), 2.0, 1.5, 0.1, 5
+    return velocity_verlet_sized(rng, 7)
 
 
 @njit
@@ -126,6 +174,12 @@ def bond_angles(pos, angles):
         angles[i] = math.atan2(ax * by - ay * bx, ax * bx + ay * by)
 
 
+def bond_angles_sized(rng, n):
+    """A chain of n atoms wandering in the plane, every bond angle near +-110 degrees
+    (turns of +-70), far from atan2's branch cut at 180."""
+    return _walk(rng, at_least(n, 3), 0.8, math.radians(70.0)), np.zeros(at_least(n, 3))
+
+
 def bond_angles_args(rng):
     # A zig-zag chain: every angle near +-110 degrees, far from the branch cut.
     n = 9
@@ -137,12 +191,17 @@ def bond_angles_args(rng):
 
 EXAMPLES = [
     Example("nbody_accel", nbody_accel, nbody_accel_args,
-            tags=("physics", "2d", "continue")),
+            tags=("physics", "2d", "continue"),
+            sized=nbody_accel_sized),
     Example("lj_energy", lj_energy, lj_energy_args,
-            tags=("physics", "2d", "returns", "continue", "branch")),
+            tags=("physics", "2d", "returns", "continue", "branch"),
+            sized=lj_energy_sized),
     Example("spring_chain_energy", spring_chain_energy, spring_chain_energy_args,
-            tags=("physics", "returns")),
+            tags=("physics", "returns"),
+            sized=spring_chain_energy_sized),
     Example("velocity_verlet", velocity_verlet, velocity_verlet_args,
-            tags=("physics", "ode", "scratch", "helper", "inplace", "int_args")),
-    Example("bond_angles", bond_angles, bond_angles_args, tags=("physics", "2d")),
+            tags=("physics", "ode", "scratch", "helper", "inplace", "int_args"),
+            sized=velocity_verlet_sized),
+    Example("bond_angles", bond_angles, bond_angles_args, tags=("physics", "2d"),
+            sized=bond_angles_sized),
 ]

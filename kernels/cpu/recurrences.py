@@ -11,6 +11,7 @@ import numpy as np
 from numba import njit
 
 from ._example import Example
+from ..sizes import at_least
 
 
 @njit
@@ -20,8 +21,13 @@ def linear_recurrence(y, x, a):
         y[i] = a * y[i - 1] + x[i]
 
 
+def linear_recurrence_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.random(n), rng.random(n), 0.8
+
+
 def linear_recurrence_args(rng):
-    return rng.random(20), rng.random(20), 0.8
+    return linear_recurrence_sized(rng, 20)
 
 
 @njit
@@ -36,8 +42,13 @@ def iir_biquad(x, y, b0, b1, b2, a1, a2):
         y[i] = acc
 
 
+def iir_biquad_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.standard_normal(n), np.zeros(n), 0.3, 0.4, 0.2, -0.5, 0.2
+
+
 def iir_biquad_args(rng):
-    return rng.standard_normal(24), np.zeros(24), 0.3, 0.4, 0.2, -0.5, 0.2
+    return iir_biquad_sized(rng, 24)
 
 
 @njit
@@ -49,8 +60,13 @@ def cumulative_sum(x, out):
         out[i] = s
 
 
+def cumulative_sum_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.standard_normal(n), rng.random(n)
+
+
 def cumulative_sum_args(rng):
-    return rng.standard_normal(15), rng.random(15)
+    return cumulative_sum_sized(rng, 15)
 
 
 @njit
@@ -64,8 +80,13 @@ def moving_average(x, out, width):
         out[i] = s / width
 
 
+def moving_average_sized(rng, n):
+    n = at_least(n, 4)
+    return rng.standard_normal(n), np.zeros(n), 4
+
+
 def moving_average_args(rng):
-    return rng.standard_normal(20), np.zeros(20), 4
+    return moving_average_sized(rng, 20)
 
 
 @njit
@@ -78,8 +99,13 @@ def exp_moving_average(x, out, alpha):
         out[i] = s
 
 
+def exp_moving_average_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.standard_normal(n), np.zeros(n), 0.3
+
+
 def exp_moving_average_args(rng):
-    return rng.standard_normal(18), np.zeros(18), 0.3
+    return exp_moving_average_sized(rng, 18)
 
 
 @njit
@@ -93,13 +119,23 @@ def horner(coeffs, x, y):
         y[i] = acc
 
 
+def horner_sized(rng, n):
+    """n evaluation points of a degree-5 polynomial."""
+    n = at_least(n, 1)
+    return rng.standard_normal(6), rng.uniform(-1.0, 1.0, n), np.zeros(n)
+
+
 def horner_args(rng):
-    return rng.standard_normal(6), rng.uniform(-1.0, 1.0, 16), np.zeros(16)
+    return horner_sized(rng, 16)
+
+
+def horner_f32_sized(rng, n):
+    c, x, y = horner_sized(rng, n)
+    return c.astype(np.float32), x.astype(np.float32), y.astype(np.float32)
 
 
 def horner_f32_args(rng):
-    c, x, y = horner_args(rng)
-    return c.astype(np.float32), x.astype(np.float32), y.astype(np.float32)
+    return horner_f32_sized(rng, 16)
 
 
 @njit
@@ -126,8 +162,13 @@ def rk4_pendulum(theta, omega, g_over_l, gamma, dt, nsteps):
         omega[i] = om
 
 
+def rk4_pendulum_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.uniform(-1.0, 1.0, n), rng.uniform(-0.5, 0.5, n), 9.81, 0.3, 0.05, 8
+
+
 def rk4_pendulum_args(rng):
-    return rng.uniform(-1.0, 1.0, 6), rng.uniform(-0.5, 0.5, 6), 9.81, 0.3, 0.05, 8
+    return rk4_pendulum_sized(rng, 6)
 
 
 @njit
@@ -173,8 +214,13 @@ def rk4_chain(x, v, k, dt, nsteps):
             v[i] += dt / 6.0 * (k1v[i] + 2.0 * k2v[i] + 2.0 * k3v[i] + k4v[i])
 
 
+def rk4_chain_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.uniform(-0.5, 0.5, n), rng.uniform(-0.5, 0.5, n), 2.0, 0.1, 4
+
+
 def rk4_chain_args(rng):
-    return rng.uniform(-0.5, 0.5, 6), rng.uniform(-0.5, 0.5, 6), 2.0, 0.1, 4
+    return rk4_chain_sized(rng, 6)
 
 
 @njit
@@ -187,8 +233,13 @@ def newton_sqrt(a, out, niter):
         out[i] = x
 
 
+def newton_sqrt_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.uniform(0.5, 4.0, n), np.zeros(n), 6
+
+
 def newton_sqrt_args(rng):
-    return rng.uniform(0.5, 4.0, 12), np.zeros(12), 6
+    return newton_sqrt_sized(rng, 12)
 
 
 @njit
@@ -202,8 +253,13 @@ def kepler_solve(mean_anomaly, ecc, ecc_anomaly):
         ecc_anomaly[i] = e
 
 
+def kepler_solve_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.uniform(0.1, 3.0, n), 0.3, np.zeros(n)
+
+
 def kepler_solve_args(rng):
-    return rng.uniform(0.1, 3.0, 10), 0.3, np.zeros(10)
+    return kepler_solve_sized(rng, 10)
 
 
 @njit
@@ -218,8 +274,13 @@ def fixed_point_cos(p, out, n):
         out[i] = x
 
 
+def fixed_point_cos_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.uniform(0.5, 1.5, n), np.zeros(n), 12
+
+
 def fixed_point_cos_args(rng):
-    return rng.uniform(0.5, 1.5, 8), np.zeros(8), 12
+    return fixed_point_cos_sized(rng, 8)
 
 
 @njit
@@ -234,9 +295,14 @@ def euler_until(y0, out, rate, dt, t_end):
         out[i] = y
 
 
-def euler_until_args(rng):
+def euler_until_sized(rng, n):
     # 0.55 / 0.1: six steps, t never near t_end.
-    return rng.random(9), np.zeros(9), 1.5, 0.1, 0.55
+    n = at_least(n, 1)
+    return rng.random(n), np.zeros(n), 1.5, 0.1, 0.55
+
+
+def euler_until_args(rng):
+    return euler_until_sized(rng, 9)
 
 
 @njit
@@ -254,9 +320,14 @@ def newton_cbrt_converge(a, out, tol, maxit):
         out[i] = x
 
 
-def newton_cbrt_converge_args(rng):
+def newton_cbrt_converge_sized(rng, n):
     # tol is a float but not an input to differentiate: wrt=("a",).
-    return rng.uniform(0.5, 8.0, 10), np.zeros(10), 1e-13, 50
+    n = at_least(n, 1)
+    return rng.uniform(0.5, 8.0, n), np.zeros(n), 1e-13, 50
+
+
+def newton_cbrt_converge_args(rng):
+    return newton_cbrt_converge_sized(rng, 10)
 
 
 @njit
@@ -276,38 +347,104 @@ def thomas_solve(lower, diag, upper, rhs, x):
         x[i] = d[i] - c[i] * x[i + 1]
 
 
-def thomas_solve_args(rng):
-    n = 10
+def thomas_solve_sized(rng, n):
+    """One diagonally dominant system of n unknowns."""
+    n = at_least(n, 1)
     lower = rng.uniform(-1.0, 1.0, n)
     upper = rng.uniform(-1.0, 1.0, n)
     diag = 3.0 + rng.random(n)                 # diagonally dominant
     return lower, diag, upper, rng.standard_normal(n), np.zeros(n)
 
 
+def thomas_solve_args(rng):
+    return thomas_solve_sized(rng, 10)
+
+
+@njit
+def thomas_batched(lower, diag, upper, rhs, x):
+    """Thomas solves of many tridiagonal systems (one per row): the sweeps carry their
+    last coefficients and unknown in scalars, the scratch rows are shared."""
+    nsys, n = diag.shape
+    c = np.empty(n)
+    d = np.empty(n)
+    for s in range(nsys):
+        cp = upper[s, 0] / diag[s, 0]
+        dp = rhs[s, 0] / diag[s, 0]
+        c[0] = cp
+        d[0] = dp
+        for i in range(1, n):
+            denom = diag[s, i] - lower[s, i] * cp
+            cp = upper[s, i] / denom
+            dp = (rhs[s, i] - lower[s, i] * dp) / denom
+            c[i] = cp
+            d[i] = dp
+        xi = dp
+        x[s, n - 1] = xi
+        for i in range(n - 2, -1, -1):
+            xi = d[i] - c[i] * xi
+            x[s, i] = xi
+
+
+def thomas_batched_shaped(rng, nsys, n):
+    """nsys diagonally dominant systems of n unknowns each."""
+    shape = (at_least(nsys, 1), at_least(n, 1))
+    lower = rng.uniform(-1.0, 1.0, shape)
+    upper = rng.uniform(-1.0, 1.0, shape)
+    diag = 3.0 + rng.random(shape)
+    return lower, diag, upper, rng.standard_normal(shape), np.zeros(shape)
+
+
+def thomas_batched_sized(rng, n):
+    """n systems of 6 unknowns."""
+    return thomas_batched_shaped(rng, n, 6)
+
+
+def thomas_batched_args(rng):
+    return thomas_batched_shaped(rng, 5, 6)
+
+
 EXAMPLES = [
     Example("linear_recurrence", linear_recurrence, linear_recurrence_args,
-            tags=("recurrence", "inplace")),
-    Example("iir_biquad", iir_biquad, iir_biquad_args, tags=("recurrence",)),
+            tags=("recurrence", "inplace"),
+            sized=linear_recurrence_sized),
+    Example("iir_biquad", iir_biquad, iir_biquad_args, tags=("recurrence",),
+            sized=iir_biquad_sized),
     Example("cumulative_sum", cumulative_sum, cumulative_sum_args,
-            tags=("recurrence",)),
+            tags=("recurrence",),
+            sized=cumulative_sum_sized),
     Example("moving_average", moving_average, moving_average_args,
-            tags=("int_args",)),
+            tags=("int_args",),
+            sized=moving_average_sized),
     Example("exp_moving_average", exp_moving_average, exp_moving_average_args,
-            tags=("recurrence",)),
-    Example("horner", horner, horner_args, tags=("recurrence",)),
-    Example("horner_f32", horner, horner_f32_args, tags=("recurrence", "float32")),
+            tags=("recurrence",),
+            sized=exp_moving_average_sized),
+    Example("horner", horner, horner_args, tags=("recurrence",),
+            sized=horner_sized),
+    Example("horner_f32", horner, horner_f32_args, tags=("recurrence", "float32"),
+            sized=horner_f32_sized),
     Example("rk4_pendulum", rk4_pendulum, rk4_pendulum_args,
-            tags=("ode", "helper", "tuple", "int_args", "inplace")),
+            tags=("ode", "helper", "tuple", "int_args", "inplace"),
+            sized=rk4_pendulum_sized),
     Example("rk4_chain", rk4_chain, rk4_chain_args,
-            tags=("ode", "helper", "scratch", "int_args", "inplace")),
+            tags=("ode", "helper", "scratch", "int_args", "inplace"),
+            sized=rk4_chain_sized),
     Example("newton_sqrt", newton_sqrt, newton_sqrt_args,
-            tags=("newton", "int_args")),
-    Example("kepler_solve", kepler_solve, kepler_solve_args, tags=("newton",)),
+            tags=("newton", "int_args"),
+            sized=newton_sqrt_sized),
+    Example("kepler_solve", kepler_solve, kepler_solve_args, tags=("newton",),
+            sized=kepler_solve_sized),
     Example("fixed_point_cos", fixed_point_cos, fixed_point_cos_args,
-            tags=("while", "int_args")),
-    Example("euler_until", euler_until, euler_until_args, tags=("while", "ode")),
+            tags=("while", "int_args"),
+            sized=fixed_point_cos_sized),
+    Example("euler_until", euler_until, euler_until_args, tags=("while", "ode"),
+            sized=euler_until_sized),
     Example("newton_cbrt_converge", newton_cbrt_converge, newton_cbrt_converge_args,
-            wrt=("a",), tags=("newton", "while", "break", "int_args", "wrt")),
+            wrt=("a",), tags=("newton", "while", "break", "int_args", "wrt"),
+            sized=newton_cbrt_converge_sized),
     Example("thomas_solve", thomas_solve, thomas_solve_args,
-            tags=("recurrence", "scratch")),
+            tags=("recurrence", "scratch"),
+            sized=thomas_solve_sized),
+    Example("thomas_batched", thomas_batched, thomas_batched_args,
+            tags=("recurrence", "scratch", "2d"),
+            sized=thomas_batched_sized),
 ]

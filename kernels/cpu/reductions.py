@@ -7,6 +7,7 @@ import numpy as np
 from numba import njit
 
 from ._example import Example
+from ..sizes import at_least
 
 
 @njit
@@ -18,13 +19,22 @@ def dot(x, y):
     return s
 
 
+def dot_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.standard_normal(n), rng.standard_normal(n)
+
+
 def dot_args(rng):
-    return rng.standard_normal(30), rng.standard_normal(30)
+    return dot_sized(rng, 30)
+
+
+def dot_f32_sized(rng, n):
+    x, y = dot_sized(rng, n)
+    return x.astype(np.float32), y.astype(np.float32)
 
 
 def dot_f32_args(rng):
-    x, y = dot_args(rng)
-    return x.astype(np.float32), y.astype(np.float32)
+    return dot_f32_sized(rng, 30)
 
 
 @njit
@@ -36,8 +46,12 @@ def l2_norm(x):
     return math.sqrt(s)
 
 
+def l2_norm_sized(rng, n):
+    return (rng.standard_normal(at_least(n, 1)),)
+
+
 def l2_norm_args(rng):
-    return (rng.standard_normal(25),)
+    return l2_norm_sized(rng, 25)
 
 
 @njit
@@ -56,13 +70,22 @@ def softmax(x, out):
         out[i] /= s
 
 
+def softmax_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.standard_normal(n) * 2.0, np.zeros(n)
+
+
 def softmax_args(rng):
-    return rng.standard_normal(12) * 2.0, np.zeros(12)
+    return softmax_sized(rng, 12)
+
+
+def softmax_f32_sized(rng, n):
+    x, out = softmax_sized(rng, n)
+    return x.astype(np.float32), out.astype(np.float32)
 
 
 def softmax_f32_args(rng):
-    x, out = softmax_args(rng)
-    return x.astype(np.float32), out.astype(np.float32)
+    return softmax_f32_sized(rng, 12)
 
 
 @njit
@@ -77,8 +100,12 @@ def logsumexp(x):
     return m + np.log(s)
 
 
+def logsumexp_sized(rng, n):
+    return (rng.standard_normal(at_least(n, 1)) * 3.0,)
+
+
 def logsumexp_args(rng):
-    return (rng.standard_normal(20) * 3.0,)
+    return logsumexp_sized(rng, 20)
 
 
 @njit
@@ -98,13 +125,17 @@ def huber_loss(pred, target, delta):
     return total / n
 
 
-def huber_loss_args(rng):
+def huber_loss_sized(rng, n):
     # Residuals with |r| in [0.05, 0.8] or [1.2, 3]: away from 0 and from delta=1.
-    n = 20
+    n = at_least(n, 1)
     mag = np.where(rng.random(n) < 0.5, rng.uniform(0.05, 0.8, n), rng.uniform(1.2, 3.0, n))
     sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
     target = rng.standard_normal(n)
     return target + sign * mag, target, 1.0
+
+
+def huber_loss_args(rng):
+    return huber_loss_sized(rng, 20)
 
 
 @njit
@@ -118,8 +149,12 @@ def gaussian_nll(x, mu, log_sigma):
     return total
 
 
+def gaussian_nll_sized(rng, n):
+    return rng.standard_normal(at_least(n, 1)) + 0.5, 0.3, -0.2
+
+
 def gaussian_nll_args(rng):
-    return rng.standard_normal(16) + 0.5, 0.3, -0.2
+    return gaussian_nll_sized(rng, 16)
 
 
 @njit
@@ -138,8 +173,13 @@ def weighted_variance(x, w):
     return acc / sw
 
 
+def weighted_variance_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.standard_normal(n), rng.uniform(0.2, 1.0, n)
+
+
 def weighted_variance_args(rng):
-    return rng.standard_normal(14), rng.uniform(0.2, 1.0, 14)
+    return weighted_variance_sized(rng, 14)
 
 
 @njit
@@ -155,9 +195,14 @@ def logistic_loss(logits, labels):
     return total
 
 
+def logistic_loss_sized(rng, n):
+    n = at_least(n, 1)
+    sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    return sign * rng.uniform(0.1, 3.0, n), (rng.random(n) < 0.5).astype(np.float64)
+
+
 def logistic_loss_args(rng):
-    sign = np.where(rng.random(18) < 0.5, -1.0, 1.0)
-    return sign * rng.uniform(0.1, 3.0, 18), (rng.random(18) < 0.5).astype(np.float64)
+    return logistic_loss_sized(rng, 18)
 
 
 @njit
@@ -171,24 +216,81 @@ def mse_loss_into(u, target, loss):
     loss[0] = acc / n
 
 
+def mse_loss_into_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.standard_normal(n), rng.standard_normal(n), np.zeros(1)
+
+
 def mse_loss_into_args(rng):
-    return rng.standard_normal(20), rng.standard_normal(20), np.zeros(1)
+    return mse_loss_into_sized(rng, 20)
+
+
+@njit
+def softmax_cross_entropy(logits, labels):
+    """Mean cross-entropy of softmax(logits[b]) against integer labels; each row's
+    softmax is written into a scratch row first (max-shifted, the max by a branch)."""
+    batch, classes = logits.shape
+    p = np.empty(classes)
+    total = 0.0
+    for b in range(batch):
+        m = logits[b, 0]
+        for j in range(1, classes):
+            if logits[b, j] > m:
+                m = logits[b, j]
+        s = 0.0
+        for j in range(classes):
+            p[j] = math.exp(logits[b, j] - m)
+            s += p[j]
+        for j in range(classes):
+            p[j] /= s
+        total -= math.log(p[labels[b]])
+    return total / batch
+
+
+def softmax_cross_entropy_shaped(rng, batch, classes):
+    """(batch, classes) logits with distinct entries per row, labels in range."""
+    batch, classes = at_least(batch, 1), at_least(classes, 1)
+    logits = rng.standard_normal((batch, classes)) * 2.0
+    return logits, rng.integers(0, classes, batch).astype(np.int64)
+
+
+def softmax_cross_entropy_sized(rng, n):
+    """n samples of 17 classes."""
+    return softmax_cross_entropy_shaped(rng, n, 17)
+
+
+def softmax_cross_entropy_args(rng):
+    return softmax_cross_entropy_shaped(rng, 5, 6)
 
 
 EXAMPLES = [
-    Example("dot", dot, dot_args, tags=("reduction", "returns")),
-    Example("dot_f32", dot, dot_f32_args, tags=("reduction", "returns", "float32")),
-    Example("l2_norm", l2_norm, l2_norm_args, tags=("reduction", "returns")),
-    Example("softmax", softmax, softmax_args, tags=("branch", "inplace")),
-    Example("softmax_f32", softmax, softmax_f32_args, tags=("branch", "float32")),
-    Example("mse_loss_into", mse_loss_into, mse_loss_into_args, tags=("reduction",)),
-    Example("logsumexp", logsumexp, logsumexp_args, tags=("reduction", "returns")),
+    Example("dot", dot, dot_args, tags=("reduction", "returns"),
+            sized=dot_sized),
+    Example("dot_f32", dot, dot_f32_args, tags=("reduction", "returns", "float32"),
+            sized=dot_f32_sized),
+    Example("l2_norm", l2_norm, l2_norm_args, tags=("reduction", "returns"),
+            sized=l2_norm_sized),
+    Example("softmax", softmax, softmax_args, tags=("branch", "inplace"),
+            sized=softmax_sized),
+    Example("softmax_f32", softmax, softmax_f32_args, tags=("branch", "float32"),
+            sized=softmax_f32_sized),
+    Example("mse_loss_into", mse_loss_into, mse_loss_into_args, tags=("reduction",),
+            sized=mse_loss_into_sized),
+    Example("logsumexp", logsumexp, logsumexp_args, tags=("reduction", "returns"),
+            sized=logsumexp_sized),
     Example("huber_loss", huber_loss, huber_loss_args,
-            tags=("reduction", "returns", "branch", "helper")),
+            tags=("reduction", "returns", "branch", "helper"),
+            sized=huber_loss_sized),
     Example("gaussian_nll", gaussian_nll, gaussian_nll_args,
-            tags=("reduction", "returns")),
+            tags=("reduction", "returns"),
+            sized=gaussian_nll_sized),
     Example("weighted_variance", weighted_variance, weighted_variance_args,
-            tags=("reduction", "returns")),
+            tags=("reduction", "returns"),
+            sized=weighted_variance_sized),
     Example("logistic_loss", logistic_loss, logistic_loss_args,
-            wrt=("logits",), tags=("reduction", "returns", "branch", "wrt")),
+            wrt=("logits",), tags=("reduction", "returns", "branch", "wrt"),
+            sized=logistic_loss_sized),
+    Example("softmax_cross_entropy", softmax_cross_entropy, softmax_cross_entropy_args,
+            tags=("reduction", "returns", "branch", "scratch", "2d", "int_args"),
+            sized=softmax_cross_entropy_sized),
 ]

@@ -9,6 +9,7 @@ import numpy as np
 from numba import njit
 
 from ._example import Example
+from ..sizes import at_least, grid2, grid3
 
 
 @njit
@@ -18,13 +19,22 @@ def heat_step(u, u_new, alpha):
         u_new[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
 
 
+def heat_step_sized(rng, n):
+    n = at_least(n, 3)
+    return rng.random(n), rng.random(n), 0.2
+
+
 def heat_step_args(rng):
-    return rng.random(24), rng.random(24), 0.2
+    return heat_step_sized(rng, 24)
+
+
+def heat_step_f32_sized(rng, n):
+    u, u_new, _ = heat_step_sized(rng, n)
+    return u.astype(np.float32), u_new.astype(np.float32), np.float32(0.2)
 
 
 def heat_step_f32_args(rng):
-    u, u_new, _ = heat_step_args(rng)
-    return u.astype(np.float32), u_new.astype(np.float32), np.float32(0.2)
+    return heat_step_f32_sized(rng, 24)
 
 
 @njit
@@ -37,8 +47,13 @@ def heat_step_periodic(u, u_new, alpha):
         u_new[i] = u[i] + alpha * (left - 2.0 * u[i] + right)
 
 
+def heat_step_periodic_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.random(n), np.zeros(n), 0.25
+
+
 def heat_step_periodic_args(rng):
-    return rng.random(20), np.zeros(20), 0.25
+    return heat_step_periodic_sized(rng, 20)
 
 
 @njit
@@ -53,8 +68,12 @@ def heat_steps_scratch(u, alpha, nsteps):
             u[i] = b[i]
 
 
+def heat_steps_scratch_sized(rng, n):
+    return rng.random(at_least(n, 3)), 0.15, 5
+
+
 def heat_steps_scratch_args(rng):
-    return rng.random(16), 0.15, 5
+    return heat_steps_scratch_sized(rng, 16)
 
 
 @njit
@@ -66,8 +85,13 @@ def gauss_seidel_1d(u, f, h2, nsweeps):
             u[i] = 0.5 * (u[i - 1] + u[i + 1] + h2 * f[i])
 
 
+def gauss_seidel_1d_sized(rng, n):
+    n = at_least(n, 3)
+    return rng.random(n), rng.random(n), 0.01, 4
+
+
 def gauss_seidel_1d_args(rng):
-    return rng.random(12), rng.random(12), 0.01, 4
+    return gauss_seidel_1d_sized(rng, 12)
 
 
 @njit
@@ -78,6 +102,11 @@ def laplacian_5pt(u, out, inv_h2):
         for j in range(1, ny - 1):
             out[i, j] = (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1]
                          - 4.0 * u[i, j]) * inv_h2
+
+
+def laplacian_5pt_sized(rng, n):
+    shape = grid2(n)
+    return rng.random(shape), rng.random(shape), 4.0
 
 
 def laplacian_5pt_args(rng):
@@ -94,6 +123,11 @@ def laplacian_9pt(u, out, inv_h2):
             corners = (u[i - 1, j - 1] + u[i - 1, j + 1]
                        + u[i + 1, j - 1] + u[i + 1, j + 1])
             out[i, j] = (4.0 * edges + corners - 20.0 * u[i, j]) * inv_h2 / 6.0
+
+
+def laplacian_9pt_sized(rng, n):
+    shape = grid2(n)
+    return rng.random(shape), np.zeros(shape), 9.0
 
 
 def laplacian_9pt_args(rng):
@@ -114,6 +148,11 @@ def diffusion_2d_periodic(u, u_new, kappa):
             u_new[i, j] = u[i, j] + kappa * lap
 
 
+def diffusion_2d_periodic_sized(rng, n):
+    shape = grid2(n, smallest=1)
+    return rng.random(shape), np.zeros(shape), 0.1
+
+
 def diffusion_2d_periodic_args(rng):
     return rng.random((6, 5)), np.zeros((6, 5)), 0.1
 
@@ -128,6 +167,11 @@ def stencil_3d_7pt(u, out, c0, c1):
                 nb = (u[i - 1, j, k] + u[i + 1, j, k] + u[i, j - 1, k]
                       + u[i, j + 1, k] + u[i, j, k - 1] + u[i, j, k + 1])
                 out[i, j, k] = c0 * u[i, j, k] + c1 * nb
+
+
+def stencil_3d_7pt_sized(rng, n):
+    shape = grid3(n)
+    return rng.random(shape), rng.random(shape), -0.6, 0.1
 
 
 def stencil_3d_7pt_args(rng):
@@ -149,8 +193,13 @@ def _signed_away_from_zero(rng, n, low=0.2, high=1.0):
     return sign * rng.uniform(low, high, n)
 
 
+def advection_upwind_sized(rng, n):
+    n = at_least(n, 3)
+    return rng.random(n), _signed_away_from_zero(rng, n), rng.random(n), 0.4
+
+
 def advection_upwind_args(rng):
-    return rng.random(22), _signed_away_from_zero(rng, 22), rng.random(22), 0.4
+    return advection_upwind_sized(rng, 22)
 
 
 @njit
@@ -167,8 +216,13 @@ def burgers_step(u, u_new, dt_dx, nu):
         u_new[i] = u[i] - dt_dx * flux_diff + nu * (u[ip] - 2.0 * u[i] + u[im])
 
 
+def burgers_step_sized(rng, n):
+    n = at_least(n, 1)
+    return _signed_away_from_zero(rng, n), np.zeros(n), 0.3, 0.05
+
+
 def burgers_step_args(rng):
-    return _signed_away_from_zero(rng, 18), np.zeros(18), 0.3, 0.05
+    return burgers_step_sized(rng, 18)
 
 
 @njit
@@ -178,8 +232,13 @@ def wave_step(u_prev, u, u_next, c2):
         u_next[i] = 2.0 * u[i] - u_prev[i] + c2 * (u[i + 1] - 2.0 * u[i] + u[i - 1])
 
 
+def wave_step_sized(rng, n):
+    n = at_least(n, 3)
+    return rng.random(n), rng.random(n), rng.random(n), 0.3
+
+
 def wave_step_args(rng):
-    return rng.random(16), rng.random(16), rng.random(16), 0.3
+    return wave_step_sized(rng, 16)
 
 
 @njit
@@ -195,36 +254,55 @@ def wave_leapfrog(u_prev, u, u_next, c2, nsteps):
             u[i] = u_next[i]
 
 
+def wave_leapfrog_sized(rng, n):
+    n = at_least(n, 3)
+    u = np.sin(np.linspace(0.0, np.pi, n)) + 0.1 * rng.random(n)
+    return u.copy(), u + 0.01 * rng.random(n), np.zeros(n), 0.25, 4
+
+
 def wave_leapfrog_args(rng):
-    u = np.sin(np.linspace(0.0, np.pi, 12)) + 0.1 * rng.random(12)
-    return u.copy(), u + 0.01 * rng.random(12), np.zeros(12), 0.25, 4
+    return wave_leapfrog_sized(rng, 12)
 
 
 EXAMPLES = [
-    Example("heat_step", heat_step, heat_step_args, tags=("stencil",)),
+    Example("heat_step", heat_step, heat_step_args, tags=("stencil",),
+            sized=heat_step_sized),
     Example("heat_step_wrt_u", heat_step, heat_step_args, wrt=("u",),
-            tags=("stencil", "wrt")),
+            tags=("stencil", "wrt"),
+            sized=heat_step_sized),
     Example("heat_step_periodic", heat_step_periodic, heat_step_periodic_args,
-            tags=("stencil", "periodic")),
+            tags=("stencil", "periodic"),
+            sized=heat_step_periodic_sized),
     Example("heat_steps_scratch", heat_steps_scratch, heat_steps_scratch_args,
-            tags=("stencil", "scratch", "int_args", "inplace")),
+            tags=("stencil", "scratch", "int_args", "inplace"),
+            sized=heat_steps_scratch_sized),
     Example("gauss_seidel_1d", gauss_seidel_1d, gauss_seidel_1d_args,
-            tags=("stencil", "inplace", "int_args")),
+            tags=("stencil", "inplace", "int_args"),
+            sized=gauss_seidel_1d_sized),
     Example("laplacian_5pt", laplacian_5pt, laplacian_5pt_args,
-            tags=("stencil", "2d")),
+            tags=("stencil", "2d"),
+            sized=laplacian_5pt_sized),
     Example("laplacian_9pt", laplacian_9pt, laplacian_9pt_args,
-            tags=("stencil", "2d")),
+            tags=("stencil", "2d"),
+            sized=laplacian_9pt_sized),
     Example("diffusion_2d_periodic", diffusion_2d_periodic,
-            diffusion_2d_periodic_args, tags=("stencil", "2d", "periodic")),
+            diffusion_2d_periodic_args, tags=("stencil", "2d", "periodic"),
+            sized=diffusion_2d_periodic_sized),
     Example("stencil_3d_7pt", stencil_3d_7pt, stencil_3d_7pt_args,
-            tags=("stencil", "3d")),
+            tags=("stencil", "3d"),
+            sized=stencil_3d_7pt_sized),
     Example("advection_upwind", advection_upwind, advection_upwind_args,
-            tags=("stencil", "branch")),
+            tags=("stencil", "branch"),
+            sized=advection_upwind_sized),
     Example("burgers_step", burgers_step, burgers_step_args,
-            tags=("stencil", "branch", "periodic")),
-    Example("wave_step", wave_step, wave_step_args, tags=("stencil",)),
+            tags=("stencil", "branch", "periodic"),
+            sized=burgers_step_sized),
+    Example("wave_step", wave_step, wave_step_args, tags=("stencil",),
+            sized=wave_step_sized),
     Example("wave_leapfrog", wave_leapfrog, wave_leapfrog_args,
-            tags=("stencil", "inplace", "int_args")),
+            tags=("stencil", "inplace", "int_args"),
+            sized=wave_leapfrog_sized),
     Example("heat_step_f32", heat_step, heat_step_f32_args,
-            tags=("stencil", "float32")),
+            tags=("stencil", "float32"),
+            sized=heat_step_f32_sized),
 ]

@@ -3,7 +3,8 @@
 Every module lists :class:`Case` entries in ``CASES``: the differentiated kernel, a
 launch configuration ``(griddim, blockdim)`` and ``make_args(rng)`` returning small
 example arguments (the CUDA simulator runs every thread as a Python thread, so sizes
-stay small: at most 128 threads per launch).
+stay small: at most 128 threads per launch), and ``sized(rng, n, trips=None)``
+returning a launch and arguments at a chosen size (``tests/test_size_sweep_cuda.py``).
 
 - :mod:`.stencils`    heat (1-D guarded, periodic, 2-D), wave leapfrog, upwind
                       advection, Jacobi, 3-D Laplacian, shared-memory tile
@@ -52,6 +53,15 @@ class Case:
     rtol:       relative tolerance of the gradient check (float32 kernels use the
                 float32 default of :func:`kadj.testing.check_grad_cuda` when None).
     note:       what the kernel exercises.
+    sized:      ``sized(rng, n, trips=None) -> (config, args)``: a launch and its
+                arguments for about ``n`` elements (threads' worth of work: array
+                length, rows, particles, grid cells; about ``n`` pairs for pairwise
+                kernels), the grid rounded up so that the last block is partial
+                unless ``n`` is a multiple of the block size.  ``trips`` sets the
+                trip count of the per-thread loop named by ``trip_loop`` (None: the
+                example's).  Sizes below the smallest meaningful one are raised to it.
+    trip_loop:  the per-thread loop whose trip count ``sized``'s ``trips`` sets
+                (empty: the kernel has none, and ``trips`` must be None).
     """
 
     name: str
@@ -60,6 +70,31 @@ class Case:
     make_args: Callable
     rtol: float | None = 1e-6
     note: str = ""
+    sized: Callable | None = None
+    trip_loop: str = ""
+
+
+def blocks(n, block):
+    """Blocks of ``block`` threads covering ``n`` elements (at least one)."""
+    return max(1, -(-int(n) // int(block)))
+
+
+def launch_1d(n, block=32):
+    """``(griddim, blockdim)`` of a 1-D launch over ``n`` elements."""
+    return blocks(n, block), block
+
+
+def launch_2d(nx, ny, block=(8, 4)):
+    """``(griddim, blockdim)`` of a 2-D launch: ``nx`` elements along x
+    (``cuda.grid(2)[0]``, ``threadIdx.x``), ``ny`` along y."""
+    return (blocks(nx, block[0]), blocks(ny, block[1])), tuple(block)
+
+
+def no_trips(trips, name):
+    """Refuse ``trips`` for a kernel without a per-thread loop."""
+    if trips is not None:
+        raise ValueError(f"CUDA gallery kernel {name!r} has no per-thread loop whose "
+                         "trip count sized() could set; pass trips=None")
 
 
 def load(module):
@@ -81,4 +116,5 @@ def by_name(name):
     raise KeyError(f"no CUDA gallery case named {name!r}")
 
 
-__all__ = ["Case", "MODULES", "all_cases", "by_name", "load"]
+__all__ = ["Case", "MODULES", "all_cases", "blocks", "by_name", "launch_1d",
+           "launch_2d", "load", "no_trips"]

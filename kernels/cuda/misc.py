@@ -7,7 +7,8 @@ from numba import cuda, float32, float64
 
 import kadj
 
-from . import Case
+from ..sizes import at_least, grid2
+from . import Case, blocks, launch_1d, launch_2d, no_trips
 
 
 @cuda.jit(device=True)
@@ -163,23 +164,58 @@ def _away_from_zero(rng, n, lo=0.2, hi=2.0):
     return rng.uniform(lo, hi, n) * rng.choice([-1.0, 1.0], n)
 
 
-def _softplus_args(rng):
-    x = rng.uniform(-4.0, 4.0, 16)
+def _softplus_sized(rng, n, trips=None):
+    no_trips(trips, "softplus_f32")
+    n = at_least(n, 2)
+    x = rng.uniform(-4.0, 4.0, n)
     x[:2] = [18.0, 22.0]                     # the large-x branch
-    return [x.astype(np.float32), np.zeros(16, np.float32)]
+    return launch_1d(n), [x.astype(np.float32), np.zeros(n, np.float32)]
+
+
+def _softplus_args(rng):
+    return _softplus_sized(rng, 16)[1]
+
+
+def _silu_sized(rng, n, trips=None):
+    no_trips(trips, "silu")
+    n = at_least(n, 1)
+    return launch_1d(n), [rng.standard_normal(n), np.zeros(n), 1.3]
 
 
 def _silu_args(rng):
-    return [rng.standard_normal(16), np.zeros(16), 1.3]
+    return _silu_sized(rng, 16)[1]
+
+
+def _gelu_sized(rng, n, trips=None):
+    no_trips(trips, "gelu_nested_helpers")
+    n = at_least(n, 1)
+    return launch_1d(n), [rng.standard_normal(n), np.zeros(n)]
 
 
 def _gelu_args(rng):
-    return [rng.standard_normal(16), np.zeros(16)]
+    return _gelu_sized(rng, 16)[1]
+
+
+def _dense_sized(rng, n, trips=None):
+    """n outputs; trips: inputs (6 by default)."""
+    n = at_least(n, 1)
+    m = 6 if trips is None else at_least(trips, 0)
+    return launch_1d(n), [rng.standard_normal((n, m)) * 0.5, rng.standard_normal(m),
+                          rng.standard_normal(n), np.zeros(n)]
 
 
 def _dense_args(rng):
-    return [rng.standard_normal((10, 6)) * 0.5, rng.standard_normal(6),
-            rng.standard_normal(10), np.zeros(10)]
+    return _dense_sized(rng, 10)[1]
+
+
+def _dense_batch_sized(rng, n, trips=None):
+    """About n (sample, unit) pairs, 4 inputs."""
+    no_trips(trips, "dense_sigmoid_batch")
+    samples, units = grid2(n, smallest=1)
+    return launch_2d(samples, units), [rng.standard_normal((units, 4)) * 0.5,
+                                       rng.standard_normal((samples, 4)),
+                                       rng.standard_normal(units),
+                                       np.zeros((samples, units))]
 
 
 def _dense_batch_args(rng):
@@ -187,26 +223,65 @@ def _dense_batch_args(rng):
             rng.standard_normal(5), np.zeros((6, 5))]
 
 
+def _layernorm_sized(rng, n, trips=None):
+    """n rows; trips: columns (6 by default)."""
+    n = at_least(n, 1)
+    m = 6 if trips is None else at_least(trips, 1)
+    return launch_1d(n, 16), [rng.standard_normal((n, m)), rng.uniform(0.5, 1.5, m),
+                              rng.standard_normal(m), np.zeros((n, m)), 1e-3]
+
+
 def _layernorm_args(rng):
-    return [rng.standard_normal((8, 6)), rng.uniform(0.5, 1.5, 6),
-            rng.standard_normal(6), np.zeros((8, 6)), 1e-3]
+    return _layernorm_sized(rng, 8)[1]
+
+
+def _axpy_sized(rng, n, trips=None):
+    no_trips(trips, "axpy_gridstride")
+    n = at_least(n, 1)
+    return (2, 16), [0.7, rng.standard_normal(n), rng.standard_normal(n)]
 
 
 def _axpy_args(rng):
-    return [0.7, rng.standard_normal(21), rng.standard_normal(21)]
+    return _axpy_sized(rng, 21)[1]
+
+
+def _leaky_sized(rng, n, trips=None):
+    no_trips(trips, "leaky_relu_early_return")
+    n = at_least(n, 1)
+    return launch_1d(n), [_away_from_zero(rng, n), np.zeros(n), 0.05]
 
 
 def _leaky_args(rng):
-    return [_away_from_zero(rng, 14), np.zeros(14), 0.05]
+    return _leaky_sized(rng, 14)[1]
+
+
+def _zoo64_sized(rng, n, trips=None):
+    no_trips(trips, "math_zoo_f64")
+    n = at_least(n, 1)
+    return launch_1d(n), [_away_from_zero(rng, n), rng.uniform(0.3, 2.0, n), np.zeros(n)]
 
 
 def _zoo64_args(rng):
-    return [_away_from_zero(rng, 14), rng.uniform(0.3, 2.0, 14), np.zeros(14)]
+    return _zoo64_sized(rng, 14)[1]
+
+
+def _zoo32_sized(rng, n, trips=None):
+    no_trips(trips, "math_zoo_f32")
+    n = at_least(n, 1)
+    return launch_1d(n), [_away_from_zero(rng, n).astype(np.float32),
+                          rng.uniform(0.3, 2.0, n).astype(np.float32),
+                          np.zeros(n, np.float32)]
 
 
 def _zoo32_args(rng):
-    return [_away_from_zero(rng, 14).astype(np.float32),
-            rng.uniform(0.3, 2.0, 14).astype(np.float32), np.zeros(14, np.float32)]
+    return _zoo32_sized(rng, 14)[1]
+
+
+def _transpose_sized(rng, n, trips=None):
+    no_trips(trips, "transpose_scale")
+    rows, cols = grid2(n, smallest=1)
+    return launch_2d(cols, rows), [rng.standard_normal((rows, cols)),
+                                   np.zeros((cols, rows)), 0.8]
 
 
 def _transpose_args(rng):
@@ -242,32 +317,55 @@ def tiled_matmul(A, B, C):
         C[x, y] = tmp
 
 
+def _matmul_sized(rng, n, trips=None):
+    """C (m, m + 1) = A (m, m - 1) B (m - 1, m + 1), m near sqrt(n); the tile loop runs
+    over the grid's x extent, which covers A's rows and columns."""
+    no_trips(trips, "tiled_matmul")
+    m = at_least(round(math.sqrt(max(n, 1))), 2)
+    grid = (blocks(m, TPB), blocks(m + 1, TPB))
+    return (grid, (TPB, TPB)), [rng.standard_normal((m, m - 1)),
+                                rng.standard_normal((m - 1, m + 1)),
+                                np.zeros((m, m + 1))]
+
+
 def _matmul_args(rng):
     return [rng.standard_normal((8, 7)), rng.standard_normal((7, 8)), np.zeros((8, 8))]
 
 
 CASES = [
     Case("softplus_f32", softplus_f32, (2, 8), _softplus_args, rtol=None,
-         note="float32, branch on x, log1p/exp"),
-    Case("silu", silu, (2, 8), _silu_args, note="device helper (sigmoid)"),
+         note="float32, branch on x, log1p/exp",
+         sized=_softplus_sized),
+    Case("silu", silu, (2, 8), _silu_args, note="device helper (sigmoid)",
+         sized=_silu_sized),
     Case("gelu_nested_helpers", gelu_nested_helpers, (2, 8), _gelu_args,
-         note="device helper calling another device helper"),
+         note="device helper calling another device helper",
+         sized=_gelu_sized),
     Case("dense_tanh", dense_tanh, (2, 8), _dense_args,
-         note="dense layer, W row per thread, x read by every thread"),
+         note="dense layer, W row per thread, x read by every thread",
+         sized=_dense_sized, trip_loop='for j in range(x.shape[0])'),
     Case("dense_sigmoid_batch", dense_sigmoid_batch, ((2, 2), (4, 4)),
-         _dense_batch_args, note="batched dense layer, cuda.grid(2)"),
+         _dense_batch_args, note="batched dense layer, cuda.grid(2)",
+         sized=_dense_batch_sized),
     Case("layernorm_rows", layernorm_rows, (2, 4), _layernorm_args,
-         note="three loops per thread: mean, variance, normalise"),
+         note="three loops per thread: mean, variance, normalise",
+         sized=_layernorm_sized, trip_loop='for j in range(m)'),
     Case("axpy_gridstride", axpy_gridstride, (2, 4), _axpy_args,
-         note="grid-stride loop, y updated in place"),
+         note="grid-stride loop, y updated in place",
+         sized=_axpy_sized),
     Case("leaky_relu_early_return", leaky_relu_early_return, (2, 8), _leaky_args,
-         note="if i >= n: return, index from threadIdx/blockIdx/blockDim"),
+         note="if i >= n: return, index from threadIdx/blockIdx/blockDim",
+         sized=_leaky_sized),
     Case("math_zoo_f64", math_zoo_f64, (2, 8), _zoo64_args,
-         note="sin cos exp log sqrt tanh pow fabs, float64"),
+         note="sin cos exp log sqrt tanh pow fabs, float64",
+         sized=_zoo64_sized),
     Case("math_zoo_f32", math_zoo_f32, (2, 8), _zoo32_args, rtol=None,
-         note="sin cos exp log sqrt tanh pow fabs, float32"),
+         note="sin cos exp log sqrt tanh pow fabs, float32",
+         sized=_zoo32_sized),
     Case("transpose_scale", transpose_scale, ((1, 1), (8, 8)), _transpose_args,
-         note="write to out[j, i], 2-D threadIdx/blockIdx"),
+         note="write to out[j, i], 2-D threadIdx/blockIdx",
+         sized=_transpose_sized),
     Case("tiled_matmul", tiled_matmul, ((2, 2), (TPB, TPB)), _matmul_args,
-         note="shared-memory tiles reloaded each iteration between barriers"),
+         note="shared-memory tiles reloaded each iteration between barriers",
+         sized=_matmul_sized),
 ]

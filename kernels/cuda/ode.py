@@ -7,7 +7,8 @@ from numba import cuda, float64
 
 import kadj
 
-from . import Case
+from ..sizes import at_least
+from . import Case, launch_1d, no_trips
 
 DEG = 5          # degree of the per-thread Taylor polynomial (local array)
 NCOEF = DEG + 1
@@ -134,49 +135,104 @@ def newton_cubic(p, q, root, niter):
         root[i] = x
 
 
+def _steps(trips, default):
+    return default if trips is None else at_least(trips, 0)
+
+
+def _logistic_sized(rng, n, trips=None):
+    n = at_least(n, 1)
+    return launch_1d(n), [rng.uniform(0.1, 0.5, n), rng.uniform(0.5, 2.0, n),
+                          np.zeros(n), 1.5, 0.1, _steps(trips, 12)]
+
+
 def _logistic_args(rng):
-    return [rng.uniform(0.1, 0.5, 14), rng.uniform(0.5, 2.0, 14), np.zeros(14),
-            1.5, 0.1, 12]
+    return _logistic_sized(rng, 14)[1]
+
+
+def _oscillator_sized(rng, n, trips=None):
+    n = at_least(n, 1)
+    return launch_1d(n), [rng.standard_normal(n), rng.standard_normal(n),
+                          rng.uniform(0.5, 2.0, n), np.zeros(n), np.zeros(n), 0.1, 0.05,
+                          _steps(trips, 10)]
 
 
 def _oscillator_args(rng):
-    return [rng.standard_normal(10), rng.standard_normal(10), rng.uniform(0.5, 2.0, 10),
-            np.zeros(10), np.zeros(10), 0.1, 0.05, 10]
+    return _oscillator_sized(rng, 10)[1]
+
+
+def _rk4_sized(rng, n, trips=None):
+    n = at_least(n, 1)
+    return launch_1d(n), [rng.standard_normal(n), rng.uniform(0.2, 1.5, n), np.zeros(n),
+                          0.1, _steps(trips, 6)]
 
 
 def _rk4_args(rng):
-    return [rng.standard_normal(12), rng.uniform(0.2, 1.5, 12), np.zeros(12), 0.1, 6]
+    return _rk4_sized(rng, 12)[1]
+
+
+def _horner_sized(rng, n, trips=None):
+    """trips: the polynomial's degree."""
+    n = at_least(n, 1)
+    return launch_1d(n), [rng.standard_normal(_steps(trips, 5) + 1),
+                          rng.uniform(-1.0, 1.0, n), np.zeros(n)]
 
 
 def _horner_args(rng):
-    return [rng.standard_normal(6), rng.uniform(-1.0, 1.0, 16), np.zeros(16)]
+    return _horner_sized(rng, 16)[1]
+
+
+def _taylor_sized(rng, n, trips=None):
+    no_trips(trips, "taylor_exp_local")
+    n = at_least(n, 1)
+    return launch_1d(n), [rng.uniform(-1.0, 1.0, n), rng.uniform(0.0, 1.0, n),
+                          np.zeros(n)]
 
 
 def _taylor_args(rng):
-    return [rng.uniform(-1.0, 1.0, 12), rng.uniform(0.0, 1.0, 12), np.zeros(12)]
+    return _taylor_sized(rng, 12)[1]
+
+
+def _chebyshev_sized(rng, n, trips=None):
+    """trips: terms beyond the first two."""
+    n = at_least(n, 1)
+    return launch_1d(n), [rng.standard_normal(_steps(trips, 5) + 2),
+                          rng.uniform(-0.95, 0.95, n), np.zeros(n)]
 
 
 def _chebyshev_args(rng):
-    return [rng.standard_normal(7), rng.uniform(-0.95, 0.95, 16), np.zeros(16)]
+    return _chebyshev_sized(rng, 16)[1]
+
+
+def _newton_sized(rng, n, trips=None):
+    n = at_least(n, 1)
+    return launch_1d(n), [rng.uniform(0.5, 2.0, n), rng.standard_normal(n), np.zeros(n),
+                          _steps(trips, 8)]
 
 
 def _newton_args(rng):
-    return [rng.uniform(0.5, 2.0, 12), rng.standard_normal(12), np.zeros(12), 8]
+    return _newton_sized(rng, 12)[1]
 
 
 CASES = [
     Case("logistic_euler", logistic_euler, (2, 8), _logistic_args,
-         note="explicit Euler, loop-carried y, one trajectory per thread"),
+         note="explicit Euler, loop-carried y, one trajectory per thread",
+         sized=_logistic_sized, trip_loop='for step in range(nsteps)'),
     Case("damped_oscillator_rk2", damped_oscillator_rk2, (2, 8), _oscillator_args,
-         note="RK2 (midpoint), two loop-carried states, two outputs"),
+         note="RK2 (midpoint), two loop-carried states, two outputs",
+         sized=_oscillator_sized, trip_loop='for step in range(nsteps)'),
     Case("rk4_local_stages", rk4_local_stages, (2, 8), _rk4_args,
-         note="RK4, stages in cuda.local.array, device helper for the RHS"),
+         note="RK4, stages in cuda.local.array, device helper for the RHS",
+         sized=_rk4_sized, trip_loop='for step in range(nsteps)'),
     Case("horner_shared_coeffs", horner_shared_coeffs, (2, 8), _horner_args,
-         note="Horner recurrence, coefficients read by every thread"),
+         note="Horner recurrence, coefficients read by every thread",
+         sized=_horner_sized, trip_loop='for k in range(deg - 1, -1, -1)'),
     Case("taylor_exp_local", taylor_exp_local, (2, 8), _taylor_args,
-         note="coefficients built in cuda.local.array, then Horner"),
+         note="coefficients built in cuda.local.array, then Horner",
+         sized=_taylor_sized),
     Case("chebyshev_series", chebyshev_series, (2, 8), _chebyshev_args,
-         note="three-term recurrence with rotated loop-carried values"),
+         note="three-term recurrence with rotated loop-carried values",
+         sized=_chebyshev_sized, trip_loop='for k in range(2, c.shape[0])'),
     Case("newton_cubic", newton_cubic, (2, 8), _newton_args,
-         note="fixed-count Newton iteration"),
+         note="fixed-count Newton iteration",
+         sized=_newton_sized, trip_loop='for it in range(niter)'),
 ]

@@ -7,7 +7,8 @@ from numba import cuda
 
 import kadj
 
-from . import Case
+from ..sizes import at_least, pairs_to_points
+from . import Case, launch_1d, no_trips
 
 
 @kadj.differentiate
@@ -99,10 +100,32 @@ def push_leapfrog(x, v, k, dt, nsteps):
         v[p] = vp
 
 
+def _in_cells(rng, n, cells, dx):
+    """n positions inside ``cells`` cells of width dx, away from the cell edges."""
+    return (rng.integers(0, cells, n) + rng.uniform(0.1, 0.9, n)) * dx
+
+
+def _cic_sized(rng, n, trips=None):
+    """n particles on a grid of about n / 2 cells."""
+    no_trips(trips, "deposit_cic")
+    n = at_least(n, 1)
+    m = at_least(n // 2, 2)
+    return launch_1d(n), [_in_cells(rng, n, m, 0.5), rng.standard_normal(n),
+                          rng.standard_normal(m), 2.0]
+
+
 def _cic_args(rng):
     cells = rng.integers(0, 10, 16)
     pos = (cells + rng.uniform(0.1, 0.9, 16)) * 0.5
     return [pos, rng.standard_normal(16), rng.standard_normal(10), 2.0]
+
+
+def _nearest_sized(rng, n, trips=None):
+    no_trips(trips, "deposit_nearest")
+    n = at_least(n, 1)
+    m = at_least(n // 2, 2)
+    return launch_1d(n), [_in_cells(rng, n, m, 0.25), rng.standard_normal(n),
+                          np.zeros(m), 4.0]
 
 
 def _nearest_args(rng):
@@ -111,10 +134,28 @@ def _nearest_args(rng):
     return [pos, rng.standard_normal(16), np.zeros(8), 4.0]
 
 
+def _hist_sized(rng, n, trips=None):
+    """n samples into about n / 3 bins of [-1, ...), some outside on either side."""
+    no_trips(trips, "weighted_histogram")
+    n = at_least(n, 1)
+    m = at_least(n // 3, 2)
+    bins = rng.integers(-1, m + 1, n)
+    x = -1.0 + (bins + rng.uniform(0.1, 0.9, n)) * 0.5
+    return launch_1d(n), [x, rng.random(n), np.zeros(m), -1.0, 2.0]
+
+
 def _hist_args(rng):
     bins = rng.integers(-1, 7, 20)          # some samples fall outside [lo, hi)
     x = -1.0 + (bins + rng.uniform(0.1, 0.9, 20)) * 0.5
     return [x, rng.random(20), np.zeros(6), -1.0, 2.0]
+
+
+def _interp_sized(rng, n, trips=None):
+    no_trips(trips, "interpolate_to_particles")
+    n = at_least(n, 1)
+    m = at_least(n // 2, 2)
+    return launch_1d(n), [rng.standard_normal(m), _in_cells(rng, n, m, 0.5),
+                          np.zeros(n), 2.0]
 
 
 def _interp_args(rng):
@@ -123,27 +164,47 @@ def _interp_args(rng):
     return [rng.standard_normal(10), pos, np.zeros(14), 2.0]
 
 
+def _pair_sized(rng, n, trips=None):
+    """About n pairs: one thread per particle, each looping over all particles."""
+    no_trips(trips, "pair_forces")
+    p = pairs_to_points(n)
+    return launch_1d(p, 8), [rng.standard_normal((p, 2)), rng.uniform(0.5, 1.5, p),
+                             np.zeros((p, 2)), 0.1]
+
+
 def _pair_args(rng):
     return [rng.standard_normal((10, 2)), rng.uniform(0.5, 1.5, 10),
             np.zeros((10, 2)), 0.1]
 
 
+def _push_sized(rng, n, trips=None):
+    n = at_least(n, 1)
+    steps = 10 if trips is None else at_least(trips, 0)
+    return launch_1d(n), [rng.standard_normal(n), rng.standard_normal(n),
+                          rng.uniform(0.5, 2.0, n), 0.05, steps]
+
+
 def _push_args(rng):
-    return [rng.standard_normal(12), rng.standard_normal(12), rng.uniform(0.5, 2.0, 12),
-            0.05, 10]
+    return _push_sized(rng, 12)[1]
 
 
 CASES = [
     Case("deposit_cic", deposit_cic, (2, 8), _cic_args,
-         note="particle-to-grid, two cuda.atomic.add per particle, periodic"),
+         note="particle-to-grid, two cuda.atomic.add per particle, periodic",
+         sized=_cic_sized),
     Case("deposit_nearest", deposit_nearest, (2, 8), _nearest_args,
-         note="particle-to-grid, weight exp(-q^2/2) * q"),
+         note="particle-to-grid, weight exp(-q^2/2) * q",
+         sized=_nearest_sized),
     Case("weighted_histogram", weighted_histogram, (3, 8), _hist_args,
-         note="bin guard, cuda.atomic.add"),
+         note="bin guard, cuda.atomic.add",
+         sized=_hist_sized),
     Case("interpolate_to_particles", interpolate_to_particles, (2, 8), _interp_args,
-         note="grid-to-particle gather, periodic"),
+         note="grid-to-particle gather, periodic",
+         sized=_interp_sized),
     Case("pair_forces", pair_forces, (2, 8), _pair_args,
-         note="O(N^2) loop with j != i, loop-carried sums"),
+         note="O(N^2) loop with j != i, loop-carried sums",
+         sized=_pair_sized),
     Case("push_leapfrog", push_leapfrog, (2, 8), _push_args,
-         note="per-thread time loop, loop-carried state, in place"),
+         note="per-thread time loop, loop-carried state, in place",
+         sized=_push_sized, trip_loop='for step in range(nsteps)'),
 ]

@@ -6,7 +6,8 @@ from numba import cuda, float64
 
 import kadj
 
-from . import Case
+from ..sizes import at_least, grid2, grid3
+from . import Case, launch_1d, launch_2d, no_trips
 
 TPB = 8          # threads per block of the tiled stencil
 TILE = TPB + 2   # the tile with its halo (a compile-time constant)
@@ -132,64 +133,131 @@ def smooth_tiled(u, out, w):
         out[i] = w * tile[t - 1] + (1.0 - 2.0 * w) * tile[t] + w * tile[t + 1]
 
 
+def _heat1d_sized(rng, n, trips=None):
+    no_trips(trips, "heat1d_guarded")
+    n = at_least(n, 3)
+    return launch_1d(n), [rng.random(n), np.zeros(n), 0.2]
+
+
 def _heat1d_args(rng):
-    return [rng.random(13), np.zeros(13), 0.2]
+    return _heat1d_sized(rng, 13)[1]
+
+
+def _heat1d_f32_sized(rng, n, trips=None):
+    no_trips(trips, "heat1d_periodic_f32")
+    n = at_least(n, 1)
+    return launch_1d(n), [rng.random(n).astype(np.float32), np.zeros(n, np.float32),
+                          np.float32(0.15)]
 
 
 def _heat1d_f32_args(rng):
-    return [rng.random(16).astype(np.float32), np.zeros(16, np.float32),
-            np.float32(0.15)]
+    return _heat1d_f32_sized(rng, 16)[1]
+
+
+def _heat2d_sized(rng, n, trips=None):
+    no_trips(trips, "heat2d_step")
+    ny, nx = grid2(n)
+    return launch_2d(nx, ny), [rng.random((ny, nx)), np.zeros((ny, nx)), 0.1]
 
 
 def _heat2d_args(rng):
     return [rng.random((8, 7)), np.zeros((8, 7)), 0.1]
 
 
+def _diffusion2d_sized(rng, n, trips=None):
+    no_trips(trips, "diffusion2d_periodic")
+    shape = grid2(n, smallest=1)
+    return launch_2d(*shape), [rng.random(shape), np.zeros(shape),
+                               0.05 + 0.1 * rng.random(shape)]
+
+
 def _diffusion2d_args(rng):
     return [rng.random((6, 6)), np.zeros((6, 6)), 0.05 + 0.1 * rng.random((6, 6))]
 
 
+def _wave_sized(rng, n, trips=None):
+    no_trips(trips, "wave_leapfrog")
+    n = at_least(n, 3)
+    x = np.linspace(0.0, 1.0, n)
+    u_prev = np.sin(np.pi * x) + 0.1 * rng.random(n)
+    u = np.sin(np.pi * x) + 0.1 * rng.random(n)
+    return launch_1d(n), [u_prev, u, rng.random(n), 0.25]
+
+
 def _wave_args(rng):
-    x = np.linspace(0.0, 1.0, 17)
-    u_prev = np.sin(np.pi * x) + 0.1 * rng.random(17)
-    u = np.sin(np.pi * x) + 0.1 * rng.random(17)
-    return [u_prev, u, rng.random(17), 0.25]
+    return _wave_sized(rng, 17)[1]
+
+
+def _advection_sized(rng, n, trips=None):
+    no_trips(trips, "advection_upwind")
+    n = at_least(n, 1)
+    vel = rng.uniform(0.2, 1.0, n) * rng.choice([-1.0, 1.0], n)
+    return launch_1d(n), [rng.random(n), vel, np.zeros(n), 0.4]
 
 
 def _advection_args(rng):
-    vel = rng.uniform(0.2, 1.0, 20) * rng.choice([-1.0, 1.0], 20)
-    return [rng.random(20), vel, np.zeros(20), 0.4]
+    return _advection_sized(rng, 20)[1]
+
+
+def _jacobi_sized(rng, n, trips=None):
+    no_trips(trips, "jacobi2d")
+    shape = grid2(n)
+    return launch_2d(*shape), [rng.random(shape), rng.random(shape), np.zeros(shape),
+                               0.01]
 
 
 def _jacobi_args(rng):
     return [rng.random((7, 8)), rng.random((7, 8)), np.zeros((7, 8)), 0.01]
 
 
+def _laplacian3d_sized(rng, n, trips=None):
+    no_trips(trips, "laplacian3d")
+    shape = grid3(n)
+    block = (2, 2, 8)
+    grid = tuple(-(-s // b) for s, b in zip(shape, block))
+    return (grid, block), [rng.random(shape), np.zeros(shape), 4.0]
+
+
 def _laplacian3d_args(rng):
     return [rng.random((5, 5, 5)), np.zeros((5, 5, 5)), 4.0]
 
 
+def _tiled_sized(rng, n, trips=None):
+    no_trips(trips, "smooth_tiled")
+    n = at_least(n, 1)
+    return launch_1d(n, TPB), [rng.random(n), np.zeros(n), 0.25]
+
+
 def _tiled_args(rng):
-    return [rng.random(24), np.zeros(24), 0.25]
+    return _tiled_sized(rng, 24)[1]
 
 
 CASES = [
     Case("heat1d_guarded", heat1d_guarded, (2, 8), _heat1d_args,
-         note="guard 0 < i < n-1, scalar alpha"),
+         note="guard 0 < i < n-1, scalar alpha",
+         sized=_heat1d_sized),
     Case("heat1d_periodic_f32", heat1d_periodic_f32, (2, 8), _heat1d_f32_args,
-         rtol=None, note="float32, periodic wrap (i + 1) % n"),
+         rtol=None, note="float32, periodic wrap (i + 1) % n",
+         sized=_heat1d_f32_sized),
     Case("heat2d_step", heat2d_step, ((2, 2), (4, 4)), _heat2d_args,
-         note="2-D index from threadIdx/blockIdx .x/.y"),
+         note="2-D index from threadIdx/blockIdx .x/.y",
+         sized=_heat2d_sized),
     Case("diffusion2d_periodic", diffusion2d_periodic, ((2, 2), (3, 3)),
-         _diffusion2d_args, note="cuda.grid(2), periodic in both axes"),
+         _diffusion2d_args, note="cuda.grid(2), periodic in both axes",
+         sized=_diffusion2d_sized),
     Case("wave_leapfrog", wave_leapfrog, (3, 6), _wave_args,
-         note="u_prev, u, u_next; boundary branch"),
+         note="u_prev, u, u_next; boundary branch",
+         sized=_wave_sized),
     Case("advection_upwind", advection_upwind, (3, 8), _advection_args,
-         note="upwind branch on the velocity sign, periodic"),
+         note="upwind branch on the velocity sign, periodic",
+         sized=_advection_sized),
     Case("jacobi2d", jacobi2d, ((2, 2), (4, 4)), _jacobi_args,
-         note="Jacobi sweep, cuda.grid(2)"),
+         note="Jacobi sweep, cuda.grid(2)",
+         sized=_jacobi_sized),
     Case("laplacian3d", laplacian3d, ((1, 1, 1), (5, 5, 5)), _laplacian3d_args,
-         note="cuda.grid(3), 7-point stencil"),
+         note="cuda.grid(3), 7-point stencil",
+         sized=_laplacian3d_sized),
     Case("smooth_tiled", smooth_tiled, (3, TPB), _tiled_args,
-         note="shared-memory tile with halo, syncthreads"),
+         note="shared-memory tile with halo, syncthreads",
+         sized=_tiled_sized),
 ]

@@ -1,0 +1,188 @@
+"""Helpers of the size-swept gradient tests (tests/test_size_sweep*.py).
+
+A CPU adjoint records values on growable tapes (``_tape_f64``, ``_tape_i64``: 1024
+entries at first, reserved ahead of loops, doubled when short), so mistakes in the
+reservations show only at sizes whose pushes reach a capacity at the wrong moment.
+These helpers
+
+- re-jit a kernel with ``boundscheck=True`` (kadj compiles the adjoint with the
+  kernel's own options, so a tape overrun raises ``IndexError`` instead of silently
+  corrupting memory);
+- count a kernel's pushes per tape (its adjoint source run as plain Python, with a
+  high-water mark after every push), fit them as ``a + b * n`` over a few sizes and
+  pick the sizes whose pushes land on and around 1024, 2048, 4096, ...;
+- run :func:`kadj.testing.check_grad`'s inner-product test (one random direction per
+  argument: central differences in float64 against ``<adjoint(ct), d>``) at many
+  sizes, one compilation per kernel, and report every failing size at once.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import numba
+import numpy as np
+
+from kadj.testing import check_grad
+
+TAPE_START = 1024                      # entries of a fresh tape (kadj/reverse.py)
+CAPACITIES = tuple(TAPE_START << k for k in range(6))       # 1024 ... 32768
+MAX_PUSHES = 2 * CAPACITIES[-1]        # generic sizes stop here (tapes grow 6 times)
+# odd sizes, primes, powers of two and their neighbours, large ones
+GENERIC_SIZES = (1, 2, 3, 5, 7, 13, 31, 64, 97, 127, 128, 129, 257, 509, 1021, 1024,
+                 1025, 2039, 4093, 8191, 16411, 40009)
+
+
+def bounds_checked(dispatcher):
+    """``dispatcher``'s Python function jitted again with ``boundscheck=True`` (its
+    other options kept)."""
+    opts = {k: v for k, v in dispatcher.targetoptions.items()
+            if k not in ("nopython", "boundscheck")}
+    return numba.njit(boundscheck=True, **opts)(dispatcher.py_func)
+
+
+def rng_for(name, *size):
+    """A generator seeded by a test's name and size (the same draw on every run)."""
+    return np.random.default_rng([sum(map(ord, name)), *map(int, size)])
+
+
+# ------------------------------------------------------------------ push counts
+
+_PUSH = re.compile(r"^(?P<pad>\s*)(?P<sp>_sp_(?P<kind>\w+)) \+= 1$", re.M)
+
+
+def push_counts(kernel, args):
+    """{tape: highest number of entries held at once} of one adjoint call of the
+    differentiated ``kernel`` at ``args``, from its adjoint source run as plain Python
+    (None when the source cannot run outside numba)."""
+    from kadj import runtime_helpers
+
+    source = kernel.adjoint_source(*args)
+    counted = _PUSH.sub(lambda m: f"{m.group(0)}\n{m.group('pad')}_HW['{m.group('kind')}']"
+                        f" = max(_HW.get('{m.group('kind')}', 0), {m.group('sp')})", source)
+    marks = {}
+    ns = {"np": np, "math": math, "_HW": marks}
+    ns.update({k: getattr(runtime_helpers, k) for k in ("_push", "_sign", "_reserve",
+                                                        "_trips")})
+    plan = kernel.adjoint_plan(*args)
+    fwd = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    adjoints = [np.zeros_like(fwd[i]) if isinstance(fwd[i], np.ndarray)
+                else np.zeros(1, np.asarray(fwd[i]).dtype) for i in plan.adjoint_args]
+    extra = (1.0,) if plan.returns_value else ()
+    try:
+        exec(compile(counted, f"<push count of {plan.kernel_name}>", "exec"), ns)
+        fn = ns[re.search(r"^def (\w+)\(", counted, re.M).group(1)]
+        fn(*fwd, *adjoints, *extra)
+    except Exception:          # numba-only constructs: no count, the caller falls back
+        return None
+    return marks
+
+
+def linear_push_model(kernel, sized, probes=(40, 81, 123)):
+    """{tape: (a, b)} with pushes(n) == a + b * n at every probe size, for the tapes
+    that grow with n; None when the counts cannot be had or are not linear in n."""
+    counts = []
+    for n in probes:
+        c = push_counts(kernel, sized(rng_for("probe", n), n))
+        if c is None:
+            return None
+        counts.append(c)
+    model = {}
+    for kind in set().union(*counts):
+        p = [c.get(kind, 0) for c in counts]
+        b = (p[1] - p[0]) / (probes[1] - probes[0])
+        a = p[0] - b * probes[0]
+        if any(abs(a + b * n - q) > 1e-9 for n, q in zip(probes, p)):
+            return None
+        if b > 0:
+            model[kind] = (a, b)
+    return model
+
+
+def capacity_sizes(model, capacities=CAPACITIES, spread=1):
+    """Sizes whose pushes land on each capacity and just around it (``spread`` sizes
+    either side of the crossing)."""
+    sizes = set()
+    for a, b in model.values():
+        for cap in capacities:
+            n0 = (cap - a) / b
+            for n in range(math.floor(n0) - spread, math.ceil(n0) + spread + 1):
+                if n >= 1:
+                    sizes.add(n)
+    return sizes
+
+
+def landing_shapes(kernel, shaped, inners, capacities=CAPACITIES[:4]):
+    """(outer, inner) shapes of a two-level kernel ``shaped(rng, outer, inner)`` where
+    an outer trip ends with the tape at a capacity (exactly, when the pushes per trip
+    divide the room) and one or two trips follow, for each inner size whose pushes are
+    linear in the outer size."""
+    shapes = set()
+    for inner in inners:
+        model = linear_push_model(kernel, lambda rng, n: shaped(rng, n, inner))
+        for a, b in (model or {}).values():
+            for cap in capacities:
+                trips = math.floor((cap - a) / b)
+                if trips >= 0:
+                    shapes |= {(trips + 1, inner), (trips + 2, inner)}
+    return shapes
+
+
+def sizes_for(kernel, sized, generic=GENERIC_SIZES, max_size=None):
+    """The generic sizes plus, when the kernel's pushes are linear in n, the sizes
+    around tape capacities; each at most ``max_size``, and generic sizes beyond
+    ``MAX_PUSHES`` pushes left out.  Also returns the push model."""
+    model = linear_push_model(kernel, sized)
+    sizes = set(generic)
+    if model:
+        sizes = {n for n in sizes
+                 if all(a + b * n <= MAX_PUSHES for a, b in model.values())}
+        sizes |= capacity_sizes(model)
+    if max_size is not None:
+        sizes = {n for n in sizes if n <= max_size}
+    return sorted(sizes), model
+
+
+# ------------------------------------------------------------------ the checks
+
+def check_many(kernel, cases, wrt=None, **tolerances):
+    """Run the inner-product test of ``check_grad`` on every ``(label, args)`` of
+    ``cases``; raise one AssertionError naming every failing case (and its first line
+    of error), else return the number of cases checked.  Empty arrays are left out of
+    ``wrt`` (they have no gradient to check)."""
+    failures = []
+    count = 0
+    for label, args in cases:
+        count += 1
+        try:
+            check_grad(kernel, args, wrt=_non_empty(kernel, args, wrt),
+                       full_jacobian_max=0, seed=count, **tolerances)
+        except Exception as exc:   # noqa: BLE001 - every failure is reported below
+            failures.append((label, f"{type(exc).__name__}: {_first_line(exc)}"))
+    if failures:
+        shown = "\n".join(f"  {label}: {msg}" for label, msg in failures[:12])
+        more = f"\n  ... and {len(failures) - 12} more" if len(failures) > 12 else ""
+        labels = ", ".join(str(label) for label, _ in failures)
+        raise AssertionError(
+            f"kernel '{getattr(kernel, '__name__', kernel)}' fails the gradient check at "
+            f"{len(failures)} of {count} sizes ({labels}):\n{shown}{more}")
+    return count
+
+
+def _non_empty(kernel, args, wrt):
+    """``wrt`` without the arguments that are empty arrays (``wrt`` itself when none
+    is)."""
+    empty = {i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.size == 0}
+    if not empty:
+        return wrt
+    plan = kernel.adjoint_plan(*args)
+    names = wrt if wrt is not None else [plan.arg_names[i] for i in plan.adjoint_args]
+    return tuple(n for n in names if plan.arg_names.index(n) not in empty)
+
+
+def _first_line(exc):
+    text = str(exc).strip()
+    for line in text.splitlines():
+        if line.startswith("The adjoint") or "index" in line.lower():
+            return line.strip()[:400]
+    return (text.splitlines() or [""])[0][:400]
