@@ -302,6 +302,20 @@ import math  # noqa: E402  (used by the kernels above at launch time)
 from numba import float64  # noqa: E402
 
 
+@kadj.differentiate
+@cuda.jit
+def hostile_names(x, adj_x, adj_alpha_buf, alpha, t1, _tape_f64):
+    """Arguments and locals named like the names kadj generates (adj_*, t1, tapes)."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        adj_v = alpha * 2.0
+        _p0 = x[i] * adj_v
+        for _k1 in range(3):                      # a loop that carries state
+            _p0 = math.tanh(_p0 + t1[i])
+        adj_x[i] = _p0
+        _tape_f64[i] = _p0 * adj_alpha_buf[i]
+
+
 def fd_check(k, config, args, eps=1e-6, seed=0):
     rng = np.random.default_rng(seed)
     plan = k.adjoint_plan(*args)
@@ -408,6 +422,9 @@ def main(names):
             push_inplace, (2, 4), [rng.random(9), rng.random(9), rng.random(9), 0.1]),
         "local_array_state": lambda: fd_check(
             rk2_local_state, (2, 4), [rng.random(5), rng.random(5), np.zeros(5), 0.1, 6]),
+        "hostile_names": lambda: fd_check(
+            hostile_names, (2, 4), [rng.random(7), np.zeros(7), rng.random(7), 0.3,
+                                    rng.random(7), np.zeros(7)]),
         "tape_numpy": lambda: tape_case(False),
         "tape_device_arrays": lambda: tape_case(True),
         "stream_device_arrays_errors": stream_and_errors_case,

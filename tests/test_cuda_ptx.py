@@ -151,3 +151,33 @@ def test_no_gather_form_without_neighbour_arrays():
     assert k.adjoint_report(*args)["gather"]["used"] is False
     with pytest.raises(DifferentiationError, match="no gather form"):
         k.adjoint_source(*args, form="gather")
+
+
+@kadj.differentiate
+@cuda.jit
+def hostile_names(x, adj_x, adj_alpha_buf, alpha, t1, _tape_f64):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        adj_v = alpha * 2.0
+        _p0 = x[i] * adj_v
+        for _k1 in range(3):
+            _p0 = math.tanh(_p0 + t1[i])
+        adj_x[i] = _p0
+        _tape_f64[i] = _p0 * adj_alpha_buf[i]
+
+
+@pytest.mark.parametrize("form", ["scatter", "gather", "zero"])
+def test_names_like_generated_ones_compile(form):
+    # arguments and locals named like kadj's own names (adj_*, t1, _tape_f64, _p0, _k1):
+    # the generated adjoint has distinct parameters and compiles to PTX (the gradient is
+    # checked in the simulator: tests/cuda_sim_cases.py, "hostile_names")
+    args = (np.zeros(8), np.zeros(8), np.zeros(8), 0.3, np.zeros(8), np.zeros(8))
+    if form != "scatter" and not hostile_names.adjoint_report(*args)["gather"]["used"]:
+        with pytest.raises(DifferentiationError, match="no gather form"):
+            hostile_names.adjoint_source(*args, form=form)
+        return
+    src = hostile_names.adjoint_source(*args, form=form)
+    params = src.split("(", 1)[1].split(")", 1)[0].split(", ")
+    assert len(params) == len(set(params)), src
+    ptx = hostile_names.adjoint_ptx(*args, cc=(9, 0), form=form)
+    assert ".entry" in ptx

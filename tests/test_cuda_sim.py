@@ -15,7 +15,7 @@ CASES = ["heat_step", "laplace2d", "scaled_sin", "pointwise", "with_device_helpe
          "stream_device_arrays_errors", "scatter_form", "grid_not_covering_uses_scatter",
          "gather_2d_blocks", "gather_wrapped_index", "gather_refused_thread_ids",
          "uniform_elements_block_reduced", "gather_with_recorded_branch",
-         "ptx_under_simulator", "shared_tile_read_after_loop"]
+         "ptx_under_simulator", "shared_tile_read_after_loop", "hostile_names"]
 
 
 @pytest.fixture(scope="module")
