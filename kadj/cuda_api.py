@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba.core import types
+from numba.core.errors import NumbaError
 
-from . import analysis, ir
+from . import analysis, ir, rules, validate
 from .api import DifferentiatedKernel
 from .errors import DifferentiationError
 
@@ -38,6 +39,7 @@ class CompiledCudaAdjoint:
     kernel: object          # cuda.jit(pyfunc)
     report: dict
     gather: object = None   # _Gather, when the kernel has a gather form
+    typed: object = None    # the TypedKernel it was built from (kadj.cuda.verdict)
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,8 @@ def _dims(d):
 
 
 def simulator_enabled():
-    from numba.cuda.core import config
-    return bool(getattr(config, "ENABLE_CUDASIM", False))
+    from .cuda.frontend import simulator_enabled as enabled
+    return enabled()
 
 
 def _typeof(a):
@@ -87,8 +89,8 @@ class _Launcher:
     def __init__(self, fn, config):
         self.fn, self.config = fn, config
 
-    def __call__(self, *args):
-        return self.fn(self.config, args)
+    def __call__(self, *args, **kwargs):
+        return self.fn(self.config, args, kwargs)
 
 
 class _AdjointProxy:
@@ -96,6 +98,7 @@ class _AdjointProxy:
         self.owner = owner
 
     def __getitem__(self, config):
+        validate.check_launch(f"{self.owner.__name__}.adjoint", config)
         return _Launcher(self.owner._run_adjoint, config)
 
     def __call__(self, *args):
@@ -131,6 +134,7 @@ class CudaDifferentiatedKernel:
         self._cache = {}
         self._lock = threading.Lock()
         self._last = None
+        self._rules_seen = rules.generation()
         self.adjoint = _AdjointProxy(self)
 
     def __repr__(self):
@@ -139,15 +143,29 @@ class CudaDifferentiatedKernel:
     # ---- forward --------------------------------------------------------------------
     def __getitem__(self, config):
         """``k[grid, block](*args)`` / ``k[grid, block, stream](*args)``: the forward
-        launch, recorded on the active :class:`kadj.Tape` if there is one."""
+        launch, recorded on the active :class:`kadj.Tape` if there is one.  A grid or
+        block with a dimension below 1, a non-integer dimension or a block of more than
+        1024 threads is refused here (a launch that computes nothing, or that the GPU
+        would refuse)."""
+        validate.check_launch(self.__name__, config)
         return _Launcher(self._launch, config)
 
-    def _launch(self, config, args):
+    def _launch(self, config, args, kwargs=None):
         from . import tape as _tape
+        if kwargs:
+            args = validate.bind(self.__name__, self.arg_names,
+                                 self.py_func.__defaults__ or (), args, kwargs)
         t = _tape.active()
         if t is not None:
             return t.record(self, args, config=config)
-        return self.dispatcher[config](*args)
+        _tape.check_unrecorded(self, args)
+        try:
+            return self.dispatcher[config](*args)
+        except NumbaError as exc:
+            clear = validate.explain_failure(self.__name__, self.arg_names, args, exc)
+            if clear is None:
+                raise
+            raise clear from exc
 
     def forward(self, config, *args):
         """Launch the forward kernel without recording it."""
@@ -158,16 +176,37 @@ class CudaDifferentiatedKernel:
         if len(args) != len(self.arg_names):
             raise TypeError(f"{self.__name__} takes {len(self.arg_names)} arguments "
                             f"{self.arg_names}, got {len(args)}")
-        return tuple(_typeof(a) for a in args)
+        validate.check_arguments(self.__name__, self.arg_names, args)
+        arg_types = []
+        for name, a in zip(self.arg_names, args):
+            try:
+                t = _typeof(a)
+            except (ValueError, TypeError):
+                t = types.pyobject
+            if t == types.pyobject:
+                raise validate.unsupported_type(self.__name__, name, a)
+            arg_types.append(t)
+        return tuple(arg_types)
 
     def compiled(self, *args):
+        if self._rules_seen != rules.generation():
+            with self._lock:   # adjoints built under an older rule table are rebuilt
+                self._rules_seen = rules.generation()
+                self._cache = {}
         arg_types = self._arg_types(args)
         hit = self._cache.get(arg_types)
         if hit is None:
             with self._lock:
                 hit = self._cache.get(arg_types)
                 if hit is None:
-                    hit = self._build(arg_types)
+                    try:
+                        hit = self._build(arg_types)
+                    except NumbaError as exc:
+                        clear = validate.explain_failure(self.__name__, self.arg_names,
+                                                         args, exc)
+                        if clear is None:
+                            raise
+                        raise clear from exc
                     self._cache[arg_types] = hit
         self._last = hit
         return hit
@@ -177,16 +216,10 @@ class CudaDifferentiatedKernel:
         return {k: opts[k] for k in _CUDA_OPTIONS_KEPT if k in opts}
 
     def _build(self, arg_types):
-        from numba import cuda
-
+        from .cuda.frontend import type_kernel
         from .cuda.structure import structurize_cuda
         from .cuda.writer import write_cuda_adjoint
-        if simulator_enabled():
-            from .cuda.shim import type_with_shim
-            tk = type_with_shim(self.py_func, arg_types)
-        else:
-            from .cuda.frontend import type_cuda_kernel
-            tk = type_cuda_kernel(self.py_func, arg_types)
+        tk = type_kernel(self.py_func, arg_types)  # the same IR with or without simulator
         kernel = structurize_cuda(tk)
         # the argument layout is the CPU one (DifferentiatedKernel._plan)
         plan = DifferentiatedKernel._plan(self, kernel, arg_types)
@@ -214,7 +247,7 @@ class CudaDifferentiatedKernel:
             if self.gather else None
         if not self.gather:
             report["gather"] = {"used": False, "why": "disabled (gather=False)"}
-        return CompiledCudaAdjoint(plan, adj.source, pyfn, jitted, report, gather)
+        return CompiledCudaAdjoint(plan, adj.source, pyfn, jitted, report, gather, tk)
 
     def _compile(self, adj):
         from numba import cuda
@@ -285,6 +318,9 @@ class CudaDifferentiatedKernel:
         """PTX text of the adjoint kernel (``numba.cuda.compile_ptx``; no GPU needed);
         ``form`` as for :meth:`adjoint_source`."""
         if simulator_enabled():
+            # the verdict is the compiler's (kadj.cuda.verdict): a refusal is raised here,
+            # in full, before a child process compiles the accepted adjoint
+            self._pick(self.compiled(*args), form)
             return _ptx_in_subprocess(self, args, cc, form)
         from numba import cuda
         fn = self._pick(self.compiled(*args), form)[0]
@@ -322,50 +358,19 @@ class CudaDifferentiatedKernel:
                 "shared_memory_per_block": kern.get_shared_mem_per_block(sig),
                 "max_threads_per_block": kern.get_max_threads_per_block(sig)}
 
-    def _run_adjoint(self, config, args):
-        n = len(self.arg_names)
-        if len(args) < n:
-            raise TypeError(f"{self.__name__}.adjoint expects the {n} forward arguments "
-                            f"{self.arg_names} followed by their adjoints")
-        fwd, adjs = args[:n], args[n:]
+    def _run_adjoint(self, config, args, kwargs=None):
+        call = f"{self.__name__}.adjoint"
+        fwd, adjs, by_name = validate.split_adjoint_call(
+            call, self.arg_names, self.py_func.__defaults__ or (), args, kwargs or {})
         comp = self.compiled(*fwd)
-        expected = comp.plan.adjoint_names()
-        if len(adjs) != len(expected):
-            raise TypeError(
-                f"{self.__name__}.adjoint expects {len(expected)} adjoint argument(s) "
-                f"{expected} after the forward arguments, got {len(adjs)}")
-        for i, buf, aname in zip(comp.plan.adjoint_args, adjs, expected):
-            x = fwd[i]
-            if not hasattr(buf, "shape") or not hasattr(buf, "dtype"):
-                raise TypeError(f"{self.__name__}.adjoint: {aname} must be an array "
-                                f"(NumPy, numba device or CuPy), got {type(buf).__name__}")
-            if hasattr(x, "shape") and not np.isscalar(x):
-                if tuple(buf.shape) != tuple(x.shape) or \
-                        np.dtype(buf.dtype) != np.dtype(x.dtype):
-                    raise ValueError(
-                        f"{self.__name__}.adjoint: {aname} must have the shape and dtype "
-                        f"of {self.arg_names[i]} ({tuple(x.shape)}, {np.dtype(x.dtype)}),"
-                        f" got ({tuple(buf.shape)}, {np.dtype(buf.dtype)})")
-            elif tuple(buf.shape) != (1,) or np.dtype(buf.dtype) != np.asarray(x).dtype:
-                raise ValueError(f"{self.__name__}.adjoint: {aname} must be a 1-element "
-                                 f"array of dtype {np.asarray(x).dtype}")
-        _check_distinct(self.__name__, fwd, adjs, expected)
+        adjs = validate.order_adjoints(call, comp.plan, fwd, adjs, by_name)
+        validate.check_adjoint_call(call, comp.plan, fwd, adjs)
         g = comp.gather
         if g is not None and g.covers(config, fwd):
             g.kernels[0][config](*fwd, *adjs)   # each thread gathers its elements
             g.kernels[1][config](*fwd, *adjs)   # then the written elements' are consumed
         else:
             comp.kernel[config](*fwd, *adjs)
-
-
-def _check_distinct(name, fwd, adjs, expected):
-    """Adjoint buffers must not be forward arguments (the adjoint reads those)."""
-    from .tape import _is_array, _key
-    fwd_keys = {_key(a) for a in fwd if _is_array(a)}
-    for buf, aname in zip(adjs, expected):
-        if _is_array(buf) and _key(buf) in fwd_keys:
-            raise ValueError(f"{name}.adjoint: {aname} is one of the forward arguments; "
-                             "pass a separate buffer")
 
 
 def _with_cells(kernel, slot_names):
@@ -380,32 +385,48 @@ def _with_cells(kernel, slot_names):
 
 
 _PTX_CHILD = r"""
-import importlib, importlib.util, pickle, sys
-paths, modname, path, qualname, options, args, cc, form = pickle.load(sys.stdin.buffer)
-sys.path[:] = paths
-import kadj
-from kadj.cuda_api import CudaDifferentiatedKernel
-if modname != "__main__":
-    module = importlib.import_module(modname)
-else:
-    spec = importlib.util.spec_from_file_location("_kadj_ptx_module", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-obj = module
-for part in qualname.split("."):
-    obj = getattr(obj, part)
-if isinstance(obj, CudaDifferentiatedKernel):
-    obj = obj.dispatcher
-k = kadj.differentiate(obj, **options)
-sys.stdout.write(k.adjoint_ptx(*args, cc=cc, form=form))
+import importlib, importlib.util, json, pickle, sys
+result = {}
+try:
+    paths, modname, path, qualname, options, args, cc, form = pickle.load(sys.stdin.buffer)
+    sys.path[:] = paths
+    import kadj
+    from kadj.cuda_api import CudaDifferentiatedKernel
+    if modname != "__main__":
+        module = importlib.import_module(modname)
+    else:
+        spec = importlib.util.spec_from_file_location("_kadj_ptx_module", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if isinstance(obj, CudaDifferentiatedKernel):
+        obj = obj.dispatcher
+    k = kadj.differentiate(obj, **options)
+    result["ptx"] = k.adjoint_ptx(*args, cc=cc, form=form)
+except BaseException as exc:
+    loc = getattr(exc, "loc", None)
+    result = {"error": type(exc).__name__, "message": str(exc),
+              "kernel": getattr(exc, "kernel", None),
+              "construct": getattr(exc, "construct", None),
+              "remedy": getattr(exc, "remedy", None),
+              "loc": None if loc is None else [getattr(loc, "filename", None),
+                                               getattr(loc, "line", None),
+                                               getattr(loc, "col", None)]}
+sys.stdout.write(MARK + json.dumps(result, default=str))
 """
+_PTX_MARK = "\n<<kadj adjoint_ptx result>>\n"
 
 
 def _ptx_in_subprocess(k, args, cc, form):
     """Under NUMBA_ENABLE_CUDASIM=1 numba-cuda's compiler is replaced by the simulator:
     compile the adjoint's PTX in a child process without it, which imports the kernel's
-    module from its file (kernels defined in a module file, at module level)."""
+    module from its file (kernels defined in a module file, at module level).  The child
+    reports the PTX or its exception (type, full message) as JSON after a marker line;
+    a :class:`DifferentiationError` there is raised here with the same text."""
+    import json
     import os
     import pickle
     import subprocess
@@ -421,20 +442,40 @@ def _ptx_in_subprocess(k, args, cc, form):
         try:
             payload = pickle.dumps((list(sys.path), k.py_func.__module__, path, qualname,
                                     options, tuple(args), tuple(cc), form))
-            proc = subprocess.run([sys.executable, "-c", _PTX_CHILD], input=payload,
+            child = f"MARK = {_PTX_MARK!r}\n{_PTX_CHILD}"
+            proc = subprocess.run([sys.executable, "-c", child], input=payload,
                                   capture_output=True, env=env, timeout=600)
         except (pickle.PicklingError, TypeError, subprocess.TimeoutExpired) as exc:
             why = f"{type(exc).__name__}: {exc}"
         else:
-            if proc.returncode == 0:
-                return proc.stdout.decode()
-            lines = proc.stderr.decode().strip().splitlines()
-            why = lines[-1] if lines else f"exit status {proc.returncode}"
+            out = proc.stdout.decode(errors="replace")
+            if _PTX_MARK in out:
+                result = json.loads(out.rsplit(_PTX_MARK, 1)[1])
+                if "ptx" in result:
+                    return result["ptx"]
+                if result["error"] == "DifferentiationError":
+                    raise _differentiation_error(result)
+                why = f"{result['error']}: {result['message']}"
+            else:  # the child died before reporting: its whole error output
+                err = proc.stderr.decode(errors="replace").strip()
+                why = err[-4000:] if err else f"exit status {proc.returncode}"
     raise DifferentiationError(
         f"adjoint_ptx() needs numba-cuda's compiler, which NUMBA_ENABLE_CUDASIM=1 replaces "
         f"by the simulator, and compiling in a separate process failed ({why})",
         kernel=k.__name__, construct="adjoint_ptx under the simulator",
         remedy="call adjoint_ptx in a process without NUMBA_ENABLE_CUDASIM")
+
+
+def _differentiation_error(report):
+    """The child's DifferentiationError: the same text and attributes."""
+    from numba.core.ir import Loc
+    exc = DifferentiationError(report["message"])  # no parts: the text unchanged
+    exc.kernel, exc.construct, exc.remedy = (report["kernel"], report["construct"],
+                                             report["remedy"])
+    if report["loc"] is not None:
+        filename, line, col = report["loc"]
+        exc.loc = Loc(filename, line, col)
+    return exc
 
 
 def _owned_shared(kernel, shared):

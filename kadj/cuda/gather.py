@@ -224,13 +224,9 @@ class GatherWriter(CudaWriter):
                 self.emit(1, f"{self.acc[name]} = {self.zero(self.T[name].dtype)}")
             passes += sorted({o for _, offs in self.plan.values() for o in offs} -
                              set(passes))
-        inits = [f"{self.adj(v)} = {self.zero(self.T[v])}"
-                 for v in sorted(a.varied, key=self.n)
-                 if isinstance(self.T.get(v), types.Float) and v not in self.single_use]
+        init_at = []  # (line, depth, pass) of the adjoints' initialisations
         for n_pass, off in enumerate(passes):
             self.pass_offset = off
-            if n_pass == 1:  # the scalar arguments' adjoints come from the own pass
-                inits = [x for x in inits if x.split(" = ")[0] not in self._sinks]
             depth = 1
             if any(off):
                 self.emit(1, f"# the thread at offset {off} back: its adjoint's "
@@ -242,8 +238,7 @@ class GatherWriter(CudaWriter):
                 depth = 2
             else:
                 self.emit(1, "# this thread")
-            for line in inits:
-                self.emit(depth, line)
+            init_at.append((len(self.lines), depth, n_pass))
             self._last_loc = None
             self.open_frame(depth)
             self.fwd(k.body, depth, loop_depth=0)
@@ -263,6 +258,13 @@ class GatherWriter(CudaWriter):
                 n for n in self.slot_args
                 if not isinstance(self.T.get(n), types.Array) and n in a.varied])
         self.emit(1, "return None")
+        inits = [f"{self.adj(v)} = {self.zero(self.T[v])}"
+                 for v in sorted(sorted(a.varied), key=self.n)
+                 if isinstance(self.T.get(v), types.Float) and v not in self.single_use]
+        for at, depth, n_pass in reversed(init_at):
+            # the scalar arguments' adjoints come from the own pass only
+            self.lines[at:at] = ["    " * depth + x for x in inits
+                                 if n_pass == 0 or x.split(" = ")[0] not in self._sinks]
         self.lines[prologue_at:prologue_at] = [
             "    " + line for line in self.tape_init_lines() +
             [f"{self.n(v)} = {self.zero(self.T.get(v))}"

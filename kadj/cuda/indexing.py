@@ -163,6 +163,32 @@ class ThreadIndex:
                 d = self.coord.get(loop.start.name)
                 if d is not None and self.size.get(loop.step.name) == d:
                     self.coord[idx] = d
+                    self._loop_copies(idx, loop)
+
+    def _loop_copies(self, idx, loop):
+        """Copies of a grid-stride loop's variable (numba's ``$phi = i`` around a
+        branch: ``y[i] += a if c else b``) are that coordinate when every read of the
+        copy follows it in its own statement sequence: the copy was made in the same
+        iteration of the loop (the variable is the same throughout an iteration)."""
+        names = {idx}
+
+        def visit(seq):
+            for pos, s in enumerate(seq):
+                if isinstance(s, ir.Assign) and s.target in self.once and \
+                        isinstance(s.expr, ir.Copy) and isinstance(s.expr.src, ir.Var) \
+                        and s.expr.src.name in names:
+                    later = {id(x) for x in ir.walk(seq[pos + 1:])}
+                    if all(id(x) in later for x in ir.walk(self.k.body)
+                           if s.target in ir.stmt_reads(x)):
+                        self.coord[s.target] = self.coord[idx]
+                        names.add(s.target)
+                elif isinstance(s, ir.If):
+                    visit(s.then)
+                    visit(s.orelse)
+                elif isinstance(s, (ir.ForRange, ir.Loop)):
+                    visit(s.body)
+
+        visit(loop.body)
 
     def _manual_coord(self, a, b):
         """threadIdx.d + blockIdx.d * blockDim.d (any order) -> d."""

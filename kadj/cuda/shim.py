@@ -4,11 +4,26 @@ Under ``NUMBA_ENABLE_CUDASIM=1`` numba-cuda's real typing modules cannot be impo
 (the simulator replaces ``numba.cuda.cudadrv`` and friends in ``sys.modules``), and the
 simulator's ``numba.cuda`` has no ``grid``/``threadIdx``: they are injected per thread at
 launch.  kadj then types a clone of the kernel's Python function whose global ``cuda``
-is this module's :data:`shim`: a module whose ``grid``, ``gridsize``, ``threadIdx.x``...
-are typed (never lowered) by numba's CPU typing context with the types numba-cuda gives
-them (int64 indices, UniTuple(int64, n) for ``grid(n)`` with n > 1).  Device functions
-(simulator ``FakeCUDAKernel`` objects) are replaced by ``@njit`` clones so that kadj's
-frontend inlines them.
+is this module's :data:`shim`, typed (never lowered) by numba's CPU typing context.
+Device functions (simulator ``FakeCUDAKernel`` objects) are replaced by ``@njit`` clones
+so that kadj's frontend inlines them.
+
+The shim must give the typed IR numba-cuda gives (one verdict and one adjoint for the
+simulator and the GPU; ``tests/test_cuda_verdict.py`` compares them), so it mirrors
+numba-cuda's declarations (``numba/cuda/cudadecl.py``, ``stubs.py``, ``intrinsics.py``):
+
+- ``threadIdx``/``blockIdx``/``blockDim``/``gridDim`` are classes whose ``x``/``y``/``z``
+  are properties, like numba-cuda's stubs: numba's constant inference then takes
+  ``cuda.threadIdx.x`` for a (non-integer) constant in both paths alike, and the
+  attributes are typed ``int32``; ``laneid`` and ``warpsize`` are ``int32`` too;
+- ``grid(n)``/``gridsize(n)`` are ``int64`` or ``UniTuple(int64, n)`` for a literal n;
+- ``shared.array``/``local.array`` need a literal shape (an int or a tuple of ints) and a
+  dtype; the ``atomic`` functions return the array's dtype;
+- any other attribute of ``cuda`` (``cuda.fma``, ``cuda.popc``...) is an opaque function
+  of the first argument's type, so that kadj's structurizer refuses it at its line, as it
+  does for numba-cuda's typing;
+- ``math`` functions are typed as numba-cuda declares them (:mod:`kadj.cuda.shim_math`:
+  ``math.floor`` is a float there), in a typing context of the shim's own.
 
 Only typing uses the shim: the region tree names every CUDA intrinsic by its attribute
 path (``cuda.grid``, ``cuda.threadIdx.x``), and the generated source calls the real
@@ -16,123 +31,164 @@ path (``cuda.grid``, ``cuda.threadIdx.x``), and the generated source calls the r
 """
 from __future__ import annotations
 
+import functools
 import types as pytypes
-
-import numpy as np
 
 from numba import njit
 from numba.core import types
-from numba.extending import (overload, overload_attribute, register_model, models,
-                             typeof_impl)
-
-shim = pytypes.ModuleType("kadj_cuda_shim")
-
-
-def _grid(ndim):  # pragma: no cover - typed only
-    raise NotImplementedError
+from numba.core.typing.templates import (AttributeTemplate, CallableTemplate,
+                                         infer_getattr)
+from numba.extending import models, register_model, typeof_impl
 
 
-def _gridsize(ndim):  # pragma: no cover - typed only
-    raise NotImplementedError
+class _ShimModule(pytypes.ModuleType):
+    """A module whose unknown attributes are opaque functions (typed, never run)."""
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        fn = _opaque(f"{self.__name__[len('kadj_cuda_shim.'):]}.{name}".lstrip("."))
+        setattr(self, name, fn)
+        return fn
 
 
-def _syncthreads():  # pragma: no cover - typed only
-    raise NotImplementedError
-
-
-def _grid_typing(ndim):
-    if not isinstance(ndim, types.IntegerLiteral):
-        return None
-    n = ndim.literal_value
-    if n == 1:
-        return lambda ndim: 0
-    if n == 2:
-        return lambda ndim: (0, 0)
-    if n == 3:
-        return lambda ndim: (0, 0, 0)
-    return None
-
-
-overload(_grid, prefer_literal=True)(_grid_typing)
-overload(_gridsize, prefer_literal=True)(_grid_typing)
-
-
-@overload(_syncthreads)
-def _sync_impl():
-    return lambda: None
-
-
-_grid.__name__, _gridsize.__name__, _syncthreads.__name__ = "grid", "gridsize", \
-    "syncthreads"
-shim.grid = _grid
-shim.gridsize = _gridsize
-shim.syncthreads = _syncthreads
-
-
-def _typed_only(name, typing):
-    def stub(*args):  # pragma: no cover - typed only
-        raise NotImplementedError
-    stub.__name__ = name
-    overload(stub, prefer_literal=True)(typing)
-    return stub
-
-
-def _atomic_typing(ary, idx, val):
-    return lambda ary, idx, val: ary[idx]
-
-
-def _array_typing(shape, dtype):
-    return lambda shape, dtype: np.empty(shape, dtype)
-
-
-def _submodule(name, **attrs):
-    m = pytypes.ModuleType(f"kadj_cuda_shim.{name}")
+def _module(name, **attrs):
+    m = _ShimModule(name)
     for k, v in attrs.items():
         setattr(m, k, v)
     return m
 
 
-shim.atomic = _submodule("atomic", **{
-    op: _typed_only(op, _atomic_typing)
-    for op in ("add", "sub", "max", "min", "nanmax", "nanmin", "exch", "inc", "dec",
-               "and_", "or_", "xor")})
-shim.shared = _submodule("shared", array=_typed_only("array", _array_typing))
-shim.local = _submodule("local", array=_typed_only("array", _array_typing))
-shim.syncwarp = _typed_only("syncwarp", lambda *a: (lambda *a: None))
-shim.threadfence = _typed_only("threadfence", lambda: (lambda: None))
+def _stub(name):
+    def stub(*args, **kwargs):  # pragma: no cover - typed only
+        raise NotImplementedError(f"cuda.{name} is only typed by kadj, never called")
+    stub.__name__ = stub.__qualname__ = name
+    return stub
 
 
-class _Dim3:
-    def __init__(self, name):
-        self.name = name
+_FUNCTION_TYPES = {}  # shim function -> its numba type (typing_context() resolves them)
 
-    def __repr__(self):
-        return f"cuda.{self.name}"
+
+def _typed(name, typer):
+    """A stub function typed by ``typer(*args, **kws) -> return type or None``."""
+    fn = _stub(name)
+
+    class _Template(CallableTemplate):
+        key = fn
+
+        def generic(self):
+            return typer
+
+    _FUNCTION_TYPES[fn] = types.Function(_Template)
+    return fn
+
+
+def _opaque(path):
+    """``cuda.<path>``, unknown to the shim: typed as a function of its first
+    argument's type, so the structurizer reaches it and refuses it."""
+    return _typed(path, lambda *args: types.unliteral(args[0]) if args else types.none)
+
+
+def _literal(t):
+    return t.literal_value if isinstance(t, types.IntegerLiteral) else None
+
+
+def _grid_type(ndim):
+    n = _literal(ndim)
+    if n == 1:
+        return types.int64
+    if n in (2, 3):
+        return types.UniTuple(types.int64, n)
+    return None
+
+
+def _array_type(shape, dtype, alignment=None):
+    """numba-cuda's ``Cuda_array_decl``: literal shape, numba dtype."""
+    if isinstance(shape, types.Integer):
+        ndim = 1 if isinstance(shape, types.IntegerLiteral) else None
+    elif isinstance(shape, types.BaseTuple):
+        ndim = len(shape) if all(isinstance(s, types.IntegerLiteral) for s in shape) \
+            else None
+    else:
+        ndim = None
+    if isinstance(dtype, (types.NumberClass, types.DType)):
+        dtype = dtype.dtype
+    if ndim is None or not isinstance(dtype, (types.Number, types.Boolean)):
+        return None
+    return types.Array(dtype, ndim, "C")
+
+
+def _atomic_type(ary, idx, val):
+    return ary.dtype if isinstance(ary, types.Array) else None
+
+
+shim = _module(
+    "kadj_cuda_shim",
+    grid=_typed("grid", _grid_type),
+    gridsize=_typed("gridsize", _grid_type),
+    syncthreads=_typed("syncthreads", lambda: types.none),
+    syncwarp=_typed("syncwarp", lambda *a: types.none),
+    threadfence=_typed("threadfence", lambda: types.none),
+    shared=_module("kadj_cuda_shim.shared", array=_typed("shared.array", _array_type)),
+    local=_module("kadj_cuda_shim.local", array=_typed("local.array", _array_type)),
+    atomic=_module("kadj_cuda_shim.atomic", **{
+        op: _typed(f"atomic.{op}", _atomic_type)
+        for op in ("add", "sub", "max", "min", "nanmax", "nanmin", "exch", "inc", "dec",
+                   "and_", "or_", "xor")}),
+)
+
+
+# ---- special registers: classes with properties, like numba-cuda's stubs -------------
+class _RegisterMeta(type):
+    """Metaclass of the special-register stubs; numba types them by it."""
+
+
+class _Dim3Meta(_RegisterMeta):
+    pass
+
+
+class _Dim3(metaclass=_Dim3Meta):
+    x = property(lambda self: None)
+    y = property(lambda self: None)
+    z = property(lambda self: None)
+
+
+class _Int32Register(metaclass=_RegisterMeta):
+    pass
 
 
 class _Dim3Type(types.Dummy):
     def __init__(self):
-        super().__init__("kadj_cuda_dim3")
+        super().__init__("Dim3")  # numba-cuda's name
 
 
 _dim3_type = _Dim3Type()
-
-
-@typeof_impl.register(_Dim3)
-def _typeof_dim3(val, c):
-    return _dim3_type
-
-
 register_model(_Dim3Type)(models.OpaqueModel)
 
-for _attr in ("x", "y", "z"):
-    def _attr_impl(d):
-        return lambda d: 0
-    overload_attribute(_Dim3Type, _attr)(_attr_impl)
+
+@typeof_impl.register(_RegisterMeta)
+def _typeof_register(val, c):
+    return _dim3_type if isinstance(val, _Dim3Meta) else types.int32
+
+
+@infer_getattr
+class _Dim3Attrs(AttributeTemplate):
+    key = _dim3_type
+
+    def resolve_x(self, d):
+        return types.int32
+
+    def resolve_y(self, d):
+        return types.int32
+
+    def resolve_z(self, d):
+        return types.int32
+
 
 for _name in ("threadIdx", "blockIdx", "blockDim", "gridDim"):
-    setattr(shim, _name, _Dim3(_name))
-shim.warpsize = 32
+    setattr(shim, _name, _Dim3Meta(_name, (_Dim3,), {}))
+for _name in ("warpsize", "laneid"):
+    setattr(shim, _name, _RegisterMeta(_name, (_Int32Register,), {}))
 
 
 def is_simulator_module(obj):
@@ -161,31 +217,33 @@ def clone_for_typing(py_func, _memo=None):
     return f
 
 
-def type_with_shim(py_func, arg_types):
-    import re
-
-    from numba.core.errors import TypingError
+@functools.lru_cache(maxsize=None)
+def typing_context():
+    """A typing context of its own for the shim: numba's CPU one, with numba-cuda's
+    math declarations (users' ``@njit`` functions keep the CPU's)."""
     from numba.core.registry import cpu_target
 
-    from ..errors import DifferentiationError
+    from .shim_math import math_declarations
+    math_types = math_declarations()
+
+    class _ShimTypingContext(type(cpu_target.typing_context)):
+        def resolve_value_type(self, val):
+            if isinstance(val, pytypes.FunctionType) and val in _FUNCTION_TYPES:
+                return _FUNCTION_TYPES[val]
+            if isinstance(val, pytypes.BuiltinFunctionType) and val in math_types:
+                return math_types[val]
+            return super().resolve_value_type(val)
+
+    ctx = _ShimTypingContext()
+    ctx.refresh()
+    return ctx
+
+
+def type_with_shim(py_func, arg_types):
+    """Typed IR of ``py_func`` with ``cuda`` typed by the shim (numba's CPU typing
+    context with CUDA's math, nothing lowered)."""
+    from numba.core.registry import cpu_target
+
     from ..frontend import _run
-    f = clone_for_typing(py_func)
-    try:
-        return _run(f, cpu_target.typing_context, cpu_target.target_context, arg_types,
-                    "cuda")
-    except (TypingError, AttributeError) as exc:
-        m = re.search(r"Unknown attribute '(\w+)' of type Module\(<module "
-                      r"'kadj_cuda_shim(\.\w+)?'", str(exc))
-        if m is not None:
-            path = ((m.group(2) or "")[1:] + "." + m.group(1)).lstrip(".")
-        else:
-            m = re.search(r"module 'kadj_cuda_shim(\.\w+)?' has no attribute '(\w+)'",
-                          str(exc))
-            if m is None:
-                raise
-            path = ((m.group(1) or "")[1:] + "." + m.group(2)).lstrip(".")
-        raise DifferentiationError(
-            f"cuda.{path} is not supported in differentiated kernels",
-            kernel=py_func.__name__, construct=f"cuda.{path}",
-            remedy="supported: cuda.grid, cuda.gridsize, threadIdx/blockIdx/blockDim/"
-                   "gridDim, shared and local arrays, syncthreads, atomic.add/sub") from None
+    return _run(clone_for_typing(py_func), typing_context(), cpu_target.target_context,
+                arg_types, "cuda")

@@ -17,7 +17,6 @@ from numba.core import ir as nir
 from numba.core import types
 
 from .. import ir
-from ..errors import DifferentiationError
 from ..frontend import resolve_value
 from ..structurize import Structurizer
 from . import shim as _shim

@@ -143,6 +143,18 @@ class CudaWriter(Writer):
                     self.kept.discard(id(x))
                     changed = True
 
+    def _live(self, stmts, live, ctx):
+        # what the forward saves at a loop's entry (pushed state, checkpoint 0) is read
+        # there, even where the loop's own updates of it are dead (a cell overwritten
+        # after the loop): it must hold its value, not an unset (NaN) register
+        a = self.a
+        for s in reversed(stmts):
+            live = super()._live((s,), live, ctx)
+            if isinstance(s, (ir.ForRange, ir.Loop)) and id(s) in self.kept:
+                live = live | set(a.loop_saved.get(s.uid, ())) | set(
+                    a.replay.get(s.uid, ()))
+        return live
+
     def _stmt_needed(self, s):
         if isinstance(s, ir.Store) and s.array.name in self.cells:
             return False  # later reads use the cell (kadj.cuda.cells)
