@@ -14,104 +14,11 @@ import pytest
 import kadj
 import kadj.tape
 from kadj.errors import DifferentiationError
-from kadj.plan import AdjointPlan
 from kadj.tape import Launch, Tape, active
 
 
 # ----------------------------------------------------------------- fake kernels
-
-
-class FakeKernel:
-    """A kernel with a hand-written adjoint that follows the kadj contract."""
-
-    def __init__(self, fn, adjoint, arg_names, written, read, returns_value=False):
-        self.fn, self.adj, self.arg_names = fn, adjoint, tuple(arg_names)
-        self.written, self.read = frozenset(written), frozenset(read)
-        self.returns_value = returns_value
-        self.__name__ = fn.__name__
-
-    def adjoint_plan(self, *args):
-        floats = tuple(i for i, a in enumerate(args) if _is_float(a))
-        return AdjointPlan(self.__name__, self.arg_names, floats, self.written,
-                           self.read, self.returns_value)
-
-    def forward(self, *args):
-        return self.fn(*args)
-
-    def adjoint(self, *args, adj_return=1.0):
-        n = len(self.arg_names)
-        kwargs = {"adj_return": adj_return} if self.returns_value else {}
-        self.adj(args[:n], args[n:], **kwargs)
-
-    def __call__(self, *args):
-        tape = kadj.tape.active()
-        if tape is not None:
-            return tape.record(self, args)
-        return self.forward(*args)
-
-
-def _is_float(a):
-    return np.asarray(a).dtype.kind == "f"
-
-
-def fake(arg_names, written, read, returns_value=False):
-    def wrap(fn):
-        def with_adjoint(adj):
-            return FakeKernel(fn, adj, arg_names, written, read, returns_value)
-        return with_adjoint
-    return wrap
-
-
-# y = a * x
-@fake(("x", "y", "a"), written={1}, read={0})
-def scale(x, y, a):
-    y[:] = a * x
-
-
-@scale
-def scale(fwd, adj):
-    (x, y, a), (adj_x, adj_y, adj_a) = fwd, adj
-    adj_x += a * adj_y
-    adj_a[0] += np.sum(x * adj_y)
-    adj_y[:] = 0.0
-
-
-# y = y * y, in place
-@fake(("y",), written={0}, read={0})
-def square_inplace(y):
-    y[:] = y * y
-
-
-@square_inplace
-def square_inplace(fwd, adj):
-    (y,), (adj_y,) = fwd, adj
-    adj_y *= 2.0 * y
-
-
-# y += b * x
-@fake(("x", "y", "b"), written={1}, read={0, 1})
-def axpy(x, y, b):
-    y += b * x
-
-
-@axpy
-def axpy(fwd, adj):
-    (x, y, b), (adj_x, adj_y, adj_b) = fwd, adj
-    adj_x += b * adj_y
-    adj_b[0] += np.sum(x * adj_y)
-
-
-# loss[0] = sum(x**2)
-@fake(("x", "loss"), written={1}, read={0})
-def sumsq(x, loss):
-    loss[0] = np.sum(x * x)
-
-
-@sumsq
-def sumsq(fwd, adj):
-    (x, loss), (adj_x, adj_loss) = fwd, adj
-    adj_x += 2.0 * x * adj_loss[0]
-    adj_loss[0] = 0.0
+from fake_kernels import FakeKernel, axpy, fake, scale, square_inplace, sumsq  # noqa: E402,F401
 
 
 # y = x1 * x2

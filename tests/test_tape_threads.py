@@ -23,80 +23,10 @@ import pytest
 import kadj
 import kadj.tape
 from kadj.errors import DifferentiationError
-from kadj.plan import AdjointPlan
 from kadj.tape import Tape, TapeError
 
 
-class FakeKernel:
-    """A kernel with a hand-written adjoint, launched like a kadj kernel."""
-
-    def __init__(self, fn, adjoint, arg_names, written, read):
-        self.fn, self.adj, self.arg_names = fn, adjoint, tuple(arg_names)
-        self.written, self.read = frozenset(written), frozenset(read)
-        self.__name__ = fn.__name__
-
-    def adjoint_plan(self, *args):
-        floats = tuple(i for i, a in enumerate(args) if np.asarray(a).dtype.kind == "f")
-        return AdjointPlan(self.__name__, self.arg_names, floats, self.written,
-                           self.read, False)
-
-    def forward(self, *args):
-        return self.fn(*args)
-
-    def adjoint(self, *args):
-        n = len(self.arg_names)
-        self.adj(args[:n], args[n:])
-
-    def __call__(self, *args):  # as kadj.api.DifferentiatedKernel.__call__
-        tape = kadj.tape.active()
-        if tape is not None:
-            return tape.record(self, args)
-        kadj.tape.check_unrecorded(self, args)
-        return self.forward(*args)
-
-
-def fake(arg_names, written, read):
-    def wrap(fn):
-        def with_adjoint(adj):
-            return FakeKernel(fn, adj, arg_names, written, read)
-        return with_adjoint
-    return wrap
-
-
-@fake(("x", "y", "a"), written={1}, read={0})
-def scale(x, y, a):                      # y = a * x
-    y[:] = a * x
-
-
-@scale
-def scale(fwd, adj):
-    (x, y, a), (adj_x, adj_y, adj_a) = fwd, adj
-    adj_x += a * adj_y
-    adj_a[0] += np.sum(x * adj_y)
-    adj_y[:] = 0.0
-
-
-@fake(("y",), written={0}, read={0})
-def square_inplace(y):                   # y = y * y
-    y[:] = y * y
-
-
-@square_inplace
-def square_inplace(fwd, adj):
-    (y,), (adj_y,) = fwd, adj
-    adj_y *= 2.0 * y
-
-
-@fake(("x", "y", "b"), written={1}, read={0, 1})
-def axpy(x, y, b):                       # y += b * x
-    y += b * x
-
-
-@axpy
-def axpy(fwd, adj):
-    (x, y, b), (adj_x, adj_y, adj_b) = fwd, adj
-    adj_x += b * adj_y
-    adj_b[0] += np.sum(x * adj_y)
+from fake_kernels import axpy, fake, scale, square_inplace, sumsq  # noqa: E402
 
 
 @fake(("x", "y", "b"), written={1}, read={0, 1})
@@ -111,18 +41,6 @@ def slow_axpy(fwd, adj):
     (x, y, b), (adj_x, adj_y, adj_b) = fwd, adj
     adj_x += b * adj_y
     adj_b[0] += np.sum(x * adj_y)
-
-
-@fake(("x", "loss"), written={1}, read={0})
-def sumsq(x, loss):                      # loss[0] = sum(x**2)
-    loss[0] = np.sum(x * x)
-
-
-@sumsq
-def sumsq(fwd, adj):
-    (x, loss), (adj_x, adj_loss) = fwd, adj
-    adj_x += 2.0 * x * adj_loss[0]
-    adj_loss[0] = 0.0
 
 
 ADJOINT_STARTED, ADJOINT_MAY_GO_ON = threading.Event(), threading.Event()
