@@ -1,0 +1,85 @@
+"""The two comparisons :func:`~kadj.testing.check_grad` makes.
+
+The inner-product test ``<ct, J d> == <adjoint(ct), d>`` with one random direction
+per input argument (the "dot-product test" of adjoint codes, as in JAX's
+``check_vjp``), and, for small inputs, every Jacobian column from finite
+differences against the adjoint's rows.  Each raises ``AssertionError`` with a
+message from :mod:`kadj.testing.report` on a confirmed disagreement.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .adjoint import _round_to_outputs, _vjp
+from .probes import _confirmed, _unit
+from .problem import _element_name
+from .report import _jacobian_failure, _mismatch_text
+
+_RANDOM_ROWS = 8
+
+
+def _direction(problem, point, s, ct, g, rng, tol):
+    """The inner-product test along one random direction in argument ``s``."""
+    d = np.zeros(problem.n_in)
+    part = slice(s.start, s.stop)
+    d[part] = point.steps[part] / tol.eps * rng.standard_normal(s.stop - s.start)
+    return _confirmed(problem, point, d, tol.eps, ct[None, :], g[None, :], tol,
+                      f"argument '{s.name}'")
+
+
+def _inner_product_test(problem, point, ct, rng, tol, explain_max):
+    """``<ct, J d>`` against ``<adjoint(ct), d>``, one random ``d`` per input.
+
+    One adjoint call serves every input; perturbing one argument at a time costs two
+    forward runs each (four when a disagreement is confirmed) and names the argument
+    whose gradient is wrong.
+    """
+    g = _vjp(problem, ct)
+    total_fd = total_ad = 0.0
+    worst = (0.0, 0.0)
+    for s in problem.inputs:
+        verdict = _direction(problem, point, s, ct, g, rng, tol)
+        fd, ad = float(verdict.fd[0]), float(verdict.ad[0])
+        if not verdict.agrees[0]:
+            raise AssertionError(
+                f"The adjoint of kernel '{problem.name}' fails the inner-product test "
+                f"for argument '{s.name}': "
+                + _mismatch_text(problem, point, s, ct, g, verdict, tol,
+                                 explain_max))
+        total_fd += fd
+        total_ad += ad
+        worst = max(worst, _errors(np.array([ad]), np.array([fd]),
+                                   float(verdict.magnitude[0])))
+    return total_fd, total_ad, worst
+
+
+def _jacobian_test(problem, point, rng, tol, rows_max):
+    """Compare ``C^T J`` from finite differences with adjoint rows, column by column.
+
+    ``C`` is the identity (one adjoint call per output element) when there are at
+    most ``rows_max`` outputs, else a few random cotangents.
+    """
+    unit_rows = problem.n_out <= rows_max
+    if unit_rows:
+        cts = np.eye(problem.n_out)
+    else:
+        cts = np.stack([_round_to_outputs(problem, rng.standard_normal(problem.n_out))
+                        for _ in range(_RANDOM_ROWS)])
+    rows = np.stack([_vjp(problem, c) for c in cts])
+    fd, ad = np.empty(rows.shape), np.empty(rows.shape)
+    failures = []
+    for j in range(problem.n_in):
+        verdict = _confirmed(problem, point, _unit(problem, j), point.steps[j], cts,
+                             rows, tol, _element_name(problem, j))
+        fd[:, j], ad[:, j] = verdict.fd, verdict.ad
+        if not np.all(verdict.agrees):
+            failures.append((j, verdict))
+    if failures:
+        _jacobian_failure(problem, point, cts, unit_rows, failures)
+    magnitude = float(np.abs(fd).max(initial=0.0))
+    return _errors(ad, fd, magnitude)
+
+
+def _errors(actual, desired, magnitude):
+    abs_err = float(np.abs(actual - desired).max(initial=0.0))
+    return abs_err, float(abs_err / magnitude) if magnitude > 0 else abs_err

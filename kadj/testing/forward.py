@@ -1,0 +1,65 @@
+"""The forward map ``F``: the checked inputs before a call -> the written
+floating-point arrays (then the return value) after it.
+
+``F`` is always evaluated on copies of the arguments, so the caller's arguments are
+never modified; inputs are rounded to their dtype when written into the copies.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _is_array(a):
+    return isinstance(a, np.ndarray)
+
+
+def _is_float_array(a):
+    return _is_array(a) and a.dtype.kind == "f"
+
+
+def _copy_args(args):
+    return [a.copy(order="K") if _is_array(a) else a for a in args]
+
+
+def _read_inputs(problem, args):
+    x = np.empty(problem.n_in)
+    for s in problem.inputs:
+        x[s.start:s.stop] = np.ravel(args[s.index])
+    return x
+
+
+def _with_inputs(problem, x):
+    """Copies of the arguments holding ``x`` (rounded to each input's dtype)."""
+    args = _copy_args(problem.args)
+    for s in problem.inputs:
+        if s.is_array:
+            args[s.index][...] = x[s.start:s.stop].reshape(s.shape)
+        else:
+            args[s.index] = _like_scalar(problem.args[s.index], x[s.start])
+    return args
+
+
+def _like_scalar(original, value):
+    if isinstance(original, np.generic):
+        return original.dtype.type(value)
+    return type(original)(value)
+
+
+def _run_forward(problem, args):
+    """Run the forward on ``args`` (copies, modified in place); return F's value."""
+    result = problem.kernel.forward(*args)
+    y = np.empty(problem.n_out)
+    for s in problem.outputs:
+        if s.index >= 0:
+            y[s.start:s.stop] = np.ravel(args[s.index])
+        elif result is None:
+            raise AssertionError(
+                f"Kernel '{problem.name}' is planned to return a value, but its "
+                "forward returned None.")
+        else:
+            y[s.start] = float(result)
+    return y
+
+
+def _evaluate(problem, x):
+    return _run_forward(problem, _with_inputs(problem, x))

@@ -1,0 +1,173 @@
+"""Finite-difference probes, their confirmation with a smaller step, and kink
+verdicts.
+
+A probe compares central differences of ``C F`` along a direction with what the
+adjoint rows ``G`` predict for the same rounded steps, within ``atol``, ``rtol`` and
+an estimate of the rounding noise.  A disagreement is confirmed with a step
+``_REFINE`` times smaller (truncation error shrinks sixteen-fold, a wrong gradient
+stays wrong); where the forward and backward one-sided differences disagree with
+each other at both steps, the point looks like a kink or tie, and the one-sided
+derivatives are extrapolated to a zero step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .forward import _read_inputs, _run_forward, _with_inputs
+from .problem import _Tol
+
+_NOISE_FACTOR = 64.0
+_REFINE = 4.0       # a disagreement is confirmed with a step this many times smaller
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """Differences of ``C F`` at ``x + t d`` and ``x - t d`` for cotangent rows ``C``,
+    next to what the adjoint rows ``G`` predict for the same rounded steps.
+
+    Arrays hold one entry per row of ``C``; derivatives are per unit of ``d``, divided
+    by the steps actually taken along ``d`` (``sp`` forward, ``sm`` backward).
+    """
+
+    sp: float
+    sm: float
+    cp: np.ndarray      # C F(x+)
+    cm: np.ndarray      # C F(x-)
+    pp: np.ndarray      # G (x+ - x)
+    pm: np.ndarray      # G (x - x-)
+    f_abs: np.ndarray   # |C| max(|F(x+)|, |F(x-)|)
+    g_abs: np.ndarray   # |G| |x+ - x-|
+    tol: _Tol
+
+    @property
+    def fd(self):
+        return (self.cp - self.cm) / (self.sp + self.sm)
+
+    @property
+    def ad(self):
+        return (self.pp + self.pm) / (self.sp + self.sm)
+
+    @property
+    def magnitude(self):
+        return np.maximum(np.abs(self.ad), self.g_abs / (self.sp + self.sm))
+
+    @property
+    def allowed(self):
+        t = self.tol
+        return (t.atol + t.rtol * self.magnitude
+                + _NOISE_FACTOR * t.unit * self.f_abs / (self.sp + self.sm))
+
+    @property
+    def agrees(self):
+        return np.abs(self.fd - self.ad) <= self.allowed
+
+    def one_sided(self, c0, f0_abs):
+        """(forward and backward differences, each minus the adjoint's prediction for
+        its half step, and the allowed size of their difference), given ``C F(x)``."""
+        if self.sp <= 0.0 or self.sm <= 0.0:
+            zero = np.zeros_like(self.cp)
+            return zero, zero, np.full_like(self.cp, np.inf)
+        forward = (self.cp - c0 - self.pp) / self.sp
+        backward = (c0 - self.cm - self.pm) / self.sm
+        t = self.tol
+        allowed = (t.atol + t.rtol * self.magnitude + _NOISE_FACTOR * t.unit
+                   * (self.f_abs + f0_abs) / min(self.sp, self.sm))
+        return forward, backward, allowed
+
+    def slopes(self, c0):
+        """The forward and backward one-sided derivatives, given ``C F(x)``."""
+        return (self.cp - c0) / self.sp, (c0 - self.cm) / self.sm
+
+
+def _probe(problem, point, d, t, cts, rows, tol, what):
+    delta = t * d
+    plus = _with_inputs(problem, point.x + delta)
+    minus = _with_inputs(problem, point.x - delta)
+    dp = _read_inputs(problem, plus) - point.x
+    dm = point.x - _read_inputs(problem, minus)
+    dd = float(d @ d)
+    sp, sm = float(dp @ d) / dd, float(dm @ d) / dd
+    if not sp + sm > 0.0:
+        raise AssertionError(_zero_step(problem, what))
+    yp, ym = _run_forward(problem, plus), _run_forward(problem, minus)
+    return _Probe(sp, sm, cts @ yp, cts @ ym, rows @ dp, rows @ dm,
+                  np.abs(cts) @ np.maximum(np.abs(yp), np.abs(ym)),
+                  np.abs(rows) @ np.abs(dp + dm), tol)
+
+
+def _zero_step(problem, what):
+    return (f"check_grad's step for {what} of kernel '{problem.name}' rounds to zero "
+            "in the input's dtype; pass a larger eps.")
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """A probe at step t and, where it disagreed, the confirming probe at t / 4."""
+
+    first: _Probe
+    second: object      # _Probe or None
+
+    @property
+    def agrees(self):
+        if self.second is None:
+            return self.first.agrees
+        return self.first.agrees | self.second.agrees
+
+    def _pick(self, name):
+        value = getattr(self.first, name)
+        if self.second is None:
+            return value
+        return np.where(self.first.agrees, value, getattr(self.second, name))
+
+    @property
+    def fd(self):
+        return self._pick("fd")
+
+    @property
+    def ad(self):
+        return self._pick("ad")
+
+    @property
+    def allowed(self):
+        return self._pick("allowed")
+
+    @property
+    def magnitude(self):
+        return self._pick("magnitude")
+
+    def kinks(self, c0, f0_abs):
+        """Rows where the one-sided differences disagree with each other by more than
+        the tolerance at both steps, without shrinking as the step does (a smooth
+        function's disagreement shrinks with the step; a kink's or a tie's does not)."""
+        if self.second is None:
+            return np.zeros(self.first.cp.shape, dtype=bool)
+        f1, b1, _ = self.first.one_sided(c0, f0_abs)
+        f4, b4, allowed = self.second.one_sided(c0, f0_abs)
+        jump1, jump4 = np.abs(f1 - b1), np.abs(f4 - b4)
+        return ~self.agrees & (jump4 > allowed) & (jump4 > 0.5 * jump1)
+
+    def kink_values(self, c0, row):
+        """(forward slope, backward slope, adjoint, whether the adjoint is one of the
+        one-sided derivatives) for ``row``, extrapolated to a zero step."""
+        f1, b1 = self.first.slopes(c0)
+        f4, b4 = self.second.slopes(c0)
+        fwd = (_REFINE * f4[row] - f1[row]) / (_REFINE - 1.0)
+        bwd = (_REFINE * b4[row] - b1[row]) / (_REFINE - 1.0)
+        ad = float(self.second.ad[row])
+        slack = max(float(self.second.allowed[row]), 0.05 * abs(fwd - bwd))
+        return fwd, bwd, ad, min(abs(ad - fwd), abs(ad - bwd)) <= slack
+
+
+def _confirmed(problem, point, d, t, cts, rows, tol, what):
+    first = _probe(problem, point, d, t, cts, rows, tol, what)
+    if bool(np.all(first.agrees)):
+        return _Verdict(first, None)
+    return _Verdict(first, _probe(problem, point, d, t / _REFINE, cts, rows, tol, what))
+
+
+def _unit(problem, j):
+    d = np.zeros(problem.n_in)
+    d[j] = 1.0
+    return d
