@@ -269,7 +269,8 @@ def _usefulness(kernel, a, returns_value):
                 args = [ops.var(x.name) if isinstance(x, ir.Var) else ops.const(0.0)
                         for x in e.args]
                 try:
-                    contribs = rule.vjp(ops.var(ir.COTANGENT), ops.var(s.target), *args)
+                    contribs = rules.expand(rule, ops.var(ir.COTANGENT), ops.var(s.target),
+                                            args, kernel=kernel.name, loc=s.loc)
                 except TypeError:
                     contribs = [1.0] * len(args)
                 for x, c in zip(e.args, contribs):
@@ -462,7 +463,7 @@ def partial_reads(s, a):
             args = [ops.var(x.name) if isinstance(x, ir.Var) else ops.const(
                 x.value if isinstance(x, ir.Const) and isinstance(x.value, (int, float))
                 else 0.0) for x in e.args]
-            contribs = rule.vjp(ops.var(ir.COTANGENT), ops.var(s.target), *args)
+            contribs = rules.expand(rule, ops.var(ir.COTANGENT), ops.var(s.target), args)
             for x, c in zip(e.args, contribs):
                 if c is not None and a.active(x):
                     out |= ops._lift(c).variables()

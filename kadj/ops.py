@@ -8,7 +8,10 @@ sees codegen, atomics, CPU or GPU: only these operations.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
+
+from .errors import DifferentiationError
 
 
 @dataclass(frozen=True)
@@ -48,11 +51,50 @@ class Sym:
     def __rtruediv__(self, o):
         return _op("div", o, self)
 
+    def __pow__(self, o):
+        return pow(self, o)
+
+    def __rpow__(self, o):
+        return pow(o, self)
+
     def __neg__(self):
         return _op("neg", self)
 
     def __pos__(self):
         return self
+
+    # Comparisons build symbolic conditions (for where()), never Python bools: a rule
+    # is evaluated once on placeholders, so a structural answer would be silently wrong.
+    def __eq__(self, o):
+        return _cmp("eq", self, o)
+
+    def __ne__(self, o):
+        return _cmp("ne", self, o)
+
+    def __lt__(self, o):
+        return _cmp("lt", self, o)
+
+    def __le__(self, o):
+        return _cmp("le", self, o)
+
+    def __gt__(self, o):
+        return _cmp("gt", self, o)
+
+    def __ge__(self, o):
+        return _cmp("ge", self, o)
+
+    def __hash__(self):
+        return hash((self.kind, self.name, self.value, self.args))
+
+    def __bool__(self):
+        raise DifferentiationError(
+            f"a derivative rule cannot branch on its arguments (Python `if`, `and`, "
+            f"`or`, min, max): the condition {describe(self)} is only known when the "
+            "adjoint runs",
+            construct=TRUTH_CONSTRUCT,
+            remedy="use kadj.ops.where(cond, a, b), with a comparison, kadj.ops.eq/ne/gt/"
+                   "ge/lt/le or kadj.ops.land as the condition: "
+                   "(kadj.ops.where(out == x, g, 0.0),)")
 
     def variables(self):
         """Names of the variables this expression reads."""
@@ -62,6 +104,36 @@ class Sym:
         for a in self.args:
             out |= a.variables()
         return out
+
+
+TRUTH_CONSTRUCT = "Python truth value of a symbolic expression"
+
+
+def same(a, b):
+    """Structural equality of two expressions (``==`` on Syms builds a condition)."""
+    if isinstance(a, Sym) and isinstance(b, Sym):
+        return a.kind == b.kind and a.name == b.name and a.value == b.value and \
+            len(a.args) == len(b.args) and all(same(x, y) for x, y in zip(a.args, b.args))
+    if isinstance(a, Sym) or isinstance(b, Sym):
+        return False
+    return a == b
+
+
+def describe(s):
+    """A short readable text of an expression, for messages."""
+    if not isinstance(s, Sym):
+        return repr(s)
+    if s.kind == "var":
+        return s.name
+    if s.kind == "const":
+        return repr(s.value)
+    return f"{s.name}({', '.join(describe(a) for a in s.args)})"
+
+
+def _cmp(name, a, b):
+    if not isinstance(b, (Sym, numbers.Real)):
+        return NotImplemented  # (an unrelated object: Python's default comparison)
+    return _op(name, a, b)
 
 
 def var(name):

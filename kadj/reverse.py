@@ -1001,7 +1001,8 @@ class Writer:
                     args.append(ops.const(x.value))
                 else:
                     args.append(ops.const(0.0))
-            contribs = rule.vjp(ops.var(ir.COTANGENT), ops.var(out_name or v), *args)
+            contribs = rules.expand(rule, ops.var(ir.COTANGENT), ops.var(out_name or v), args,
+                                    kernel=self.k.name, loc=s.loc)
             self._g = g or self.adj(v)
             if out_name:
                 self.names.setdefault(out_name, out_name)

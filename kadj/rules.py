@@ -158,36 +158,82 @@ def _rule_label(vjp):
     return f"'{getattr(vjp, '__qualname__', repr(vjp))}'{where}"
 
 
+def _rule_error(message, rule_name, remedy):
+    """A DifferentiationError about a rule; ``detail`` keeps the bare message so that
+    :func:`expand` can restate it with the kernel and line of the call."""
+    err = DifferentiationError(message, construct=f"rule for {rule_name}", remedy=remedy)
+    err.detail = message
+    return err
+
+
+_SYMBOLIC_REMEDY = (
+    "write the rule with + - * / ** and the functions of kadj.ops (exp, log, sqrt, pow, "
+    "where, ...) on its parameters: kadj evaluates it once, on symbolic expressions "
+    "standing for the kernel's values, so math/numpy functions, float() and Python "
+    "`if`/`and`/`or`/min/max cannot take them; write a condition with kadj.ops.where, "
+    "e.g. kadj.ops.where(out == x, g, 0.0) (comparisons, kadj.ops.eq/gt/... and "
+    "kadj.ops.land build conditions)")
+
+
 def _checked(vjp, rule_name):
-    """``vjp`` refusing (DifferentiationError) a call it cannot take or a result that
-    is not one contribution per argument, which would silently drop gradients."""
+    """``vjp`` refusing (DifferentiationError) a call it cannot take, an error it raises
+    on symbolic arguments, or a result that is not one contribution per argument, which
+    would silently drop gradients."""
     import functools
 
     @functools.wraps(vjp)
     def checked(g, out, *args):
+        symbolic = any(isinstance(x, o.Sym) for x in (g, out, *args))
         try:
             contribs = vjp(g, out, *args)
-        except TypeError:
-            if _accepts(vjp, len(args)):
+        except Exception as exc:
+            if isinstance(exc, TypeError) and not _accepts(vjp, len(args)):
+                raise _rule_error(
+                    f"the derivative rule {_rule_label(vjp)} for {rule_name} cannot be "
+                    f"called as rule(g, out, *args) with the {len(args)} argument(s) of "
+                    "this call", rule_name,
+                    "give the rule one parameter per argument after (g, out)") from None
+            if not symbolic:  # (numbers: the tests' own evaluation, errors unchanged)
                 raise
-            raise DifferentiationError(
-                f"the derivative rule {_rule_label(vjp)} for {rule_name} cannot be called "
-                f"as rule(g, out, *args) with the {len(args)} argument(s) of this call",
-                construct=f"rule for {rule_name}",
-                remedy="give the rule one parameter per argument after (g, out)") from None
+            raise _failed(vjp, rule_name, exc) from exc
         if not isinstance(contribs, (tuple, list)) or len(contribs) != len(args):
             got = f"{len(contribs)} contribution(s)" if isinstance(
                 contribs, (tuple, list)) else f"a {type(contribs).__name__}, not a tuple"
-            raise DifferentiationError(
+            raise _rule_error(
                 f"the derivative rule {_rule_label(vjp)} for {rule_name} returned {got} "
-                f"for a call with {len(args)} argument(s)",
-                construct=f"rule for {rule_name}",
-                remedy="return a tuple with one contribution per argument (None for an "
-                       "argument without one), e.g. (g * dx,) for one argument")
+                f"for a call with {len(args)} argument(s)", rule_name,
+                "return a tuple with one contribution per argument (None for an "
+                "argument without one), e.g. (g * dx,) for one argument")
         return contribs
 
     checked.unchecked = vjp
     return checked
+
+
+def _failed(vjp, rule_name, exc):
+    """The error for a rule that raised ``exc`` on symbolic arguments."""
+    if isinstance(exc, DifferentiationError) and exc.construct == o.TRUTH_CONSTRUCT:
+        what = ("branches on its arguments (a Python `if`, `and`, `or`, min or max on "
+                "them), whose outcome is only known when the adjoint runs")
+    else:
+        first = (str(exc).splitlines() or [""])[0]
+        what = f"raised {type(exc).__name__}: {first}"
+    return _rule_error(
+        f"the derivative rule {_rule_label(vjp)} for {rule_name} {what}", rule_name,
+        _SYMBOLIC_REMEDY)
+
+
+def expand(rule, g, out, args, kernel=None, loc=None):
+    """``rule.vjp(g, out, *args)``, its errors restated with the kernel and the line of
+    the call being differentiated."""
+    try:
+        return rule.vjp(g, out, *args)
+    except DifferentiationError as exc:
+        detail = getattr(exc, "detail", None)
+        if detail is None or exc.kernel is not None or kernel is None:
+            raise
+        raise DifferentiationError(detail, kernel=kernel, loc=loc, construct=exc.construct,
+                                   remedy=exc.remedy) from exc.__cause__
 
 
 def lookup(fn):

@@ -29,6 +29,7 @@ from numba import literal_unroll, prange
 from numba.core import ir as nir
 from numba.core import types
 from numba.core.analysis import compute_cfg_from_blocks
+from numba.np import numpy_support
 
 from . import ir
 from . import rules
@@ -825,7 +826,7 @@ class Structurizer:
             except (LookupError, AttributeError):
                 pass
             self.error(f"attribute '.{e.attr}' is not supported", loc=loc,
-                       construct=f"getattr {e.attr}")
+                       construct=f"getattr {e.attr}", remedy=_attr_remedy(e.attr))
         if op in ("static_getitem", "getitem", "typed_getitem"):
             vtype = self.types.get(e.value.name)
             if isinstance(vtype, types.Array):
@@ -889,12 +890,16 @@ class Structurizer:
                        construct="dynamic call")
         if fn in _RANGE:
             return []
-        args = tuple(self.operand(a) for a in e.args)
-        kws = tuple((k, self._kw_operand(v)) for k, v in e.kws)
         if e.vararg is not None:
             self.error("star-arguments are not supported", loc=loc, construct="*args")
         if fn in ALLOCATORS:
+            # (shape or array, then dtype and order: resolved statically, never emitted)
+            args = (self.operand(e.args[0]),) + tuple(
+                self._kw_operand(a) for a in e.args[1:]) if e.args else ()
+            kws = tuple((k, self._kw_operand(v)) for k, v in e.kws)
             return [ir.Assign(tgt, ir.Alloc(fn, args, kws), loc=loc)]
+        args = tuple(self.operand(a) for a in e.args)
+        kws = tuple((k, self._kw_operand(v)) for k, v in e.kws)
         fname = getattr(fn, "__name__", str(fn))
         if any(fn is f for f in (enumerate, zip, reversed, iter)):
             self.error("only loops over range() or prange() are supported", loc=loc,
@@ -912,6 +917,9 @@ class Structurizer:
                        construct=f"{fname} on an array",
                        remedy="write the reduction or operation as an element-wise loop")
         ttype = self.types.get(tgt)
+        if isinstance(ttype, types.Array):
+            msg, remedy = _array_call_refusal(fn, fname)
+            self.error(msg, loc=loc, construct=f"call to {fname}", remedy=remedy)
         if rules.lookup(fn) is not None or fn in rules.NONDIFFERENTIABLE or \
                 self.extra_callee_ok(fn):
             return [ir.Assign(tgt, ir.Op(fn, args, kws), loc=loc)]
@@ -930,11 +938,44 @@ class Structurizer:
         c = self.const_of(var)
         if c is not None:
             return c
+        t = self.types.get(var.name)
+        if isinstance(t, (types.DType, types.NumberClass)):  # x.dtype, np.int64
+            scalar = numpy_support.as_dtype(t.dtype).type
+            return ir.GlobalRef(scalar, name=f"np.{scalar.__name__}")
         try:
             obj = resolve_value(self.fir, var)
             return ir.GlobalRef(obj, name=_qualname(obj))
         except (LookupError, AttributeError):
             return ir.Var(var.name)
+
+
+def _attr_remedy(attr):
+    """What to do instead of an unsupported attribute (``.T``, ``.reshape``...)."""
+    if attr in ("T", "transpose"):
+        return ("index the element of the transpose directly: x[j, i] instead of "
+                "x.T[i, j]")
+    if attr in ("reshape", "ravel", "flatten", "flat"):
+        return ("index the original array with computed indices (y[i // n, i % n] for "
+                "the i-th element of a flattened y), or pass the array in with the shape "
+                "the kernel needs")
+    return ("read array elements by index, and .shape, .size or .ndim; compute other "
+            "values outside the kernel and pass them in as arguments")
+
+
+def _array_call_refusal(fn, fname):
+    """(message, remedy) for a call that creates an array other than the allocators."""
+    if fn in (np.arange, np.linspace):
+        return (f"np.{fname}() is not supported in differentiated kernels",
+                "loop over range(...) and use the loop index directly, or build the "
+                "index array outside the kernel and pass it in as an argument")
+    if fn in (np.full, np.full_like):
+        return (f"np.{fname}() is not supported in differentiated kernels",
+                "allocate the array with np.empty(...) (outside loops) and fill it in a "
+                "loop: for i in range(n): w[i] = value")
+    return (f"{fname}() creates an array, which is not supported in differentiated "
+            "kernels (only np.empty/zeros/ones and their _like forms)",
+            "allocate a scratch array with np.empty or np.zeros (outside loops) and fill "
+            "it in a loop, or pass the array in as an argument")
 
 
 def _is_random(fn):
