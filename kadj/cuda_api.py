@@ -40,6 +40,7 @@ class CompiledCudaAdjoint:
     report: dict
     gather: object = None   # _Gather, when the kernel has a gather form
     typed: object = None    # the TypedKernel it was built from (kadj.cuda.verdict)
+    dims: tuple = ((), ())  # (block, grid) index dimensions the kernel reads
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,13 @@ class CudaDifferentiatedKernel:
         if kwargs:
             args = validate.bind(self.__name__, self.arg_names,
                                  self.py_func.__defaults__ or (), args, kwargs)
+        validate.check_transferable(self.__name__, self.arg_names, args)
         t = _tape.active()
         if t is not None:
+            # the tape's backward launches the adjoint with this configuration: refuse
+            # it now, naming this launch, rather than after the whole sequence ran
+            self.check_adjoint_launch(f"{self.__name__} (recorded on a kadj.Tape)",
+                                      config, self.compiled(*args))
             return t.record(self, args, config=config)
         _tape.check_unrecorded(self, args)
         try:
@@ -169,6 +175,7 @@ class CudaDifferentiatedKernel:
 
     def forward(self, config, *args):
         """Launch the forward kernel without recording it."""
+        validate.check_transferable(self.__name__, self.arg_names, args)
         return self.dispatcher[config](*args)
 
     # ---- compilation ----------------------------------------------------------------
@@ -247,7 +254,8 @@ class CudaDifferentiatedKernel:
             if self.gather else None
         if not self.gather:
             report["gather"] = {"used": False, "why": "disabled (gather=False)"}
-        return CompiledCudaAdjoint(plan, adj.source, pyfn, jitted, report, gather, tk)
+        return CompiledCudaAdjoint(plan, adj.source, pyfn, jitted, report, gather, tk,
+                                   (writer.index.block_dims, writer.index.grid_dims))
 
     def _compile(self, adj):
         from numba import cuda
@@ -358,13 +366,23 @@ class CudaDifferentiatedKernel:
                 "shared_memory_per_block": kern.get_shared_mem_per_block(sig),
                 "max_threads_per_block": kern.get_max_threads_per_block(sig)}
 
+    def check_adjoint_launch(self, call, config, comp):
+        """Refuse an adjoint launch ``config`` that extends along a dimension whose
+        thread or block index the kernel never reads (duplicated threads):
+        :func:`kadj.cuda.threads.check_launch_dims`."""
+        from .cuda.threads import check_launch_dims
+        check_launch_dims(self.__name__, call, config, *comp.dims)
+
     def _run_adjoint(self, config, args, kwargs=None):
         call = f"{self.__name__}.adjoint"
         fwd, adjs, by_name = validate.split_adjoint_call(
             call, self.arg_names, self.py_func.__defaults__ or (), args, kwargs or {})
         comp = self.compiled(*fwd)
+        self.check_adjoint_launch(call, config, comp)
         adjs = validate.order_adjoints(call, comp.plan, fwd, adjs, by_name)
         validate.check_adjoint_call(call, comp.plan, fwd, adjs)
+        validate.check_transferable(call, self.arg_names + comp.plan.adjoint_names(),
+                                    fwd + adjs)
         g = comp.gather
         if g is not None and g.covers(config, fwd):
             g.kernels[0][config](*fwd, *adjs)   # each thread gathers its elements

@@ -404,3 +404,19 @@ def _meet(call, ma, mb, what_a, what_b):
             f"{call}: kadj cannot tell cheaply whether {what_a} and {what_b} share memory "
             "(their strides make the exact test expensive), so it refuses the call; pass "
             "contiguous copies (np.ascontiguousarray(...)).") from None
+
+
+# ---- host arrays for a CUDA launch -------------------------------------------------------
+def check_transferable(call, names, values):
+    """Refuse NumPy arrays numba cannot copy to the GPU for a launch: views that are
+    neither C- nor Fortran-contiguous (``x[::2]``, a transposed slice, a broadcast).
+    ``names`` name ``values`` (arguments, or adjoint buffers ``adj_<name>``).  Runs
+    before anything is transferred, so nothing is copied and nothing is written."""
+    for name, a in zip(names, values):
+        if isinstance(a, np.ndarray) and not (a.flags.c_contiguous or
+                                              a.flags.f_contiguous):
+            raise ValueError(
+                f"{call}: '{name}' is a non-contiguous NumPy view (shape {a.shape}, "
+                f"strides {a.strides}), which numba cannot copy to the GPU; pass "
+                f"np.ascontiguousarray({name}) (and copy results back into the view "
+                "afterwards), or a device array.")

@@ -189,6 +189,7 @@ TEST_FILE_ARGS = {
         "hostile_names": [r.random(8), np.zeros(8), r.random(8), 0.3, r.random(8),
                           np.zeros(8)]},
     "test_cuda_gpu": lambda m, r: {n: f(r)[2] for n, f in m.KERNELS.items()},
+    "test_cuda_launch_dims": lambda m, r: m._args(r),
     "test_singular": lambda m, r: {"cuda_families": [r.random(9), r.random(9),
                                                      np.zeros(9)],
                                    "cuda_ptx_families": [r.random(9), r.random(9),

@@ -20,8 +20,11 @@ a class from its index expressions (DESIGN.md, "Performance principles"):
     anything else (index arrays, computed cells): atomic.
 
 When the proof fails for any access, the array is not private: unsure means atomic.
-The launch is taken to have as many dimensions as the highest coordinate the kernel
-uses (``cuda.grid(2)`` -> 2-D), as for any kernel written with ``cuda.grid``.
+The launch is taken to extend only along the dimensions whose ``threadIdx`` /
+``blockIdx`` the kernel reads (``cuda.grid(2)`` -> 2-D): the adjoint's launch refuses
+any other (:func:`kadj.cuda.threads.check_launch_dims`).  A kernel that reads an index
+dimension its coordinates do not cover (``cuda.grid(1)`` and ``threadIdx.y``) has no
+private global array.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from .intrinsics import CudaIntrinsic
+from .threads import thread_dims
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,11 @@ class ThreadIndex:
             if reg is not None and reg.startswith("threadIdx."):
                 self.local[v] = "xyz".index(reg[-1])
         self.block_ndim = max([self.ndim] + [d + 1 for d in self.local.values()])
+        # the thread and block index dimensions the kernel reads; when it reads one
+        # beyond its global coordinates (cuda.grid(1) and threadIdx.y), the coordinates
+        # do not tell its threads apart: no global array is then private
+        self.block_dims, self.grid_dims = thread_dims(kernel)
+        self.coords_cover = all(d < self.ndim for d in self.block_dims + self.grid_dims)
 
     # ---- coordinates ---------------------------------------------------------------
     def _reg(self, x):
@@ -248,6 +257,9 @@ class ThreadIndex:
         """The canonical key of an access to one of the thread's own elements: thread
         coordinates (each launch dimension once) at some positions, integer constants
         at the others; None otherwise."""
+        if coord is None or coord is self.coord:
+            if not self.coords_cover:
+                return None
         coord = self.coord if coord is None else coord
         ndim = self.ndim if ndim is None else ndim
         key = tuple(self.canonical(x, coord) for x in idx)

@@ -32,6 +32,7 @@ from ..errors import DifferentiationError
 from ..reverse import AdjRef, AdjointSource, Writer
 from .indexing import ThreadIndex, array_accesses
 from .intrinsics import SPECIAL_REGS, CudaIntrinsic
+from .stores import check_single_writers
 
 DEFAULT_SLOTS = 24
 
@@ -652,6 +653,7 @@ class CudaWriter(Writer):
                 f"array allocation ({', '.join(other)}) inside a CUDA kernel",
                 kernel=k.name, construct="array allocation",
                 remedy="use cuda.local.array or cuda.shared.array")
+        check_single_writers(k, self.index, self.space, a)
 
     def _first_store(self, arrays):
         for x in ir.walk(self.k.body):
@@ -688,6 +690,10 @@ class CudaWriter(Writer):
             "loops": list(self.loop_report),
             "tape": dict(self.tape_size),
             "launch_ndim": self.index.ndim,
+            # the dimensions whose threadIdx / blockIdx the kernel reads: an adjoint
+            # launch may extend only along those (kadj.cuda.threads.check_launch_dims)
+            "thread_dims": {"block": "".join("xyz"[d] for d in self.index.block_dims),
+                            "grid": "".join("xyz"[d] for d in self.index.grid_dims)},
             "in_place_cells": {a: "the thread's own element, updated in place, held in "
                                   "a scalar" for a in sorted(self.cells)},
         }
