@@ -311,6 +311,132 @@ def test_wrong_adjoint_fails_without_the_full_jacobian(rng):
         check_grad(scale_wrong_factor, args)
 
 
+# ------------------------------------------------------ wrong everywhere, at scale
+#
+# An error by the same factor at every element, in arrays too large for the full
+# Jacobian: the inner-product test alone must catch it, at any size.  Its tolerance
+# scales with the root-sum-square of the terms, as the inner product does; an
+# absolute sum would grow like the size and let such errors pass.
+
+
+def _square_scaled_by(factor):
+    """y = x * x, with an adjoint ``factor`` times the true one (exact for 1)."""
+
+    @fake(("x", "y"), written={1}, read={0})
+    def square(x, y):
+        y[:] = x * x
+
+    @square
+    def square(fwd, adj):
+        (x, y), (adj_x, adj_y) = fwd, adj
+        adj_x += factor * 2.0 * x * adj_y
+        adj_y[:] = 0.0
+
+    return square
+
+
+@pytest.mark.parametrize("dtype, n, error", [
+    (np.float64, 40009, 1e-2),
+    (np.float64, 40009, 1e-4),
+    (np.float32, 4099, 1e-1),
+    (np.float32, 40009, 1e-1),
+], ids=["float64-40009-1%", "float64-40009-0.01%", "float32-4099-10%",
+        "float32-40009-10%"])
+def test_a_uniform_relative_error_is_caught_at_large_sizes(dtype, n, error):
+    for seed in range(4):
+        x = np.random.default_rng(seed).uniform(0.5, 1.0, n).astype(dtype)
+        args = (x, np.zeros(n, dtype))
+        result = check_grad(_square_scaled_by(1.0), args, seed=seed)
+        assert not result.jacobian_checked
+        # the exact adjoint (analytic, 2 x ct) passes, and its inner products agree
+        # with the central differences' over the three directions
+        assert result.directional_adjoint == pytest.approx(
+            result.directional_fd, rel=10 * result.rtol, abs=1e-3 * math.sqrt(n))
+        with pytest.raises(AssertionError,
+                           match="inner-product test for argument 'x'"):
+            check_grad(_square_scaled_by(1.0 + error), args, seed=seed)
+
+
+def test_the_adjoints_scaled_square_matches_its_analytic_gradient():
+    x = np.linspace(0.5, 1.0, 5)
+    adj_x = np.zeros(5)
+    _square_scaled_by(1.5).adjoint(x, x * x, adj_x, np.ones(5))
+    np.testing.assert_allclose(adj_x, 1.5 * 2.0 * x, rtol=1e-15)
+
+
+def _far_from_zero(factor):
+    """y = x + 1e4 * (1 + w): in float32 the outputs keep about three digits of x.
+    The adjoint is ``factor`` times the true one (exact for 1)."""
+
+    @fake(("x", "w", "y"), written={2}, read={0, 1})
+    def far_from_zero(x, w, y):
+        y[:] = x + 1e4 * (1.0 + w)
+
+    @far_from_zero
+    def far_from_zero(fwd, adj):
+        (x, w, y), (adj_x, adj_w, adj_y) = fwd, adj
+        adj_x += factor * adj_y
+        adj_w += factor * 1e4 * adj_y
+        adj_y[:] = 0.0
+
+    return far_from_zero
+
+
+def test_noise_that_hides_the_gradient_fails_instead_of_passing(rng):
+    n = 4099
+    x, w = rng.uniform(0.5, 1.0, n), np.zeros(n)
+    args32 = (x.astype(np.float32), w.astype(np.float32), np.zeros(n, np.float32))
+    for factor in (1.0, 1.5):
+        with pytest.raises(AssertionError) as info:
+            check_grad(_far_from_zero(factor), args32, wrt="x")
+        text = str(info.value)
+        assert ("cannot check the gradient of kernel 'far_from_zero' for argument "
+                "'x'") in text
+        assert "float32" in text and "check it in float64" in text.lower()
+    # in float64 the same gradient is checked, and one wrong by 10% fails;
+    args64 = (x, w, np.zeros(n))
+    check_grad(_far_from_zero(1.0), args64, wrt="x")
+    with pytest.raises(AssertionError, match="inner-product test for argument 'x'"):
+        check_grad(_far_from_zero(1.1), args64, wrt="x")
+    # so is float32 with steps large enough for the noise (the map is linear)
+    check_grad(_far_from_zero(1.0), args32, wrt="x", eps=0.8)
+    with pytest.raises(AssertionError, match="inner-product test for argument 'x'"):
+        check_grad(_far_from_zero(1.5), args32, wrt="x", eps=0.8)
+    # a disagreement whose confirmation at a smaller step drowns in noise is not
+    # passed either
+    with pytest.raises(AssertionError, match=r"cannot check .*4x smaller step"):
+        check_grad(_far_from_zero(1.5), args32, wrt="x", eps=0.2)
+
+
+def _ignores_v(adj_v_weight):
+    """y = x + 1e4, which does not depend on v; the adjoint claims
+    ``adj_v_weight * adj_y`` for v (exact for 0)."""
+
+    @fake(("x", "v", "y"), written={2}, read={0, 1})
+    def ignores_v(x, v, y):
+        y[:] = x + 1e4
+
+    @ignores_v
+    def ignores_v(fwd, adj):
+        (x, v, y), (adj_x, adj_v, adj_y) = fwd, adj
+        adj_x += adj_y
+        adj_v += adj_v_weight * adj_y
+        adj_y[:] = 0.0
+
+    return ignores_v
+
+
+def test_a_zero_gradient_is_checkable_under_noise(rng):
+    # the adjoint predicts zero for v, and float32 finite differences confirm it,
+    # however large (and noisy) the outputs are; a small nonzero claim fails
+    n = 4099
+    args = (rng.uniform(0.5, 1.0, n).astype(np.float32),
+            rng.uniform(0.5, 1.0, n).astype(np.float32), np.zeros(n, np.float32))
+    check_grad(_ignores_v(0.0), args, wrt="v")
+    with pytest.raises(AssertionError, match="inner-product test for argument 'v'"):
+        check_grad(_ignores_v(0.01), args, wrt="v")
+
+
 # ------------------------------------------------------------ misuse
 
 
@@ -513,7 +639,8 @@ def clamp_below_wrong_at_tie(fwd, adj):
     adj_y[:] = 0.0
 
 
-# y = x + 0.01 * max(x, 0.5): a kink too small for the inner-product test to see
+# y = x + 0.01 * max(x, 0.5): at one element of thirty, a kink too small for the
+# inner-product test to see (its error is diluted by the other terms), not the Jacobian
 @fake(("x", "y"), written={1}, read={0})
 def small_kink(x, y):
     y[:] = x + 0.01 * np.maximum(x, 0.5)
@@ -551,12 +678,12 @@ def test_a_wrong_value_at_a_tie_is_neither_one_sided_derivative(rng):
 
 
 def test_the_jacobian_test_reports_a_kink_with_its_entry(rng):
-    x = _with_tie(rng, 20, 7)
+    x = _with_tie(rng, 30, 7)
     with pytest.raises(AssertionError,
                        match=r"kink or tie.*d\(y\[7\] after\)/d\(x\[7\] before\)"):
-        check_grad(small_kink, (x, np.zeros(20)), rtol=1e-3)
+        check_grad(small_kink, (x, np.zeros(30)), rtol=3e-3)
     x[7] = 0.6
-    check_grad(small_kink, (x, np.zeros(20)), rtol=1e-3)
+    check_grad(small_kink, (x, np.zeros(30)), rtol=3e-3)
 
 
 # ------------------------------------------------ real kernels: steps and kinks

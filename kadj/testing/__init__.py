@@ -7,9 +7,10 @@ value).  :func:`check_grad` establishes, against float64 central finite
 differences of ``F`` and independently of how the adjoint was built, that
 
 * the inner-product identity ``<ct, J d> == <adjoint(ct), d>`` holds for one random
-  cotangent ``ct`` and, per input argument, one random direction ``d`` (the
-  "dot-product test" of adjoint codes; one adjoint call and two forward runs per
-  argument, whatever the size, as in JAX's ``check_vjp``);
+  cotangent ``ct`` and, per input argument, random directions ``d`` (the
+  "dot-product test" of adjoint codes, as in JAX's ``check_vjp``; one adjoint call,
+  and two forward runs per argument and direction whatever the size: one direction
+  when the Jacobian is compared too, three otherwise);
 * for small inputs (at most ``full_jacobian_max`` elements) every Jacobian column from
   finite differences matches the rows the adjoint produces;
 * the adjoint call leaves the forward arguments untouched, as API.md promises.
@@ -32,11 +33,22 @@ float64    cbrt(2.2e-16) ~ 6e-6  1e-6    1e-8
 float32    cbrt(1.2e-7)  ~ 5e-3  1e-2    1e-5
 =========  ====================  ======  ======
 
-On top of ``atol`` and ``rtol`` the comparison allows an estimate of the
-finite-difference rounding noise, ``64 * unit_roundoff * |F| / step``.  The check is
-local: the edge of a function's domain (``log`` or ``sqrt`` of an element smaller
-than its step) closer than the step makes finite differences meaningless; pass a
-smaller ``eps`` there.
+Tolerances at any size.  ``<ct, J d>`` and ``<adjoint(ct), d>`` are sums of many
+terms of random sign, which grow like the square root of their number, so
+the tolerance scales the same way: ``rtol`` is relative to the larger of the inner
+product and the root-sum-square of its terms ``sqrt(sum_i (adjoint(ct)_i d_i)^2)``
+(or of the outputs' contributions ``sqrt(sum_k (ct_k (J d)_k)^2)``), and on top of
+``atol`` and ``rtol`` the comparison allows an estimate of the finite-difference
+rounding noise, ``64 * unit_roundoff * sqrt(sum_k (ct_k F_k)^2) / step`` over the
+outputs the step changes.  A gradient wrong by a relative error a few times ``rtol``
+at every element therefore fails at 40 000 elements as at 10.  Where that noise
+exceeds half the inner product the adjoint predicts (a float32 kernel whose outputs
+are large next to their changes), finite differences cannot tell the adjoint from
+one wrong by half: the check then fails with a message saying so (check in float64,
+at a better-conditioned point, or with a larger ``eps``) rather than pass.  The
+check is local: the edge of a function's domain (``log`` or ``sqrt`` of an element
+smaller than its step) closer than the step makes finite differences meaningless;
+pass a smaller ``eps`` there.
 
 Confirmation and kinks.  A disagreement is confirmed with a step four times
 smaller: truncation error shrinks sixteen-fold, a wrong gradient stays wrong.  Only a
@@ -74,6 +86,9 @@ from .problem import (_DEFAULTS, _element_name, _Point, _precision, _problem,
                       _steps, _tolerances)
 from .result import GradCheckResult
 
+# random directions per argument in the inner-product test when it is the only test
+_DIRECTIONS = 3
+
 __all__ = [
     "GradCheckResult",
     "adjoint_jacobian",
@@ -99,8 +114,9 @@ def check_grad(kernel, args, wrt=None, *, rtol=None, atol=None, eps=None, seed=0
     examined element by element for the message.
 
     Raises ``AssertionError`` naming the kernel and argument on a mismatch confirmed
-    with a smaller step (and the elements, and suspected kinks or ties); returns a
-    :class:`GradCheckResult` otherwise.
+    with a smaller step (and the elements, and suspected kinks or ties), and where
+    finite-difference rounding noise is too large for the inner-product test to
+    decide (see the module docstring); returns a :class:`GradCheckResult` otherwise.
 
     Example::
 
@@ -117,9 +133,11 @@ def check_grad(kernel, args, wrt=None, *, rtol=None, atol=None, eps=None, seed=0
     point = _Point(problem, tol.eps)
 
     ct = _random_cotangent(problem, rng, adj_return)
-    fd, ad, err_ip = _inner_product_test(problem, point, ct, rng, tol, explain_max)
-    errors = [err_ip]
     jacobian_checked = problem.n_in <= full_jacobian_max
+    fd, ad, err_ip = _inner_product_test(
+        problem, point, ct, rng, tol, explain_max,
+        directions=1 if jacobian_checked else _DIRECTIONS)
+    errors = [err_ip]
     if jacobian_checked:
         errors.append(_jacobian_test(problem, point, rng, tol, full_jacobian_max))
     return GradCheckResult(

@@ -1,17 +1,18 @@
 """The two comparisons :func:`~kadj.testing.check_grad` makes.
 
-The inner-product test ``<ct, J d> == <adjoint(ct), d>`` with one random direction
-per input argument (the "dot-product test" of adjoint codes, as in JAX's
+The inner-product test ``<ct, J d> == <adjoint(ct), d>`` with random directions per
+input argument (the "dot-product test" of adjoint codes, as in JAX's
 ``check_vjp``), and, for small inputs, every Jacobian column from finite
 differences against the adjoint's rows.  Each raises ``AssertionError`` with a
-message from :mod:`kadj.testing.report` on a confirmed disagreement.
+message from :mod:`kadj.testing.report` on a confirmed disagreement, and the
+inner-product test also where finite differences are too noisy to decide.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .adjoint import _round_to_outputs, _vjp
-from .probes import _confirmed, _unit
+from .probes import _REFINE, _confirmed, _unit
 from .problem import _element_name
 from .report import _jacobian_failure, _mismatch_text
 
@@ -19,37 +20,65 @@ _RANDOM_ROWS = 8
 
 
 def _direction(problem, point, s, ct, g, rng, tol):
-    """The inner-product test along one random direction in argument ``s``."""
+    """The inner-product test along one random direction in argument ``s``.
+
+    Raises where the probe agrees but its rounding noise is too large for the
+    agreement to mean anything (see :mod:`kadj.testing.probes`)."""
     d = np.zeros(problem.n_in)
     part = slice(s.start, s.stop)
     d[part] = point.steps[part] / tol.eps * rng.standard_normal(s.stop - s.start)
-    return _confirmed(problem, point, d, tol.eps, ct[None, :], g[None, :], tol,
-                      f"argument '{s.name}'")
+    verdict = _confirmed(problem, point, d, tol.eps, ct[None, :], g[None, :], tol,
+                         f"argument '{s.name}'")
+    if verdict.agrees[0] and verdict.undecidable[0]:
+        raise AssertionError(_undecidable_text(problem, s, verdict, tol))
+    return verdict
 
 
-def _inner_product_test(problem, point, ct, rng, tol, explain_max):
-    """``<ct, J d>`` against ``<adjoint(ct), d>``, one random ``d`` per input.
+def _undecidable_text(problem, s, verdict, tol):
+    precision = "float32" if tol.unit > np.finfo(np.float64).eps else "float64"
+    noise, size = float(verdict.noise[0]), float(verdict.magnitude[0])
+    first = verdict.first
+    where = ""
+    if not first.agrees[0]:
+        where = (f" (at the {_REFINE:g}x smaller step that was to confirm a "
+                 f"disagreement at eps: <adjoint(ct), d> = {float(first.ad[0])!r} "
+                 f"against {float(first.fd[0])!r} from finite differences)")
+    return (f"Finite differences cannot check the gradient of kernel "
+            f"'{problem.name}' for argument '{s.name}' at these arguments: the "
+            f"rounding noise of the {precision} finite differences ({noise:.3g}) "
+            f"exceeds half the size of the inner product <ct, J d> ({size:.3g})"
+            f"{where}, so a gradient wrong by half would pass as well. Check it in "
+            "float64 (with float64 copies of the arguments), at a point where the "
+            "outputs are not large next to their changes, or with a larger relative "
+            f"step eps (now {tol.eps:.3g}) if the kernel is smooth over it; or leave "
+            f"'{s.name}' out with wrt.")
+
+
+def _inner_product_test(problem, point, ct, rng, tol, explain_max, directions=1):
+    """``<ct, J d>`` against ``<adjoint(ct), d>``, ``directions`` random ``d`` per
+    input.
 
     One adjoint call serves every input; perturbing one argument at a time costs two
-    forward runs each (four when a disagreement is confirmed) and names the argument
-    whose gradient is wrong.
+    forward runs per direction (four when a disagreement is confirmed) and names the
+    argument whose gradient is wrong.
     """
     g = _vjp(problem, ct)
     total_fd = total_ad = 0.0
     worst = (0.0, 0.0)
     for s in problem.inputs:
-        verdict = _direction(problem, point, s, ct, g, rng, tol)
-        fd, ad = float(verdict.fd[0]), float(verdict.ad[0])
-        if not verdict.agrees[0]:
-            raise AssertionError(
-                f"The adjoint of kernel '{problem.name}' fails the inner-product test "
-                f"for argument '{s.name}': "
-                + _mismatch_text(problem, point, s, ct, g, verdict, tol,
-                                 explain_max))
-        total_fd += fd
-        total_ad += ad
-        worst = max(worst, _errors(np.array([ad]), np.array([fd]),
-                                   float(verdict.magnitude[0])))
+        for _ in range(directions):
+            verdict = _direction(problem, point, s, ct, g, rng, tol)
+            fd, ad = float(verdict.fd[0]), float(verdict.ad[0])
+            if not verdict.agrees[0]:
+                raise AssertionError(
+                    f"The adjoint of kernel '{problem.name}' fails the inner-product "
+                    f"test for argument '{s.name}': "
+                    + _mismatch_text(problem, point, s, ct, g, verdict, tol,
+                                     explain_max))
+            total_fd += fd
+            total_ad += ad
+            worst = max(worst, _errors(np.array([ad]), np.array([fd]),
+                                       float(verdict.magnitude[0])))
     return total_fd, total_ad, worst
 
 

@@ -59,7 +59,8 @@ def check_grad_cuda(kernel, config, args, *, directions=3, seed=0, rtol=None,
     and the argument; when that argument has at most ``explain_max`` elements the
     message also lists the elements whose gradient differs (adjoint vs finite
     differences, two to four more launches per element) and suspected kinks or ties.
-    Returns a :class:`GradCheckResult`.
+    Also raises where the finite differences' rounding noise is too large to decide,
+    as :func:`check_grad` does.  Returns a :class:`GradCheckResult`.
 
     Example (in a process started with ``NUMBA_ENABLE_CUDASIM=1``)::
 

@@ -3,11 +3,31 @@ verdicts.
 
 A probe compares central differences of ``C F`` along a direction with what the
 adjoint rows ``G`` predict for the same rounded steps, within ``atol``, ``rtol`` and
-an estimate of the rounding noise.  A disagreement is confirmed with a step
-``_REFINE`` times smaller (truncation error shrinks sixteen-fold, a wrong gradient
-stays wrong); where the forward and backward one-sided differences disagree with
-each other at both steps, the point looks like a kink or tie, and the one-sided
-derivatives are extrapolated to a zero step.
+an estimate of the rounding noise.
+
+Scales are root-sum-squares, not absolute sums.  The cotangent and the direction are
+random, so the terms ``G_i d_i`` of the inner product, and the rounding errors
+``C_k e_k`` of ``C F``, add with random signs: their sums grow like the square root
+of their number, as the inner product itself does.  An absolute sum grows like the
+number of terms, and would let a gradient wrong by the same factor everywhere pass
+at large sizes.  ``rtol`` is relative to the largest of ``|<G, d>|``,
+``sqrt(sum_i (G_i d_i)^2)`` and ``sqrt(sum_k (C_k (J d)_k)^2)`` (the latter from the
+differences, so that a scalar's gradient, one term that is a sum over the outputs,
+is not judged by that sum's chance cancellation); the rounding noise is estimated as
+``64 * unit_roundoff * sqrt(sum_k (C_k F_k)^2) / step`` over the outputs that differ
+between ``x + t d`` and ``x - t d`` (the kernel is deterministic: an output the step
+does not reach is computed, and rounded, alike both times).  For a single output, a
+unit cotangent or a unit direction these are the plain magnitudes.
+
+A probe whose noise exceeds half that scale cannot tell the adjoint from one wrong by
+half (float32 finite differences of an ill-conditioned map): unless the adjoint
+predicts a zero inner product (below ``atol``), it is ``undecidable``, and the checks
+fail rather than pass it.
+
+A disagreement is confirmed with a step ``_REFINE`` times smaller (truncation error
+shrinks sixteen-fold, a wrong gradient stays wrong); where the forward and backward
+one-sided differences disagree with each other at both steps, the point looks like a
+kink or tie, and the one-sided derivatives are extrapolated to a zero step.
 """
 from __future__ import annotations
 
@@ -20,6 +40,7 @@ from .problem import _Tol
 
 _NOISE_FACTOR = 64.0
 _REFINE = 4.0       # a disagreement is confirmed with a step this many times smaller
+_DECIDABLE = 0.5    # largest noise, relative to the scale, that a probe can resolve
 
 
 @dataclass(frozen=True)
@@ -37,8 +58,9 @@ class _Probe:
     cm: np.ndarray      # C F(x-)
     pp: np.ndarray      # G (x+ - x)
     pm: np.ndarray      # G (x - x-)
-    f_abs: np.ndarray   # |C| max(|F(x+)|, |F(x-)|)
-    g_abs: np.ndarray   # |G| |x+ - x-|
+    f_abs: np.ndarray   # root-sum-square of C_k max(|F_k(x+)|, |F_k(x-)|), F_k changed
+    g_abs: np.ndarray   # root-sum-square of G_i (x+ - x-)_i
+    o_abs: np.ndarray   # root-sum-square of C_k (F_k(x+) - F_k(x-))
     tol: _Tol
 
     @property
@@ -50,18 +72,34 @@ class _Probe:
         return (self.pp + self.pm) / (self.sp + self.sm)
 
     @property
-    def magnitude(self):
+    def predicted(self):
+        """The size of the inner product the adjoint predicts."""
         return np.maximum(np.abs(self.ad), self.g_abs / (self.sp + self.sm))
+
+    @property
+    def magnitude(self):
+        return np.maximum(self.predicted, self.o_abs / (self.sp + self.sm))
+
+    @property
+    def noise(self):
+        """The estimated rounding noise of ``fd``."""
+        return _NOISE_FACTOR * self.tol.unit * self.f_abs / (self.sp + self.sm)
 
     @property
     def allowed(self):
         t = self.tol
-        return (t.atol + t.rtol * self.magnitude
-                + _NOISE_FACTOR * t.unit * self.f_abs / (self.sp + self.sm))
+        return t.atol + t.rtol * self.magnitude + self.noise
 
     @property
     def agrees(self):
         return np.abs(self.fd - self.ad) <= self.allowed
+
+    @property
+    def undecidable(self):
+        """Rows whose noise hides an error of half the inner product's size, where
+        the adjoint predicts a nonzero one."""
+        return ((self.predicted > self.tol.atol)
+                & (self.noise > _DECIDABLE * self.magnitude))
 
     def one_sided(self, c0, f0_abs):
         """(forward and backward differences, each minus the adjoint's prediction for
@@ -92,9 +130,19 @@ def _probe(problem, point, d, t, cts, rows, tol, what):
     if not sp + sm > 0.0:
         raise AssertionError(_zero_step(problem, what))
     yp, ym = _run_forward(problem, plus), _run_forward(problem, minus)
-    return _Probe(sp, sm, cts @ yp, cts @ ym, rows @ dp, rows @ dm,
-                  np.abs(cts) @ np.maximum(np.abs(yp), np.abs(ym)),
-                  np.abs(rows) @ np.abs(dp + dm), tol)
+    moved = np.where(yp != ym, np.maximum(np.abs(yp), np.abs(ym)), 0.0)
+    return _Probe(sp, sm, cts @ yp, cts @ ym, rows @ dp, rows @ dm, _rss(cts, moved),
+                  _rss(rows, dp + dm), _rss(cts, yp - ym), tol)
+
+
+def _rss(rows, v):
+    """``sqrt(sum_i (rows[r, i] v_i)^2)`` for each row ``r``, without overflow."""
+    rows, v = np.abs(np.asarray(rows, dtype=np.float64)), np.abs(v)
+    sr = float(rows.max(initial=0.0))
+    sv = float(v.max(initial=0.0))
+    if not (0.0 < sr < np.inf and 0.0 < sv < np.inf):
+        return rows @ v         # all zeros, or an infinite or NaN scale kept
+    return sr * sv * np.sqrt((rows / sr) ** 2 @ (v / sv) ** 2)
 
 
 def _zero_step(problem, what):
@@ -136,6 +184,14 @@ class _Verdict:
     @property
     def magnitude(self):
         return self._pick("magnitude")
+
+    @property
+    def noise(self):
+        return self._pick("noise")
+
+    @property
+    def undecidable(self):
+        return self._pick("undecidable")
 
     def kinks(self, c0, f0_abs):
         """Rows where the one-sided differences disagree with each other by more than

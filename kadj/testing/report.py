@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .probes import _REFINE, _confirmed, _unit
+from .probes import _REFINE, _confirmed, _rss, _unit
 from .problem import _element_name, _index_name
 
 _SHOWN = 8          # elements listed in a failure message
@@ -29,7 +29,7 @@ def _mismatch_text(problem, point, s, ct, g, verdict, tol, explain_max):
 def _explain(problem, point, s, ct, g, verdict, tol, explain_max):
     """Which elements of ``s`` disagree, and which look like kinks, as text."""
     c0 = np.array([ct @ point.y0])
-    f0_abs = np.array([np.abs(ct) @ np.abs(point.y0)])
+    f0_abs = _rss(ct[None, :], point.y0)
     size = s.stop - s.start
     if size > explain_max:
         if verdict.kinks(c0, f0_abs)[0]:
@@ -92,7 +92,7 @@ def _kink_text(s, kinks):
 
 def _jacobian_failure(problem, point, cts, unit_rows, failures):
     """Raise for the first input argument with disagreeing columns."""
-    c0, f0_abs = cts @ point.y0, np.abs(cts) @ np.abs(point.y0)
+    c0, f0_abs = cts @ point.y0, _rss(cts, point.y0)
     j0 = failures[0][0]
     s_in = next(s for s in problem.inputs if s.start <= j0 < s.stop)
     kinks, wrong, blocks = [], [], []

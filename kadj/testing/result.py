@@ -14,7 +14,7 @@ class GradCheckResult:
     precision:            ``"float64"`` or ``"float32"``, which chose the defaults.
     eps:                  the relative step (see the package docstring).
     directional_fd:       ``<ct, J d>`` from central differences (per unit step),
-                          summed over the per-argument directions.
+                          summed over the directions of every argument.
     directional_adjoint:  ``<adjoint(ct), d>`` (per unit step), summed likewise.
     jacobian_checked:     whether full Jacobian columns were compared too.
     max_abs_error:        largest absolute mismatch over every comparison made.
