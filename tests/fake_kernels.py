@@ -1,7 +1,7 @@
 """Small kernels with hand-written adjoints that follow the contract of a
 differentiated kernel (forward, adjoint, adjoint_plan, recording on call), so the Tape
 is tested independently of the code generator (tests/test_tape.py,
-tests/test_tape_threads.py)."""
+tests/test_tape_threads.py), and the finite differences they are compared with."""
 import numpy as np
 
 import kadj.tape
@@ -100,3 +100,22 @@ def sumsq(fwd, adj):
     (x, loss), (adj_x, adj_loss) = fwd, adj
     adj_x += 2.0 * x * adj_loss[0]
     adj_loss[0] = 0.0
+
+
+def fd_gradient(f, arrays, eps=1e-6):
+    """Central differences of the scalar ``f(*copies)`` w.r.t. each array's elements."""
+    grads = []
+    for k, a in enumerate(arrays):
+        g = np.zeros_like(a, dtype=np.float64)
+        for j in np.ndindex(a.shape):
+            plus = [b.copy() for b in arrays]
+            minus = [b.copy() for b in arrays]
+            plus[k][j] += eps
+            minus[k][j] -= eps
+            g[j] = (f(*plus) - f(*minus)) / (2 * eps)
+        grads.append(g)
+    return grads
+
+
+def close(actual, desired):
+    np.testing.assert_allclose(actual, desired, rtol=1e-7, atol=1e-9)

@@ -18,7 +18,8 @@ from kadj.tape import Launch, Tape, active
 
 
 # ----------------------------------------------------------------- fake kernels
-from fake_kernels import FakeKernel, axpy, fake, scale, square_inplace, sumsq  # noqa: E402,F401
+from fake_kernels import (FakeKernel, axpy, close, fake, fd_gradient,  # noqa: E402,F401
+                          scale, square_inplace, sumsq)
 
 
 # y = x1 * x2
@@ -83,25 +84,6 @@ def broken(fwd, adj):
 
 
 # ----------------------------------------------------------------- helpers
-
-
-def fd_gradient(f, arrays, eps=1e-6):
-    """Central differences of the scalar ``f(*copies)`` w.r.t. each array's elements."""
-    grads = []
-    for k, a in enumerate(arrays):
-        g = np.zeros_like(a, dtype=np.float64)
-        for j in np.ndindex(a.shape):
-            plus = [b.copy() for b in arrays]
-            minus = [b.copy() for b in arrays]
-            plus[k][j] += eps
-            minus[k][j] -= eps
-            g[j] = (f(*plus) - f(*minus)) / (2 * eps)
-        grads.append(g)
-    return grads
-
-
-def close(actual, desired):
-    np.testing.assert_allclose(actual, desired, rtol=1e-7, atol=1e-9)
 
 
 @pytest.fixture

@@ -26,7 +26,8 @@ from kadj.errors import DifferentiationError
 from kadj.tape import Tape, TapeError
 
 
-from fake_kernels import axpy, fake, scale, square_inplace, sumsq  # noqa: E402
+from fake_kernels import (axpy, close, fake, fd_gradient, scale,  # noqa: E402
+                          square_inplace, sumsq)
 
 
 @fake(("x", "y", "b"), written={1}, read={0, 1})
@@ -63,21 +64,6 @@ def waiting_sumsq(fwd, adj):
 # ----------------------------------------------------------------- helpers
 
 
-def fd_gradient(f, arrays, eps=1e-6):
-    """Central differences of the scalar ``f(*copies)`` w.r.t. each array's elements."""
-    grads = []
-    for k, a in enumerate(arrays):
-        g = np.zeros_like(a)
-        for j in np.ndindex(a.shape):
-            plus = [b.copy() for b in arrays]
-            minus = [b.copy() for b in arrays]
-            plus[k][j] += eps
-            minus[k][j] -= eps
-            g[j] = (f(*plus) - f(*minus)) / (2 * eps)
-        grads.append(g)
-    return grads
-
-
 def replay(launches, initial):
     """Run the recorded launches' forwards in order on copies of the arrays.
 
@@ -88,10 +74,6 @@ def replay(launches, initial):
         args = [state[id(a)] if isinstance(a, np.ndarray) else a for a in launch.args]
         launch.kernel.fn(*args)
     return state
-
-
-def close(actual, desired):
-    np.testing.assert_allclose(actual, desired, rtol=1e-7, atol=1e-9)
 
 
 def run_in_thread(fn, name="worker"):
