@@ -42,9 +42,9 @@ def generated_lookalikes(x, t1, _tape_f64, _sp_f64, u_work, y):
 
 
 @njit
-def builtin_names(x, max, min, abs, np_, out):
+def builtin_names(x, max, min, abs, np, out):
     for i in range(x.shape[0]):
-        out[i] = x[i] * max + min * abs[i] + np_
+        out[i] = x[i] * max + min * abs[i] + np
 
 
 @njit
