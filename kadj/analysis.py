@@ -768,7 +768,6 @@ def _replayable(loop, a):
     if loop.uid in a.ascending or loop.uid in a.index_saved or not a.has_rev.get(id(loop)):
         return False
     inner = list(ir.walk(loop.body))
-    assigned_in = ir.assigned(loop.body)
     needs_tape = any(isinstance(x, ir.Loop) for x in inner) or any(
         isinstance(x, ir.Assign) and x.target in a.pushed for x in inner) or any(
         isinstance(x, ir.ForRange) and x.uid in a.index_saved for x in inner) or \

@@ -23,7 +23,7 @@ import math
 import operator
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba.core import types
@@ -74,6 +74,43 @@ class AdjRef(str):
         return obj
 
 
+@dataclass(eq=False)
+class _Frame:
+    """A region of the forward sweep whose pushes are reserved for together (see
+    ``Writer.open_frame``).  The fields after ``trip_src`` are set while the frame is
+    open (``counts``, ``children``, ``closed``) and when the tree is planned."""
+    depth: int
+    trip: object                 # trip-count text of a ``for`` loop, or None
+    operands: set                # variables the trip count reads
+    hoist: object                # a replayed iteration's hoisted reservation, or None
+    assigned: object             # variables the loop body assigns; None: absorbs none
+    parent: object
+    cond: int                    # branch nesting where the frame opened
+    body: tuple = ()
+    trip_src: object = None      # the (start, stop, step) operands
+    counts: dict = field(default_factory=dict)    # pushes per kind, per iteration
+    children: list = field(default_factory=list)
+    closed: object = None        # the push sequence number when the frame closed
+    absorbed: bool = False       # its amount joined the parent's reservation
+    foreign: object = None       # pushes after this sequence number are not covered
+    records: bool = False        # the frame or a nested one pushes
+    ops: set = field(default_factory=set)          # variables its amounts read
+    terms: dict = field(default_factory=dict)      # per-iteration amounts, per kind
+    amounts: dict = field(default_factory=dict)    # what it reserves, per kind
+    _defs: object = None
+
+    def single_defs(self):
+        """The body's unconditional definitions of variables it assigns only once."""
+        if self._defs is None:
+            counts = {}
+            for x in ir.walk(self.body):
+                if isinstance(x, ir.Assign):
+                    counts[x.target] = counts.get(x.target, 0) + 1
+            self._defs = {x.target: x.expr for x in self.body
+                          if isinstance(x, ir.Assign) and counts[x.target] == 1}
+        return self._defs
+
+
 class _Slot(str):
     """A placeholder line of the generated source (empty text), resolved once every
     frame of the sweep is closed (see ``Writer.close_frame``)."""
@@ -98,10 +135,10 @@ class _PushCheck(_Slot):
         entry: later iterations run after the nested frame of an earlier one)."""
         f = self.frame
         while f is not None:
-            at = f["foreign"]
-            if at is not None and (f["trip"] is not None or self.seq > at):
+            at = f.foreign
+            if at is not None and (f.trip is not None or self.seq > at):
                 return True
-            f = f["parent"] if f["absorbed"] else None
+            f = f.parent if f.absorbed else None
         return False
 
 
@@ -352,7 +389,7 @@ class Writer:
                                          seq=self._push_seq))
         self.emit(depth, f"{tape}[{sp}] = {value_text}")
         self.emit(depth, f"{sp} += 1")
-        frame["counts"][kind] = frame["counts"].get(kind, 0) + 1
+        frame.counts[kind] = frame.counts.get(kind, 0) + 1
 
     # Tape capacity, by construction.  The pushes of a sweep are grouped in frames:
     # the whole sweep, each loop (per loop entry for ``for``, per iteration for
@@ -382,18 +419,17 @@ class Writer:
         parent = self.frames[-1] if self.frames else None
         if hoist is not None:
             assigned = hoist["assigned"]
-        fr = {"counts": {}, "depth": depth, "trip": trip, "operands": set(operands),
-              "hoist": hoist, "assigned": assigned, "parent": parent, "children": [],
-              "cond": self._cond_level, "closed": None, "absorbed": False,
-              "foreign": None, "body": tuple(body), "trip_src": trip_src}
+        fr = _Frame(depth=depth, trip=trip, operands=set(operands), hoist=hoist,
+                    assigned=assigned, parent=parent, cond=self._cond_level,
+                    body=tuple(body), trip_src=trip_src)
         if parent is not None:
-            parent["children"].append(fr)
+            parent.children.append(fr)
         self.frames.append(fr)
         self.lines.append(_Reserve(frame=fr))
 
     def close_frame(self):
         fr = self.frames.pop()
-        fr["closed"] = self._push_seq
+        fr.closed = self._push_seq
         if not self.frames:
             self._plan_frame(fr)
             self._resolve_slots()
@@ -401,14 +437,14 @@ class Writer:
     def _plan_frame(self, fr):
         """Decide, bottom-up, which frames are absorbed, each frame's amounts, and
         where each frame stops covering its own pushes."""
-        for c in fr["children"]:
+        for c in fr.children:
             self._plan_frame(c)
-        recording = [c for c in fr["children"] if c["records"]]
-        fr["records"] = bool(fr["counts"]) or bool(recording)
-        terms = {kind: [str(n)] for kind, n in fr["counts"].items()}
-        ops = set(fr["operands"])
+        recording = [c for c in fr.children if c.records]
+        fr.records = bool(fr.counts) or bool(recording)
+        terms = {kind: [str(n)] for kind, n in fr.counts.items()}
+        ops = set(fr.operands)
         absorbed = {}
-        if fr["assigned"] is not None:
+        if fr.assigned is not None:
             for c in recording:
                 found = self._absorbable(c, fr)
                 if found is None:
@@ -416,19 +452,19 @@ class Writer:
                 absorbed[id(c)] = found
         if recording and len(absorbed) == len(recording):
             for c in recording:
-                c["absorbed"] = True
+                c.absorbed = True
                 amounts, c_ops = absorbed[id(c)]
                 ops |= c_ops
                 for kind, amount in amounts.items():
                     terms.setdefault(kind, []).append(amount)
         elif recording:
-            fr["foreign"] = min(c["closed"] for c in recording)
-        fr["ops"] = ops
-        fr["terms"] = terms
-        fr["amounts"] = self._amounts(terms, fr["trip"])
-        if fr["hoist"] is not None:
-            for kind, amount in fr["amounts"].items():
-                fr["hoist"]["amounts"].setdefault(kind, []).append(amount)
+            fr.foreign = min(c.closed for c in recording)
+        fr.ops = ops
+        fr.terms = terms
+        fr.amounts = self._amounts(terms, fr.trip)
+        if fr.hoist is not None:
+            for kind, amount in fr.amounts.items():
+                fr.hoist["amounts"].setdefault(kind, []).append(amount)
 
     @staticmethod
     def _amounts(terms, trip):
@@ -450,28 +486,21 @@ class Writer:
         runs under a branch, or its trip count depends on the loop's own variables
         (loop-invariant definitions such as ``n = x.shape[0]`` in the loop body are
         computed again in front of the loop)."""
-        if c["foreign"] is not None or c["cond"] != fr["cond"]:
+        if c.foreign is not None or c.cond != fr.cond:
             return None
-        clash = c["ops"] & fr["assigned"]
+        clash = c.ops & fr.assigned
         if not clash:
-            return c["amounts"], c["ops"]
-        if c["trip_src"] is None or clash - c["operands"] or \
-                (c["ops"] - c["operands"]) & fr["assigned"]:
+            return c.amounts, c.ops
+        if c.trip_src is None or clash - c.operands or \
+                (c.ops - c.operands) & fr.assigned:
             return None
-        defs, counts = {}, {}
-        for x in ir.walk(fr["body"]):
-            if isinstance(x, ir.Assign):
-                counts[x.target] = counts.get(x.target, 0) + 1
-        for x in fr["body"]:
-            if isinstance(x, ir.Assign) and counts[x.target] == 1:
-                defs[x.target] = x.expr
         leaves = set()
-        texts = [self._invariant(x, defs, fr["assigned"], 0, leaves)
-                 for x in c["trip_src"]]
+        texts = [self._invariant(x, fr.single_defs(), fr.assigned, 0, leaves)
+                 for x in c.trip_src]
         if any(t is None for t in texts):
             return None
-        return (self._amounts(c["terms"], f"_trips({', '.join(texts)})"),
-                (c["ops"] - clash) | leaves)
+        return (self._amounts(c.terms, f"_trips({', '.join(texts)})"),
+                (c.ops - clash) | leaves)
 
     def _invariant(self, x, defs, assigned, depth, leaves):
         """Text of operand ``x`` computed in front of a loop: ``x`` itself when the
@@ -510,8 +539,8 @@ class Writer:
                     out += self._reserve_lines({line.kind: "1"}, line.depth)
             elif isinstance(line, _Reserve):
                 fr = line.frame
-                if not fr["absorbed"] and fr["hoist"] is None:
-                    out += self._reserve_lines(fr["amounts"], fr["depth"])
+                if not fr.absorbed and fr.hoist is None:
+                    out += self._reserve_lines(fr.amounts, fr.depth)
             else:
                 out.append(line)
         self.lines = out
