@@ -249,23 +249,21 @@ class DifferentiatedKernel:
         plan = comp.plan
         adjs = validate.order_adjoints(call, plan, fwd, adjs, by_name)
         validate.check_adjoint_call(call, plan, fwd, adjs, host=True)
-        call = list(fwd) + list(adjs)
+        call_args = list(fwd) + list(adjs)
         if plan.returns_value:
-            call.append(float(adj_return))
+            call_args.append(float(adj_return))
         try:
-            return comp.function(*call)
+            return comp.function(*call_args)
         except (pickle.UnpicklingError, EOFError, ValueError) as exc:
             if not comp.disk_cached or isinstance(exc, ValueError) and \
                     "pickle" not in str(exc):
                 raise
             # numba's on-disk cache of this adjoint is damaged: compile without it
-            return self._uncached(fwd, comp)(*call)
+            return self._uncached(comp)(*call_args)
 
-    def _uncached(self, fwd, comp):
-        from numba import njit
+    def _uncached(self, comp):
         fresh = CompiledAdjoint(comp.plan, comp.source,
-                                njit(cache=False, **self._options())(comp.function.py_func),
-                                False)
+                                *codegen.jit(comp.function.py_func, False, self._options()))
         self._cache = {k: (fresh if v is comp else v) for k, v in self._cache.items()}
         self._fast = {k: (fresh if v is comp else v) for k, v in self._fast.items()}
         self._last = fresh

@@ -34,6 +34,9 @@ import sys
 import threading
 import types as pytypes
 
+import numpy as np
+from numba.core import types as nbtypes
+
 CACHE_VERSION = "kadj-adjoint-v2"
 
 # Objects of these packages are named, not walked: their versions are in the key.
@@ -96,7 +99,6 @@ class Fingerprint:
         if isinstance(obj, _PRIMITIVE):
             self.text("v", type(obj).__name__, repr(obj))
             return
-        import numpy as np
         if isinstance(obj, np.generic):
             self.text("np", obj.dtype.str, obj.tobytes().hex())
             return
@@ -127,7 +129,6 @@ class Fingerprint:
             self.text("dispatcher", canonical(getattr(obj, "targetoptions", None) or {}))
             self.add(py_func, names, depth + 1)
             return
-        from numba.core import types as nbtypes
         if isinstance(obj, nbtypes.Type) and _root(type(obj).__module__) == "numba":
             self.text("nbtype", obj.name)
             return
@@ -324,7 +325,6 @@ def _covered(value, fp):
         if _root(mod) in _VERSIONED and isinstance(qual, str) and \
                 getattr(value, "py_func", None) is None:
             return True
-    from numba.core import types as nbtypes
     if isinstance(value, nbtypes.Type) and _root(type(value).__module__) == "numba":
         return True
     return False

@@ -20,12 +20,12 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-import numpy as np
 from numba.core import types
 from numba.core.errors import NumbaError
 
 from . import analysis, ir, rules, validate
-from .api import DifferentiatedKernel
+from .api import DifferentiatedKernel, _raise_clearer
+from .cuda.frontend import simulator_enabled
 from .errors import DifferentiationError
 
 _CUDA_OPTIONS_KEPT = ("fastmath", "debug", "lineinfo", "opt")
@@ -66,11 +66,6 @@ class _Gather:
 def _dims(d):
     d = tuple(d) if isinstance(d, (tuple, list)) else (int(d),)
     return tuple(int(x) for x in d) + (1,) * (3 - len(d))
-
-
-def simulator_enabled():
-    from .cuda.frontend import simulator_enabled as enabled
-    return enabled()
 
 
 def _typeof(a):
@@ -168,10 +163,8 @@ class CudaDifferentiatedKernel:
         try:
             return self.dispatcher[config](*args)
         except NumbaError as exc:
-            clear = validate.explain_failure(self.__name__, self.arg_names, args, exc)
-            if clear is None:
-                raise
-            raise clear from exc
+            _raise_clearer(self.__name__, self.arg_names, args, exc)
+            raise
 
     def forward(self, config, *args):
         """Launch the forward kernel without recording it."""
@@ -209,11 +202,8 @@ class CudaDifferentiatedKernel:
                     try:
                         hit = self._build(arg_types)
                     except NumbaError as exc:
-                        clear = validate.explain_failure(self.__name__, self.arg_names,
-                                                         args, exc)
-                        if clear is None:
-                            raise
-                        raise clear from exc
+                        _raise_clearer(self.__name__, self.arg_names, args, exc)
+                        raise
                     self._cache[arg_types] = hit
         self._last = hit
         return hit

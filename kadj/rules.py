@@ -15,6 +15,8 @@ Users add their own through :func:`kadj.register_adjoint`, which uses the same t
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import operator
 from dataclasses import dataclass, field
@@ -115,14 +117,21 @@ def unregister(fn):
     _generation += 1
 
 
+def _signature(fn):
+    """``fn``'s signature (a jitted function's Python one), or None if unreadable."""
+    try:
+        return inspect.signature(getattr(fn, "py_func", fn))
+    except (TypeError, ValueError):
+        return None
+
+
 def arities_of(fn):
     """The numbers of arguments ``fn`` can be called with, or None when its signature
     cannot be read (builtins) or is unbounded (``*args``)."""
-    import inspect
-    try:
-        params = inspect.signature(getattr(fn, "py_func", fn)).parameters.values()
-    except (TypeError, ValueError):
+    sig = _signature(fn)
+    if sig is None:
         return None
+    params = sig.parameters.values()
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
                                                   p.POSITIONAL_OR_KEYWORD)]
     if any(p.kind == p.VAR_POSITIONAL for p in params):
@@ -132,15 +141,11 @@ def arities_of(fn):
 
 
 def _signature_text(fn):
-    import inspect
-    try:
-        return str(inspect.signature(getattr(fn, "py_func", fn)))
-    except (TypeError, ValueError):
-        return ""
+    sig = _signature(fn)
+    return "" if sig is None else str(sig)
 
 
 def _accepts(vjp, n):
-    import inspect
     try:
         sig = inspect.signature(vjp)
     except (TypeError, ValueError):
@@ -179,8 +184,6 @@ def _checked(vjp, rule_name):
     """``vjp`` refusing (DifferentiationError) a call it cannot take, an error it raises
     on symbolic arguments, or a result that is not one contribution per argument, which
     would silently drop gradients."""
-    import functools
-
     @functools.wraps(vjp)
     def checked(g, out, *args):
         symbolic = any(isinstance(x, o.Sym) for x in (g, out, *args))

@@ -34,7 +34,7 @@ from numba.np import numpy_support
 from . import ir
 from . import rules
 from .errors import DifferentiationError, InternalError
-from .frontend import is_jitted, resolve_value
+from .frontend import resolve_value
 
 ALLOCATORS = {np.empty, np.zeros, np.ones, np.empty_like, np.zeros_like, np.ones_like}
 _RANGE = {range, prange}
@@ -66,6 +66,7 @@ class Structurizer:
         self.visits = {}
         self.uid = 0
         self.prelude = []  # statements run first (constant tables)
+        self._tables = {}  # (dtype, bytes) -> the prelude variable holding that table
         self.extra_callee_ok = extra_callee_ok or (lambda fn: False)
         self._refuse_unstructured()
         self._find_array_aliases()
@@ -595,10 +596,10 @@ class Structurizer:
         if not isinstance(vtype, types.UniTuple) or \
                 not isinstance(vtype.dtype, (types.Integer, types.Float)):
             return None
+        d = self._chase(var)
         try:
             values = resolve_value(self.fir, var)
         except (LookupError, AttributeError, KeyError):
-            d = self._chase(var)
             items = [self.const_of(v) for v in d.items] if isinstance(d, nir.Expr) and \
                 d.op == "build_tuple" else [None]
             if any(c is None for c in items):
@@ -608,17 +609,15 @@ class Structurizer:
                 isinstance(v, (int, float, np.integer, np.floating)) and
                 not isinstance(v, bool) for v in values):
             return None
-        d = self._chase(var)
         hint = d.name if isinstance(d, (nir.Global, nir.FreeVar)) else "table"
         array = np.array(values, dtype=np.dtype(str(vtype.dtype)))
         key = (array.dtype.str, array.tobytes())
-        tables = self.__dict__.setdefault("_tables", {})
-        if key not in tables:
+        if key not in self._tables:
             name = self.fresh("table", types.Array(vtype.dtype, 1, "C", readonly=True))
-            tables[key] = name
+            self._tables[key] = name
             self.prelude.append(ir.Assign(name, ir.Copy(ir.GlobalRef(array, name=hint)),
                                           loc=loc))
-        return tables[key]
+        return self._tables[key]
 
     def const_of(self, var):
         try:
@@ -763,7 +762,6 @@ class Structurizer:
         return out
 
     def convert_tuple(self, tgt, val, loc):
-        n = self.tuples[tgt]
         if isinstance(val, nir.Expr) and val.op == "build_tuple":
             out = []
             for k, v in enumerate(val.items):

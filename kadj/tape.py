@@ -726,12 +726,6 @@ def _describe(a):
     return type(a).__name__
 
 
-def _holds_array(a):
-    if isinstance(a, (tuple, list)):
-        return any(_holds_array(x) for x in a)
-    return _is_array(a)
-
-
 def _arrays_in(a):
     """The arrays an argument is or holds (in tuples and lists)."""
     if isinstance(a, (tuple, list)):
@@ -739,6 +733,10 @@ def _arrays_in(a):
             yield from _arrays_in(x)
     elif _is_array(a):
         yield a
+
+
+def _holds_array(a):
+    return next(_arrays_in(a), None) is not None
 
 
 def _check_value(plan, index, i, a):

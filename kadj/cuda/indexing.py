@@ -257,9 +257,8 @@ class ThreadIndex:
         """The canonical key of an access to one of the thread's own elements: thread
         coordinates (each launch dimension once) at some positions, integer constants
         at the others; None otherwise."""
-        if coord is None or coord is self.coord:
-            if not self.coords_cover:
-                return None
+        if (coord is None or coord is self.coord) and not self.coords_cover:
+            return None
         coord = self.coord if coord is None else coord
         ndim = self.ndim if ndim is None else ndim
         key = tuple(self.canonical(x, coord) for x in idx)

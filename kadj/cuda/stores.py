@@ -22,7 +22,7 @@ import operator
 
 from .. import ir
 from ..errors import DifferentiationError
-from .threads import XYZ, ThreadDeps, intrinsic_components, thread_dims
+from .threads import XYZ, ThreadDeps, intrinsic_components
 
 
 def _name(comp):
@@ -119,7 +119,7 @@ def _exits(seq):
 def check_single_writers(kernel, index, space, an):
     """Refuse (:class:`DifferentiationError`) a plain store of a differentiated value
     into a global or shared array that several threads would make (module doc)."""
-    block, grid = thread_dims(kernel)
+    block, grid = index.block_dims, index.grid_dims   # thread_dims(kernel)
     deps = ThreadDeps(kernel)
     guards = _Guards(kernel, index, deps)
     in_block = frozenset(("t", d) for d in block)
