@@ -128,15 +128,16 @@ def check_grad(kernel, args, wrt=None, *, rtol=None, atol=None, eps=None, seed=0
     """
     problem = _problem(kernel, args, wrt, boundscheck)
     rng = np.random.default_rng(seed)
-    precision = _precision(problem)
     tol = _tolerances(problem, eps, rtol, atol)
     point = _Point(problem, tol.eps)
 
     ct = _random_cotangent(problem, rng, adj_return)
     jacobian_checked = problem.n_in <= full_jacobian_max
     fd, ad, err_ip = _inner_product_test(
-        problem, point, ct, rng, tol, explain_max,
-        directions=1 if jacobian_checked else _DIRECTIONS)
+        problem, point, ct, _vjp(problem, ct), rng, tol, explain_max,
+        1 if jacobian_checked else _DIRECTIONS,
+        lambda s, k: (f"The adjoint of kernel '{problem.name}' fails the "
+                      f"inner-product test for argument '{s.name}': "))
     errors = [err_ip]
     if jacobian_checked:
         errors.append(_jacobian_test(problem, point, rng, tol, full_jacobian_max))
@@ -144,7 +145,7 @@ def check_grad(kernel, args, wrt=None, *, rtol=None, atol=None, eps=None, seed=0
         kernel_name=problem.name,
         inputs=tuple(s.name for s in problem.inputs),
         outputs=tuple(s.name for s in problem.outputs),
-        precision=precision, eps=tol.eps, rtol=tol.rtol, atol=tol.atol,
+        precision=tol.precision, eps=tol.eps, rtol=tol.rtol, atol=tol.atol,
         directional_fd=fd, directional_adjoint=ad,
         jacobian_checked=jacobian_checked,
         max_abs_error=max(e[0] for e in errors),

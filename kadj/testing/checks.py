@@ -35,7 +35,6 @@ def _direction(problem, point, s, ct, g, rng, tol):
 
 
 def _undecidable_text(problem, s, verdict, tol):
-    precision = "float32" if tol.unit > np.finfo(np.float64).eps else "float64"
     noise, size = float(verdict.noise[0]), float(verdict.magnitude[0])
     first = verdict.first
     where = ""
@@ -45,7 +44,7 @@ def _undecidable_text(problem, s, verdict, tol):
                  f"against {float(first.fd[0])!r} from finite differences)")
     return (f"Finite differences cannot check the gradient of kernel "
             f"'{problem.name}' for argument '{s.name}' at these arguments: the "
-            f"rounding noise of the {precision} finite differences ({noise:.3g}) "
+            f"rounding noise of the {tol.precision} finite differences ({noise:.3g}) "
             f"exceeds half the size of the inner product <ct, J d> ({size:.3g})"
             f"{where}, so a gradient wrong by half would pass as well. Check it in "
             "float64 (with float64 copies of the arguments), at a point where the "
@@ -54,27 +53,26 @@ def _undecidable_text(problem, s, verdict, tol):
             f"'{s.name}' out with wrt.")
 
 
-def _inner_product_test(problem, point, ct, rng, tol, explain_max, directions=1):
+def _inner_product_test(problem, point, ct, g, rng, tol, explain_max, directions,
+                        heading):
     """``<ct, J d>`` against ``<adjoint(ct), d>``, ``directions`` random ``d`` per
-    input.
+    input, given ``g = adjoint(ct)``.
 
     One adjoint call serves every input; perturbing one argument at a time costs two
     forward runs per direction (four when a disagreement is confirmed) and names the
-    argument whose gradient is wrong.
+    argument whose gradient is wrong.  ``heading(s, k)`` opens the failure message
+    for argument ``s`` and direction ``k``.
     """
-    g = _vjp(problem, ct)
     total_fd = total_ad = 0.0
     worst = (0.0, 0.0)
     for s in problem.inputs:
-        for _ in range(directions):
+        for k in range(directions):
             verdict = _direction(problem, point, s, ct, g, rng, tol)
-            fd, ad = float(verdict.fd[0]), float(verdict.ad[0])
             if not verdict.agrees[0]:
                 raise AssertionError(
-                    f"The adjoint of kernel '{problem.name}' fails the inner-product "
-                    f"test for argument '{s.name}': "
-                    + _mismatch_text(problem, point, s, ct, g, verdict, tol,
-                                     explain_max))
+                    heading(s, k) + _mismatch_text(problem, point, s, ct, g, verdict,
+                                                   tol, explain_max))
+            fd, ad = float(verdict.fd[0]), float(verdict.ad[0])
             total_fd += fd
             total_ad += ad
             worst = max(worst, _errors(np.array([ad]), np.array([fd]),

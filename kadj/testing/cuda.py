@@ -10,10 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from .adjoint import _random_cotangent, _vjp
-from .checks import _direction, _errors
-from .problem import (_as_differentiated, _Point, _precision, _problem,
-                      _tolerances)
-from .report import _mismatch_text
+from .checks import _inner_product_test
+from .problem import _as_differentiated, _Point, _problem, _tolerances
 from .result import GradCheckResult
 
 
@@ -76,7 +74,6 @@ def check_grad_cuda(kernel, config, args, *, directions=3, seed=0, rtol=None,
     launch = _CudaLaunch(differentiated, config)
     problem = _problem(launch, args, None, boundscheck=False)
     rng = np.random.default_rng(seed)
-    precision = _precision(problem)
     tol = _tolerances(problem, eps, rtol, atol)
     point = _Point(problem, tol.eps)
 
@@ -89,29 +86,20 @@ def check_grad_cuda(kernel, config, args, *, directions=3, seed=0, rtol=None,
             f"The adjoint of CUDA kernel '{problem.name}' launched as "
             f"[{_config_text(config)}] produced non-finite gradients for "
             f"{', '.join(bad)}.")
-    total_fd = total_ad = 0.0
-    worst = (0.0, 0.0)
-    for s in problem.inputs:
-        for k in range(directions):
-            verdict = _direction(problem, point, s, ct, g, rng, tol)
-            if not verdict.agrees[0]:
-                raise AssertionError(
-                    f"The adjoint of CUDA kernel '{problem.name}' launched as "
-                    f"[{_config_text(config)}] fails the inner-product test for "
-                    f"argument '{s.name}' (direction {k + 1} of {directions}; "
-                    f"precision {precision}): "
-                    + _mismatch_text(problem, point, s, ct, g, verdict, tol,
-                                     explain_max))
-            fd, ad = float(verdict.fd[0]), float(verdict.ad[0])
-            total_fd += fd
-            total_ad += ad
-            worst = max(worst, _errors(np.array([ad]), np.array([fd]),
-                                       float(verdict.magnitude[0])))
+
+    def heading(s, k):
+        return (f"The adjoint of CUDA kernel '{problem.name}' launched as "
+                f"[{_config_text(config)}] fails the inner-product test for "
+                f"argument '{s.name}' (direction {k + 1} of {directions}; "
+                f"precision {tol.precision}): ")
+
+    total_fd, total_ad, worst = _inner_product_test(
+        problem, point, ct, g, rng, tol, explain_max, directions, heading)
     return GradCheckResult(
         kernel_name=problem.name,
         inputs=tuple(s.name for s in problem.inputs),
         outputs=tuple(s.name for s in problem.outputs),
-        precision=precision, eps=tol.eps, rtol=tol.rtol, atol=tol.atol,
+        precision=tol.precision, eps=tol.eps, rtol=tol.rtol, atol=tol.atol,
         directional_fd=total_fd, directional_adjoint=total_ad,
         jacobian_checked=False,
         max_abs_error=worst[0], max_rel_error=worst[1],

@@ -56,6 +56,7 @@ class _Problem:
 
 @dataclass(frozen=True)
 class _Tol:
+    precision: str      # the working precision, "float64" or "float32"
     eps: float          # relative step
     rtol: float
     atol: float
@@ -178,7 +179,7 @@ def _tolerances(problem, eps, rtol, atol):
     """The given eps, rtol and atol, else the working precision's defaults."""
     precision = _precision(problem)
     d_eps, d_rtol, d_atol = _DEFAULTS[precision]
-    return _Tol(d_eps if eps is None else float(eps),
+    return _Tol(precision, d_eps if eps is None else float(eps),
                 d_rtol if rtol is None else float(rtol),
                 d_atol if atol is None else float(atol),
                 float(np.finfo(precision).eps))
