@@ -1,0 +1,82 @@
+"""Write the generated adjoint of every gallery kernel (CPU, and CUDA in every form)
+into a directory, one file per kernel and form, with the CUDA adjoint reports, and the
+seconds each took to generate and compile.  Two snapshots of different versions of kadj
+compare with ``diff -r``: a refactoring of the code generator that must not change the
+generated code shows an empty diff.
+
+    python scripts/snapshot_adjoints.py OUT_DIR [--cpu-only|--cuda-only] [--times]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def cpu(out, times):
+    import kadj
+    from kernels.cpu import GALLERY
+    for ex in GALLERY:
+        k = kadj.differentiate(ex.kernel, wrt=ex.wrt)
+        args = ex.make_args(np.random.default_rng(0))
+        t0 = time.perf_counter()
+        try:
+            src = k.adjoint_source(*args)
+        except Exception as exc:  # a refusal is part of the snapshot
+            src = f"REFUSED {type(exc).__name__}: {exc}\n"
+        times[f"cpu/{ex.name}"] = time.perf_counter() - t0
+        (out / f"cpu__{ex.name}.py.txt").write_text(src)
+
+
+def cuda(out, times):
+    from kernels.cuda import all_cases
+    for case in all_cases():
+        k = case.kernel
+        args = case.make_args(np.random.default_rng(0))
+        t0 = time.perf_counter()
+        try:
+            src = k.adjoint_source(*args)
+            report = k.adjoint_report(*args)
+        except Exception as exc:
+            src, report = f"REFUSED {type(exc).__name__}: {exc}\n", None
+        times[f"cuda/{case.name}"] = time.perf_counter() - t0
+        (out / f"cuda__{case.name}.py.txt").write_text(src)
+        if report is not None:
+            (out / f"cuda__{case.name}.report.json").write_text(
+                json.dumps(report, indent=1, sort_keys=True, default=str))
+            for form in ("gather", "zero"):
+                if report.get("gather", {}).get("used"):
+                    (out / f"cuda__{case.name}.{form}.py.txt").write_text(
+                        k.adjoint_source(*args, form=form))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out")
+    p.add_argument("--cpu-only", action="store_true")
+    p.add_argument("--cuda-only", action="store_true")
+    p.add_argument("--times", action="store_true",
+                   help="also write times.json: seconds to generate and compile each")
+    opts = p.parse_args(argv)
+    out = pathlib.Path(opts.out)
+    out.mkdir(parents=True, exist_ok=True)
+    times = {}
+    if not opts.cuda_only:
+        cpu(out, times)
+    if not opts.cpu_only:
+        cuda(out, times)
+    if opts.times:
+        (out / "times.json").write_text(json.dumps(times, indent=1, sort_keys=True))
+    print(f"{len(times)} kernels in {sum(times.values()):.1f} s -> {out}")
+
+
+if __name__ == "__main__":
+    main()
