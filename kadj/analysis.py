@@ -169,6 +169,10 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
                 f"the value of '{v}' ({t}) is overwritten but needed by the reverse sweep",
                 kernel=kernel.name, construct="overwritten non-scalar value",
                 remedy="assign the value to a new variable instead of overwriting it")
+    # the adjoint never writes an unwritten array (a CUDA cell's): no work copy of it,
+    # nothing of it to restore
+    a.work_arrays -= a.unwritten
+    a.restore_arrays -= a.unwritten
     return a
 
 

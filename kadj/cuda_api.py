@@ -234,9 +234,6 @@ class CudaDifferentiatedKernel:
             private_scratch={v for v, p in space.items() if p == "local.array"},
             shared_scratch=shared, owned_shared=set(_owned_shared(kernel, shared)),
             unwritten=set(cells))
-        # the adjoint never writes a celled array: its loads read pre-call contents
-        an.work_arrays -= set(cells)
-        an.restore_arrays -= set(cells)
         adj, report, writer = write_cuda_adjoint(kernel, an, slot_names,
                                                  slots=self.checkpoints, cells=cells)
         pyfn, jitted = self._compile(adj)
