@@ -20,8 +20,9 @@ adjoint needs, naming both launches and the argument.  Scalars are kept as passe
 
 CUDA launches (``k[grid, block](...)`` inside ``with tape``) are recorded with their
 configuration and replayed as ``k.adjoint[grid, block, ...]``; their arrays may be
-NumPy arrays, numba device arrays or CuPy arrays, and the tape's copies and adjoint
-buffers live where each array lives (``tape.grad(x)`` is of the same kind as ``x``).
+of any kind :mod:`kadj.arrays` accepts (NumPy, numba device, CuPy arrays), and the
+tape's copies and adjoint buffers live where each array lives (``tape.grad(x)`` is of
+the same kind as ``x``).
 
 Nesting and threads.  A launch is recorded on every tape active in the thread that
 launches it, so in ``with Tape() as outer: ... with Tape() as inner: ...`` the outer
@@ -55,6 +56,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import arrays
 from .errors import DifferentiationError, InternalError
 
 __all__ = ["Launch", "ScalarGrad", "Tape", "TapeError", "active", "check_unrecorded"]
@@ -105,12 +107,12 @@ def _check_other_threads(kernel, args, recording):
         others = [(t, thread) for t, thread in _entered.items()
                   if thread is not here and all(t is not r for r in recording)]
     for tape, owner in others:
-        keys, arrays = tape._seen
+        keys, seen = tape._seen
         if not keys:
             continue
         for i, arg in enumerate(args):
-            for a in _arrays_in(arg):
-                if _key(a) in keys or any(_overlaps(a, b) for b in arrays):
+            for a in arrays.arrays_in(arg):
+                if arrays.memory_key(a) in keys or any(_overlaps(a, b) for b in seen):
                     raise _unseen_launch_error(kernel, i, a, owner, here)
 
 
@@ -120,7 +122,7 @@ def _unseen_launch_error(kernel, i, a, owner, here):
     arg = names[i] if i < len(names) else f"#{i}"
     return TapeError(
         f"Kernel '{name}' was launched in thread '{here.name}' with argument "
-        f"'{arg}' ({_describe(a)}), an array that the kadj.Tape active in thread "
+        f"'{arg}' ({arrays.describe(a)}), an array that the kadj.Tape active in thread "
         f"'{owner.name}' has recorded; that tape does not see launches from other "
         "threads, so its gradient would silently miss this one, and the launch was "
         f"not run. Launch the kernel in thread '{owner.name}' inside the tape's "
@@ -351,7 +353,7 @@ class Tape:
         """Check the launch against this tape without changing the tape."""
         index = len(self._launches)
         new = {}
-        keys = tuple(self._track(plan, index, i, a, new) if _is_array(a)
+        keys = tuple(self._track(plan, index, i, a, new) if arrays.is_array(a)
                      else _check_value(plan, index, i, a) for i, a in enumerate(args))
         _check_aliasing(plan, index, keys)
         versions = tuple(None if k is None else
@@ -366,15 +368,16 @@ class Tape:
 
     def _track(self, plan, index, i, a, new):
         """The key of array argument ``i``; one the tape has not seen goes in ``new``."""
-        key = _key(a)
+        key = arrays.memory_key(a)
         if key in self._arrays or key in new:
             return key
         for other in [t.array for t in self._arrays.values()] + list(new.values()):
             if _overlaps(a, other):
                 raise DifferentiationError(
                     f"Launch #{index} of kernel '{plan.kernel_name}' passes argument "
-                    f"'{plan.arg_names[i]}' ({_describe(a)}), which overlaps in memory "
-                    f"an array the tape has already seen ({_describe(other)}) "
+                    f"'{plan.arg_names[i]}' ({arrays.describe(a)}), which overlaps in "
+                    f"memory an array the tape has already seen "
+                    f"({arrays.describe(other)}) "
                     "without being the same view of it. The tape tracks arrays by "
                     "their exact memory view: pass the same array (or an identical "
                     "view) every time, or copy the view before the launch.")
@@ -405,13 +408,13 @@ class Tape:
         if pending.new:
             for key, a in pending.new.items():
                 self._arrays[key] = _TrackedArray(a)
-            keys, arrays = self._seen
+            keys, seen = self._seen
             self._seen = (keys | frozenset(pending.new),
-                          arrays + tuple(pending.new.values()))
+                          seen + tuple(pending.new.values()))
         for key in pending.copies:
             tracked = self._arrays[key]
             if key not in copies:
-                copies[key] = _copy(tracked.array)
+                copies[key] = arrays.copy(tracked.array)
             tracked.snapshots[tracked.version] = copies[key]
 
     def _advance(self, launch):
@@ -421,7 +424,7 @@ class Tape:
                 self._arrays[key].version += 1
 
     def _overwrite_error(self, launch, i, reader):
-        what = f"argument '{launch.arg_name(i)}' ({_describe(launch.args[i])})"
+        what = f"argument '{launch.arg_name(i)}' ({arrays.describe(launch.args[i])})"
         if reader.launch == launch.index:
             head = (f"{_sentence(launch.describe())} reads and overwrites {what} "
                     "in place, and its adjoint needs the contents from before the "
@@ -467,13 +470,13 @@ class Tape:
             array = self._arrays[key].array
             seeded.setdefault(key, np.zeros(tuple(array.shape), np.dtype(array.dtype)))
             seeded[key] += cotangent
-        buffers = {key: _from_host(self._arrays[key].array, host)
+        buffers = {key: arrays.like(self._arrays[key].array, host)
                    for key, host in seeded.items()}
         scalars = {}
         for launch in reversed(self._launches):
             self._replay(launch, buffers, scalars)
         for key, buffer in buffers.items():
-            host = _to_host(buffer)
+            host = arrays.to_host(buffer)
             if key in self._grads:
                 self._grads[key] = self._grads[key] + host
             else:
@@ -502,19 +505,19 @@ class Tape:
                     "Each seed must be an (array, cotangent) pair.")
             array, cotangent = pair
             self._recorded_float_key(array, "a seeded array")
-            cotangent = _to_host(cotangent) if _is_array(cotangent) else \
+            cotangent = arrays.to_host(cotangent) if arrays.is_array(cotangent) else \
                 np.asarray(cotangent)
             if tuple(cotangent.shape) != tuple(array.shape):
                 raise DifferentiationError(
                     f"A seed's cotangent has shape {cotangent.shape}, but its array "
                     f"has shape {array.shape}; they must match.")
             pairs.append((array, cotangent.astype(array.dtype)))
-        return [(_key(a), ct) for a, ct in pairs]
+        return [(arrays.memory_key(a), ct) for a, ct in pairs]
 
     def _recorded_float_key(self, array, what):
-        if not _is_array(array) or _key(array) not in self._arrays:
+        if not arrays.is_array(array) or arrays.memory_key(array) not in self._arrays:
             raise DifferentiationError(
-                f"The tape never saw {what} ({_describe(array)}): seed only arrays "
+                f"The tape never saw {what} ({arrays.describe(array)}): seed only arrays "
                 "that recorded launches wrote or read (the same array object or an "
                 "identical view).")
         if np.dtype(array.dtype).kind != "f":
@@ -533,13 +536,13 @@ class Tape:
                 scalars[(launch.index, i)] = buffer
             elif key in seen:
                 # the same read-only array passed twice: its own buffer, added after
-                buffer = _zeros_like(buffers[key])
+                buffer = arrays.zeros_like(buffers[key])
                 extra.append((key, buffer))
             else:
                 seen.add(key)
                 buffer = buffers.get(key)
                 if buffer is None:
-                    buffer = buffers[key] = _zeros_like(self._arrays[key].array)
+                    buffer = buffers[key] = arrays.zeros_like(self._arrays[key].array)
             adjoints.append(buffer)
         kwargs = {"adj_return": 0.0} if plan.returns_value else {}
         if launch.config is None:
@@ -547,8 +550,7 @@ class Tape:
         else:
             launch.kernel.adjoint[launch.config](*args, *adjoints)
         for key, buffer in extra:
-            buffers[key] = _from_host(buffers[key],
-                                      _to_host(buffers[key]) + _to_host(buffer))
+            arrays.add_into(buffers[key], buffer)
 
     def _pre_call(self, launch, i):
         key = launch.keys[i]
@@ -572,25 +574,25 @@ class Tape:
 
         Same shape and dtype as ``x``; a copy, so changing it does not change the tape.
         """
-        if not _is_array(x) or _key(x) not in self._arrays:
+        if not arrays.is_array(x) or arrays.memory_key(x) not in self._arrays:
             raise DifferentiationError(
-                f"The tape never saw this array ({_describe(x)}); ask for the "
+                f"The tape never saw this array ({arrays.describe(x)}); ask for the "
                 "gradient of an array that recorded launches wrote or read (the same "
                 "array object or an identical view).")
         if not self._has_gradients:
             raise DifferentiationError(
                 "The tape has no gradients yet; call tape.backward(...) before "
                 "tape.grad(...).")
-        key = _key(x)
+        key = arrays.memory_key(x)
         if key not in self._differentiable and key not in self._grads:
             raise DifferentiationError(
                 f"No recorded launch differentiates with respect to this array "
-                f"({_describe(x)}): it is not floating point, or every kernel that "
+                f"({arrays.describe(x)}): it is not floating point, or every kernel that "
                 "reads it excludes it with wrt=.")
         g = self._grads.get(key)
         shape = tuple(x.shape)
         g = np.zeros(shape, np.dtype(x.dtype)) if g is None else g.reshape(shape).copy()
-        return _from_host(x, g)
+        return arrays.like(x, g)
 
     @_serialized
     def scalar_grads(self):
@@ -624,119 +626,21 @@ class Tape:
 # ------------------------------------------------------------------- arrays
 
 
-def _is_array(a):
-    return isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__") or \
-        hasattr(a, "copy_to_host")
-
-
-def _device_pointer(a):
-    cai = getattr(a, "__cuda_array_interface__", None)
-    if cai is not None:
-        return cai["data"][0]
-    host = getattr(a, "_ary", None)  # the CUDA simulator's device arrays wrap one
-    if isinstance(host, np.ndarray):
-        return host.__array_interface__["data"][0]
-    raise TypeError(f"cannot locate the memory of {type(a).__name__}")
-
-
-def _key(a):
-    """An array's exact memory view: equal keys mean the same elements."""
-    if isinstance(a, np.ndarray):
-        return ("host", a.__array_interface__["data"][0], a.shape, a.strides,
-                a.dtype.str)
-    return ("device", _device_pointer(a), tuple(a.shape), tuple(a.strides),
-            np.dtype(a.dtype).str)
-
-
-def _span(key):
-    _, ptr, shape, strides, dt = key
-    lo = hi = ptr
-    for n, st in zip(shape, strides):
-        if n == 0:
-            return ptr, ptr
-        lo += min(0, (n - 1) * st)
-        hi += max(0, (n - 1) * st)
-    return lo, hi + np.dtype(dt).itemsize
-
-
 def _overlaps(a, b):
-    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        if not np.may_share_memory(a, b):
-            return False
-        try:
-            return bool(np.shares_memory(a, b, max_work=100_000))
-        except np.exceptions.TooHardError:
-            return True
-    ka, kb = _key(a), _key(b)
-    if ka[0] != kb[0]:
-        return False
-    (alo, ahi), (blo, bhi) = _span(ka), _span(kb)
-    return alo < bhi and blo < ahi
-
-
-# ---- device arrays (numba's, the simulator's, CuPy's) next to NumPy ones ----------
-def _is_cupy(a):
-    return type(a).__module__.split(".")[0] == "cupy"
-
-
-def _copy(a):
-    if isinstance(a, np.ndarray):
-        return a.copy(order="K")
-    if _is_cupy(a):
-        return a.copy()
-    from numba import cuda
-    out = cuda.device_array_like(a)
-    out.copy_to_device(a)
-    return out
-
-
-def _to_host(a):
-    if isinstance(a, np.ndarray):
-        return a
-    if _is_cupy(a):
-        return a.get()
-    return a.copy_to_host()
-
-
-def _from_host(like, host):
-    """``host`` (a NumPy array) on the device that holds ``like``."""
-    if isinstance(like, np.ndarray):
-        return host
-    if _is_cupy(like):
-        import cupy
-        return cupy.asarray(host)
-    from numba import cuda
-    return cuda.to_device(np.ascontiguousarray(host))
-
-
-def _zeros_like(a):
-    return _from_host(a, np.zeros(tuple(a.shape), np.dtype(a.dtype)))
+    """Do ``a`` and ``b`` share memory?  An overlap the bounded test cannot rule out
+    counts as one."""
+    try:
+        return arrays.overlap(a, b)
+    except arrays.Undecided:
+        return True
 
 
 def _sentence(text):
     return text[:1].upper() + text[1:]
 
 
-def _describe(a):
-    if isinstance(a, np.ndarray):
-        return f"array of shape {a.shape} and dtype {a.dtype}"
-    if _is_array(a):
-        return (f"{type(a).__name__} of shape {tuple(a.shape)} and dtype "
-                f"{np.dtype(a.dtype)}")
-    return type(a).__name__
-
-
-def _arrays_in(a):
-    """The arrays an argument is or holds (in tuples and lists)."""
-    if isinstance(a, (tuple, list)):
-        for x in a:
-            yield from _arrays_in(x)
-    elif _is_array(a):
-        yield a
-
-
 def _holds_array(a):
-    return next(_arrays_in(a), None) is not None
+    return next(arrays.arrays_in(a), None) is not None
 
 
 def _check_value(plan, index, i, a):

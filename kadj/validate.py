@@ -8,124 +8,26 @@ arguments (unsupported dtypes, lists, keyword arguments) run before anything is
 compiled; the adjoint buffers are checked against the argument layout
 (:class:`kadj.plan.AdjointPlan`) just before the adjoint runs.
 
-Memory overlap.  Two arrays are compared within one memory space: host memory (NumPy
-arrays, and the CUDA simulator's device arrays, which wrap NumPy arrays) or device
-memory (anything exporting ``__cuda_array_interface__``, compared through its pointer,
-shape and strides).  ``np.may_share_memory`` (bounds only) comes first; when the bounds
-meet, ``np.shares_memory`` solves the exact problem with a bounded effort
-(``MAX_OVERLAP_WORK``): crafted views with large co-prime strides make the exact test
-take many seconds, and when the bounded test cannot decide, the call is refused.
+Memory overlap is tested by :mod:`kadj.arrays` (exact, within one memory space, with a
+bounded effort); when the bounded test cannot decide, the call is refused.
 """
 from __future__ import annotations
 
 import math
 import numbers
-import types as pytypes
 
 import numpy as np
 
-# effort of the exact overlap test per pair of arrays (numpy's max_work): a few
-# milliseconds at worst; ordinary views (slices, transposes, interleavings) need far less
-MAX_OVERLAP_WORK = 10_000
-# arrays whose layout is not nested (each axis's stride beyond the previous axis's
-# extent) have their element offsets listed to look for repeats, up to this many
-MAX_LISTED_ELEMENTS = 1 << 20
+from . import arrays
+
+# the array tests (kadj.arrays), importable from here as well
+is_array, overlap, self_overlapping = arrays.is_array, arrays.overlap, \
+    arrays.self_overlapping
+Undecided, MAX_OVERLAP_WORK = arrays.Undecided, arrays.MAX_OVERLAP_WORK
+
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2 ** 31 - 1, 65535, 65535)
-
-
-class Undecided(Exception):
-    """The bounded overlap test could not decide."""
-
-
-# ---- arrays on any target ----------------------------------------------------------------
-def is_array(a):
-    return isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__") or \
-        isinstance(getattr(a, "_ary", None), np.ndarray)
-
-
-def _memory(a):
-    """(space, ndarray describing a's memory) or None.  For device memory the ndarray is
-    a phantom: built over the device pointer, read by nothing but the overlap test."""
-    if isinstance(a, np.ndarray):
-        return "host", a
-    host = getattr(a, "_ary", None)  # the CUDA simulator's device arrays wrap one
-    if isinstance(host, np.ndarray):
-        return "host", host
-    cai = getattr(a, "__cuda_array_interface__", None)
-    if cai is None:
-        return None
-    shape = tuple(cai["shape"])
-    if math.prod(shape) == 0:
-        return "device", np.empty(0)
-    face = {"shape": shape, "typestr": cai["typestr"], "strides": cai.get("strides"),
-            "data": (int(cai["data"][0]), False), "version": 3}
-    return "device", np.asarray(pytypes.SimpleNamespace(__array_interface__=face))
-
-
-def overlap(a, b):
-    """Do arrays ``a`` and ``b`` share an element's memory?  Raises :class:`Undecided`
-    when the bounded exact test gives up."""
-    ma, mb = _memory(a), _memory(b)
-    return ma is not None and mb is not None and _shares(ma, mb)
-
-
-def _shares(ma, mb):
-    """Do the memories ``ma`` and ``mb`` (from :func:`_memory`) share an element?"""
-    if ma[0] != mb[0] or not np.may_share_memory(ma[1], mb[1]):
-        return False
-    try:
-        return bool(np.shares_memory(ma[1], mb[1], max_work=MAX_OVERLAP_WORK))
-    except np.exceptions.TooHardError:
-        raise Undecided from None
-
-
-def self_overlapping(a):
-    """Do two elements of ``a`` share memory (a broadcast view, or ``as_strided`` with a
-    0 or too small stride)?  Conservative (True) for huge unusual layouts."""
-    mem = _memory(a)
-    return mem is not None and _self_overlapping(mem[1])
-
-
-def _self_overlapping(x):
-    if x.size <= 1 or x.flags.c_contiguous or x.flags.f_contiguous:
-        return False
-    axes = sorted((abs(s), n) for s, n in zip(x.strides, x.shape) if n > 1)
-    if axes[0][0] == 0:
-        return True
-    reach = x.itemsize
-    for stride, n in axes:
-        if stride < reach:
-            break
-        reach = stride * n
-    else:
-        return False  # nested layout: distinct indices, disjoint elements
-    if x.size > MAX_LISTED_ELEMENTS:
-        return True
-    offsets = np.zeros(1, dtype=np.int64)
-    for stride, n in axes:
-        offsets = (offsets[:, None] + stride * np.arange(n, dtype=np.int64)).ravel()
-    offsets.sort()
-    return bool(np.any(np.diff(offsets) < x.itemsize))
-
-
-def _writeable(a):
-    if isinstance(a, np.ndarray):
-        return a.flags.writeable
-    cai = getattr(a, "__cuda_array_interface__", None)
-    if cai is not None:
-        return not cai["data"][1]
-    host = getattr(a, "_ary", None)
-    return host.flags.writeable if isinstance(host, np.ndarray) else True
-
-
-def _describe(a):
-    if is_array(a):
-        kind = "array" if isinstance(a, np.ndarray) else type(a).__name__
-        return f"{kind} of shape {tuple(a.shape)} and dtype {np.dtype(a.dtype)}"
-    return f"{type(a).__name__} {a!r}" if isinstance(a, (int, float)) else \
-        type(a).__name__
 
 
 # ---- binding positional and keyword arguments --------------------------------------------
@@ -332,15 +234,15 @@ def check_adjoint_call(call, plan, fwd, adjs, host=False):
     expected = plan.adjoint_names()
     for i, buf, aname in zip(plan.adjoint_args, adjs, expected):
         _check_buffer(call, names[i], fwd[i], buf, aname, host)
-    fmem = [(i, m) for i, a in enumerate(fwd) if (m := _memory(a)) is not None]
-    bmem = [(aname, _memory(b)) for aname, b in zip(expected, adjs)]
-    for aname, mb in bmem:
-        if _self_overlapping(mb[1]):
+    fmem = [(i, m) for i, a in enumerate(fwd) if (m := arrays.memory(a)) is not None]
+    bmem = [(aname, arrays.memory(b)) for aname, b in zip(expected, adjs)]
+    for aname, b in zip(expected, adjs):
+        if arrays.self_overlapping(b):
             raise ValueError(f"{call}: several elements of {aname} share memory (a "
                              "broadcast view or a 0 stride), so their adjoints would be "
                              f"mixed; pass a separate array (np.zeros_like({aname[4:]})).")
     for j, m in fmem:
-        if j in written and _self_overlapping(m[1]):
+        if j in written and arrays.self_overlapping(fwd[j]):
             raise ValueError(f"{call}: argument '{names[j]}' is written by the kernel but "
                              "several of its elements share memory (a broadcast view or a "
                              f"0 stride); pass {names[j]}.copy().")
@@ -375,7 +277,7 @@ def _check_buffer(call, name, x, buf, aname, host):
     if not is_array(buf) or (host and not isinstance(buf, np.ndarray)):
         raise TypeError(f"{call}: {aname} must be a "
                         f"{'NumPy array' if host else 'NumPy or device array'}, got "
-                        f"{_describe(buf)}; pass np.zeros_like({name}) for an array "
+                        f"{arrays.describe(buf)}; pass np.zeros_like({name}) for an array "
                         "argument, np.zeros(1) for a scalar.")
     shape, dtype = tuple(buf.shape), np.dtype(buf.dtype)
     if is_array(x):
@@ -390,15 +292,16 @@ def _check_buffer(call, name, x, buf, aname, host):
             raise ValueError(f"{call}: {aname} (the adjoint of the scalar {name}) must be "
                              f"a 1-element array of dtype {want}, got shape {shape} and "
                              f"dtype {dtype}; pass np.zeros(1, np.{want.name}).")
-    if not _writeable(buf):
+    if not arrays.writeable(buf):
         raise ValueError(f"{call}: {aname} is read-only, and the adjoint accumulates into "
                          "it; pass a writeable array.")
 
 
 def _meet(call, ma, mb, what_a, what_b):
-    """:func:`_shares`, refusing the call when the bounded test cannot decide."""
+    """:func:`kadj.arrays.shares`, refusing the call when the bounded test cannot
+    decide."""
     try:
-        return _shares(ma, mb)
+        return arrays.shares(ma, mb)
     except Undecided:
         raise ValueError(
             f"{call}: kadj cannot tell cheaply whether {what_a} and {what_b} share memory "

@@ -40,7 +40,9 @@ def check_grad_cuda(kernel, config, args, *, directions=3, seed=0, rtol=None,
     ``kernel`` is a differentiated CUDA kernel (``kadj.differentiate`` above
     ``@cuda.jit``; a plain ``@cuda.jit`` kernel is differentiated first), launched as
     ``kernel[config](*args)`` with ``config = (griddim, blockdim)``; ``args`` holds
-    NumPy arrays and scalars and is not modified.
+    arrays and scalars and is not modified (device arrays, of any kind
+    :mod:`kadj.arrays` accepts, are copied to the host once and checked there: every
+    launch of the check then transfers NumPy arrays).
 
     The map checked is ``F``: the contents of the differentiable arguments before the
     launch -> the contents of the written floating-point arrays after it (see the

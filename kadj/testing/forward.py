@@ -8,17 +8,25 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import arrays
+
 
 def _is_array(a):
-    return isinstance(a, np.ndarray)
+    """A NumPy array (device arrays are brought to the host by ``_problem``)."""
+    return arrays.kind(a) == "host"
 
 
 def _is_float_array(a):
     return _is_array(a) and a.dtype.kind == "f"
 
 
+def _on_host(a):
+    """``a``, with a device array's contents copied into a NumPy array."""
+    return arrays.to_host(a) if arrays.kind(a) not in (None, "host") else a
+
+
 def _copy_args(args):
-    return [a.copy(order="K") if _is_array(a) else a for a in args]
+    return [arrays.copy(a) if _is_array(a) else a for a in args]
 
 
 def _read_inputs(problem, args):

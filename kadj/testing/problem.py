@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import DifferentiationError
 from .boundscheck import _BoundsChecked
 from .forward import (_copy_args, _evaluate, _is_array, _is_float_array,
-                      _read_inputs)
+                      _on_host, _read_inputs)
 
 _DEFAULTS = {
     # precision: (eps, rtol, atol)
@@ -81,7 +81,7 @@ def _problem(kernel, args, wrt, boundscheck):
     kernel = _as_differentiated(kernel)
     if boundscheck:
         kernel = _BoundsChecked.wrap(kernel)
-    args = tuple(args)
+    args = tuple(_on_host(a) for a in args)   # checked on host copies of device arrays
     plan = kernel.adjoint_plan(*args)
     name = plan.kernel_name
     _check_plan_covers_outputs(plan, args)

@@ -1,0 +1,306 @@
+"""Every kind of array kadj accepts, handled in one place.
+
+Kinds (:func:`kind`):
+
+``"host"``       NumPy arrays (and subclasses).
+``"simulator"``  the CUDA simulator's device arrays (``NUMBA_ENABLE_CUDASIM=1``), which
+                 wrap a NumPy array in ``_ary``: their memory is host memory.
+``"cupy"``       CuPy arrays.
+``"device"``     numba device arrays, and anything else exporting
+                 ``__cuda_array_interface__`` (read through that interface; copies
+                 and buffers made for them are numba device arrays).
+
+Memory.  Arrays live in one of two memory spaces: host memory (NumPy and simulator
+arrays) and device memory (CuPy and other device arrays, located by their pointer,
+shape and strides).  Arrays in different spaces never overlap.  :func:`memory` gives an
+array's memory as an ndarray over it (for device memory a phantom, built over the device
+pointer and read by nothing but the overlap tests), so one exact test serves every
+kind: ``np.may_share_memory`` (bounds only) first, then ``np.shares_memory`` with a
+bounded effort (:data:`MAX_OVERLAP_WORK`); crafted views with large co-prime strides
+make the exact test take many seconds, and when the bounded test gives up,
+:class:`Undecided` is raised for the caller to refuse (or assume an overlap).
+
+Data.  :func:`copy`, :func:`like`, :func:`zeros_like` and :func:`add_into` keep data
+where the array lives (the same kind, the same device); :func:`to_host` brings it to a
+NumPy array.  ``numba.cuda`` and ``cupy`` are imported only for arrays of their kinds.
+"""
+from __future__ import annotations
+
+import math
+import types as pytypes
+
+import numpy as np
+
+__all__ = [
+    "MAX_OVERLAP_WORK", "Undecided", "add_into", "arrays_in", "copy", "describe",
+    "is_array", "kind", "like", "may_overlap", "memory", "memory_key", "overlap",
+    "self_overlapping", "shares", "span", "to_host", "writeable", "zeros_like",
+]
+
+# effort of the exact overlap test per pair of arrays (numpy's max_work): a few
+# milliseconds at worst; ordinary views (slices, transposes, interleavings) need far less
+MAX_OVERLAP_WORK = 10_000
+# arrays whose layout is not nested (each axis's stride beyond the previous axis's
+# extent) have their element offsets listed to look for repeats, up to this many
+MAX_LISTED_ELEMENTS = 1 << 20
+
+
+class Undecided(Exception):
+    """The bounded overlap test could not decide."""
+
+
+# ---- kinds ---------------------------------------------------------------------------
+def kind(a):
+    """``"host"``, ``"simulator"``, ``"cupy"`` or ``"device"``; None for a non-array."""
+    if isinstance(a, np.ndarray):
+        return "host"
+    if isinstance(getattr(a, "_ary", None), np.ndarray):
+        return "simulator"
+    if hasattr(a, "__cuda_array_interface__"):
+        return "cupy" if type(a).__module__.split(".")[0] == "cupy" else "device"
+    return None
+
+
+def is_array(a):
+    return kind(a) is not None
+
+
+def arrays_in(a):
+    """The arrays an argument is or holds (in tuples and lists)."""
+    if isinstance(a, (tuple, list)):
+        for x in a:
+            yield from arrays_in(x)
+    elif is_array(a):
+        yield a
+
+
+def _space(k):
+    return "host" if k in ("host", "simulator") else "device"
+
+
+def _layout(a, k):
+    """(pointer, shape, strides, dtype) of an array of kind ``k``."""
+    if k == "simulator":
+        a = a._ary
+    if k in ("host", "simulator"):
+        return a.__array_interface__["data"][0], a.shape, a.strides, a.dtype
+    cai = a.__cuda_array_interface__
+    shape, dtype = tuple(int(n) for n in cai["shape"]), np.dtype(cai["typestr"])
+    strides = cai.get("strides")
+    if strides is None:
+        # None means C-contiguous, but numba also reports None for broadcast views
+        # (a 0 stride): believe the array's own strides when it has them
+        own = getattr(a, "strides", None)
+        if isinstance(own, tuple) and len(own) == len(shape):
+            strides = own
+        else:
+            strides, step = [], dtype.itemsize
+            for n in reversed(shape):
+                strides.insert(0, step)
+                step *= max(n, 1)
+    return int(cai["data"][0] or 0), shape, tuple(int(s) for s in strides), dtype
+
+
+def describe(a):
+    """A short description for messages: kind, shape and dtype (type and value for a
+    number)."""
+    k = kind(a)
+    if k is not None:
+        _, shape, _, dtype = _layout(a, k)
+        what = "array" if k == "host" else type(a).__name__
+        return f"{what} of shape {tuple(shape)} and dtype {dtype}"
+    return f"{type(a).__name__} {a!r}" if isinstance(a, (int, float)) else \
+        type(a).__name__
+
+
+def writeable(a):
+    k = kind(a)
+    if k == "host":
+        return bool(a.flags.writeable)
+    if k == "simulator":
+        return bool(a._ary.flags.writeable)
+    return not a.__cuda_array_interface__["data"][1]
+
+
+# ---- memory --------------------------------------------------------------------------
+def memory_key(a):
+    """An array's exact memory view, (space, pointer, shape, strides, dtype): equal
+    keys mean the same elements."""
+    k = kind(a)
+    ptr, shape, strides, dtype = _layout(a, k)
+    return (_space(k), ptr, tuple(shape), tuple(strides), dtype.str)
+
+
+def span(a):
+    """(space, lo, hi): the bytes ``[lo, hi)`` that hold ``a``'s elements lie within;
+    ``lo == hi`` for an empty array."""
+    k = kind(a)
+    ptr, shape, strides, dtype = _layout(a, k)
+    lo = hi = ptr
+    for n, st in zip(shape, strides):
+        if n == 0:
+            return _space(k), ptr, ptr
+        lo += min(0, (n - 1) * st)
+        hi += max(0, (n - 1) * st)
+    return _space(k), lo, hi + dtype.itemsize
+
+
+def memory(a):
+    """(space, ndarray over ``a``'s memory), or None for a non-array.  For device
+    memory the ndarray is a phantom: built over the device pointer, read by nothing but
+    the overlap tests."""
+    k = kind(a)
+    if k == "host":
+        return "host", a
+    if k == "simulator":
+        return "host", a._ary
+    if k is None:
+        return None
+    ptr, shape, strides, dtype = _layout(a, k)
+    if math.prod(shape) == 0:
+        return "device", np.empty(0)
+    face = {"shape": shape, "typestr": dtype.str, "strides": strides,
+            "data": (ptr, False), "version": 3}
+    return "device", np.asarray(pytypes.SimpleNamespace(__array_interface__=face))
+
+
+def shares(ma, mb, max_work=MAX_OVERLAP_WORK):
+    """Do the memories ``ma`` and ``mb`` (from :func:`memory`) share an element?
+    Raises :class:`Undecided` when the bounded exact test gives up."""
+    if ma[0] != mb[0] or not np.may_share_memory(ma[1], mb[1]):
+        return False
+    try:
+        return bool(np.shares_memory(ma[1], mb[1], max_work=max_work))
+    except np.exceptions.TooHardError:
+        raise Undecided from None
+
+
+def overlap(a, b, max_work=MAX_OVERLAP_WORK):
+    """Do arrays ``a`` and ``b`` share an element's memory?  Exact; raises
+    :class:`Undecided` when the bounded test gives up.  False for a non-array."""
+    ma, mb = memory(a), memory(b)
+    return ma is not None and mb is not None and shares(ma, mb, max_work)
+
+
+def may_overlap(a, b):
+    """Do the byte intervals of ``a`` and ``b`` meet (same space)?  Bounds only: False
+    means disjoint, True may be a near miss (interleaved views)."""
+    sa, sb = span(a), span(b)
+    return sa[0] == sb[0] and sa[1] < sb[2] and sb[1] < sa[2]
+
+
+def self_overlapping(a):
+    """Do two elements of ``a`` share memory (a broadcast view, or ``as_strided`` with a
+    0 or too small stride)?  Conservative (True) for huge unusual layouts."""
+    mem = memory(a)
+    return mem is not None and _self_overlapping(mem[1])
+
+
+def _self_overlapping(x):
+    if x.size <= 1 or x.flags.c_contiguous or x.flags.f_contiguous:
+        return False
+    axes = sorted((abs(s), n) for s, n in zip(x.strides, x.shape) if n > 1)
+    if axes[0][0] == 0:
+        return True
+    reach = x.itemsize
+    for stride, n in axes:
+        if stride < reach:
+            break
+        reach = stride * n
+    else:
+        return False  # nested layout: distinct indices, disjoint elements
+    if x.size > MAX_LISTED_ELEMENTS:
+        return True
+    offsets = np.zeros(1, dtype=np.int64)
+    for stride, n in axes:
+        offsets = (offsets[:, None] + stride * np.arange(n, dtype=np.int64)).ravel()
+    offsets.sort()
+    return bool(np.any(np.diff(offsets) < x.itemsize))
+
+
+# ---- data, kept where it lives -------------------------------------------------------
+def _numba(a):
+    """A numba view of a simulator or device array (the array itself when it is one)."""
+    if hasattr(a, "copy_to_host"):
+        return a
+    from numba import cuda
+    return cuda.as_cuda_array(a)
+
+
+def copy(a):
+    """A copy of ``a``'s contents of the same kind, on the same device."""
+    k = kind(a)
+    if k == "host":
+        return a.copy(order="K")
+    if k == "cupy":
+        with a.device:
+            return a.copy()
+    from numba import cuda
+    a = _numba(a)
+    out = cuda.device_array_like(a)
+    out.copy_to_device(a)
+    return out
+
+
+def to_host(a):
+    """``a``'s contents as a NumPy array: ``a`` itself when it is one, else a copy."""
+    k = kind(a)
+    if k == "host":
+        return a
+    if k == "cupy":
+        return a.get()
+    return _numba(a).copy_to_host()
+
+
+def like(a, host):
+    """The NumPy array ``host`` where ``a`` lives: ``host`` itself for a NumPy ``a``,
+    else a copy on ``a``'s device (C-contiguous)."""
+    k = kind(a)
+    if k == "host":
+        return host
+    if k == "cupy":
+        import cupy
+        with a.device:
+            return cupy.asarray(host)
+    from numba import cuda
+    return cuda.to_device(np.ascontiguousarray(host))
+
+
+def zeros_like(a):
+    """A C-contiguous array of zeros of ``a``'s shape and dtype, where ``a`` lives,
+    zeroed there (no transfer from the host on a GPU)."""
+    k = kind(a)
+    _, shape, _, dtype = _layout(a, k)
+    if k == "host":
+        return np.zeros(shape, dtype)
+    if k == "cupy":
+        import cupy
+        with a.device:
+            return cupy.zeros(shape, dtype)
+    from numba import cuda
+    if k == "simulator":
+        return cuda.to_device(np.zeros(shape, dtype))
+    out = cuda.device_array(shape, dtype)
+    if out.nbytes:
+        from numba.cuda.cudadrv import driver
+        driver.device_memset(out, 0, out.nbytes)
+        # finished before any stream (blocking or not) may use the buffer
+        cuda.default_stream().synchronize()
+    return out
+
+
+def add_into(dst, src):
+    """``dst += src`` where ``dst`` lives; ``src`` is of ``dst``'s kind and shape.
+    ``dst`` is C-contiguous (from :func:`zeros_like`, :func:`like` or :func:`copy`).
+    Numba device arrays go through the host."""
+    k = kind(dst)
+    if k == "host":
+        np.add(dst, src, out=dst)
+    elif k == "cupy":
+        with dst.device:
+            dst += src
+    elif k == "simulator":
+        np.add(dst._ary, to_host(src), out=dst._ary)
+    else:
+        dst = _numba(dst)
+        dst.copy_to_device(dst.copy_to_host() + to_host(src))
