@@ -241,35 +241,61 @@ def loaded_arrays(stmts):
             if isinstance(s, Assign) and isinstance(s.expr, Load)}
 
 
-def fmt(stmts, indent=0):
-    """Pretty-print a sequence of statements (for debugging)."""
+def fmt(stmts, indent=0, locs=False):
+    """The statements as indented Python-like text, one statement a line (loops with
+    their index and range, ``while True`` for :class:`Loop`); with ``locs``, each line
+    that has a source location ends with ``# file.py:line``."""
     pad = "    " * indent
     lines = []
+
+    def add(text, s):
+        where = loc_text(getattr(s, "loc", None)) if locs else ""
+        lines.append(f"{pad}{text}  # {where}" if where else f"{pad}{text}")
+
     for s in stmts:
-        if isinstance(s, If):
-            lines.append(f"{pad}if {_o(s.cond)}:")
-            lines.append(fmt(s.then, indent + 1) or pad + "    pass")
-            if s.orelse:
-                lines.append(f"{pad}else:")
-                lines.append(fmt(s.orelse, indent + 1))
-        elif isinstance(s, ForRange):
-            lines.append(f"{pad}for {s.index} in range({_o(s.start)}, {_o(s.stop)}, "
-                         f"{_o(s.step)}):")
-            lines.append(fmt(s.body, indent + 1) or pad + "    pass")
-        elif isinstance(s, Loop):
-            lines.append(f"{pad}while True:")
-            lines.append(fmt(s.body, indent + 1) or pad + "    pass")
-        elif isinstance(s, Assign):
-            lines.append(f"{pad}{s.target} = {_e(s.expr)}")
-        elif isinstance(s, Store):
-            op = {"add": "+=", "sub": "-="}.get(s.accumulate, "=")
-            lines.append(f"{pad}{s.array.name}[{', '.join(map(_o, s.index))}] {op} "
-                         f"{_o(s.value)}")
-        elif isinstance(s, Return):
-            lines.append(f"{pad}return {_o(s.value) if s.value is not None else ''}")
+        if isinstance(s, (If, ForRange, Loop)):
+            add(header(s), s)
+            if isinstance(s, If):
+                lines.append(fmt(s.then, indent + 1, locs) or pad + "    pass")
+                if s.orelse:
+                    lines.append(f"{pad}else:")
+                    lines.append(fmt(s.orelse, indent + 1, locs))
+            else:
+                lines.append(fmt(s.body, indent + 1, locs) or pad + "    pass")
         else:
-            lines.append(f"{pad}{type(s).__name__.lower()}")
+            add(header(s), s)
     return "\n".join(lines)
+
+
+def header(s):
+    """One line for a statement: a simple statement's text, a compound one's header
+    (``for i in range(1, n):``, ``while True:``, ``if c:``)."""
+    if isinstance(s, If):
+        return f"if {_o(s.cond)}:"
+    if isinstance(s, ForRange):
+        bounds = [s.start, s.stop] + ([] if s.step == Const(1) else [s.step])
+        if s.start == Const(0) and s.step == Const(1):
+            bounds = [s.stop]
+        return f"for {s.index} in range({', '.join(map(_o, bounds))}):"
+    if isinstance(s, Loop):
+        return "while True:"
+    if isinstance(s, Assign):
+        return f"{s.target} = {_e(s.expr)}"
+    if isinstance(s, Store):
+        op = {"add": "+=", "sub": "-="}.get(s.accumulate, "=")
+        return f"{s.array.name}[{', '.join(map(_o, s.index))}] {op} {_o(s.value)}"
+    if isinstance(s, Return):
+        return f"return {_o(s.value)}" if s.value is not None else "return"
+    return type(s).__name__.lower()
+
+
+def loc_text(loc):
+    """``file.py:line`` of a numba ``Loc`` (the file's base name), or ``""``."""
+    line = getattr(loc, "line", None)
+    if line is None:
+        return ""
+    name = (getattr(loc, "filename", "") or "").replace("\\", "/").rsplit("/", 1)[-1]
+    return f"{name}:{line}" if name else f"line {line}"
 
 
 def _o(x):
@@ -282,13 +308,42 @@ def _o(x):
     return repr(x)
 
 
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//",
+          "mod": "%", "pow": "**", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+          "eq": "==", "ne": "!=", "and_": "&", "or_": "|", "xor": "^",
+          "lshift": "<<", "rshift": ">>", "matmul": "@"}
+_PREFIX = {"neg": "-", "pos": "+", "not_": "not ", "invert": "~"}
+_MODULES = {"math": "math", "numpy": "np", "cmath": "cmath"}
+
+
+def fn_name(fn):
+    """A callee as the source would spell it: ``math.exp``, ``np.sqrt``, ``abs``."""
+    name = getattr(fn, "__name__", None) or repr(fn)
+    module = getattr(fn, "__module__", None) or ""
+    if isinstance(fn, type(abs)) and module == "_operator":
+        return name
+    prefix = _MODULES.get(module.split(".")[0]) if module else None
+    if prefix is None and type(fn).__name__ == "ufunc":
+        prefix = "np"
+    return f"{prefix}.{name}" if prefix else name
+
+
 def _e(e):
     if isinstance(e, Copy):
         return _o(e.src)
+    if isinstance(e, Op) and e.fn is make_tuple:
+        items = [_o(a) for a in e.args]
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    if isinstance(e, Op) and not e.kws and \
+            getattr(e.fn, "__module__", None) in ("_operator", "operator"):
+        name = getattr(e.fn, "__name__", "")
+        if len(e.args) == 2 and name in _INFIX:
+            return f"{_o(e.args[0])} {_INFIX[name]} {_o(e.args[1])}"
+        if len(e.args) == 1 and name in _PREFIX:
+            return f"{_PREFIX[name]}{_o(e.args[0])}"
     if isinstance(e, (Op, Alloc)):
-        name = getattr(e.fn, "__name__", repr(e.fn))
         args = [_o(a) for a in e.args] + [f"{k}={_o(v)}" for k, v in e.kws]
-        return f"{name}({', '.join(args)})"
+        return f"{fn_name(e.fn)}({', '.join(args)})"
     if isinstance(e, Load):
         return f"{e.array.name}[{', '.join(map(_o, e.index))}]"
     if isinstance(e, Attr):

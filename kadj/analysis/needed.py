@@ -1,0 +1,124 @@
+"""Needed and pushed values (TBR, "to be recorded", as in Tapenade): the values the
+reverse sweep reads; of those, the ones the forward overwrites (assigned in a loop or
+more than once) and cannot recompute are pushed on a tape before being overwritten and
+popped in the reverse sweep.  Arrays are restored the same way only when a recomputed
+statement later reads them."""
+from __future__ import annotations
+
+from .. import ir, ops, rules
+from .memory import rewriting_loop, stored_during_or_after
+from .recompute import index_read_outside
+
+def partial_reads(s, a):
+    """Variables the adjoint of Assign ``s`` reads (it must be active)."""
+    e = s.expr
+    out = set()
+    if isinstance(e, ir.Load):
+        if e.array.name in a.varied_arrays:
+            out |= ir.var_names(e.index)
+    elif isinstance(e, ir.Op):
+        rule = rules.lookup(e.fn)
+        if rule is not None:
+            args = [ops.var(x.name) if isinstance(x, ir.Var) else ops.const(
+                x.value if isinstance(x, ir.Const) and isinstance(x.value, (int, float))
+                else 0.0) for x in e.args]
+            contribs = rules.expand(rule, ops.var(ir.COTANGENT), ops.var(s.target), args)
+            for x, c in zip(e.args, contribs):
+                if c is not None and a.active(x):
+                    out |= ops._lift(c).variables()
+            out.discard(ir.COTANGENT)
+    return out
+
+
+def needed(body, a):
+    needed = set()
+
+    def visit(stmts):
+        any_rev = False
+        for s in stmts:
+            r = False
+            if isinstance(s, ir.Assign):
+                if s.target in a.varied:
+                    needed.update(partial_reads(s, a))
+                    r = True
+            elif isinstance(s, ir.Store):
+                if s.array.name in a.varied_arrays:
+                    needed.update(ir.var_names(s.index))
+                    r = True
+            elif isinstance(s, ir.If):
+                r1 = visit(s.then)
+                r2 = visit(s.orelse)
+                r = r1 or r2
+                if r:
+                    needed.update(ir.var_names((s.cond,)))
+            elif isinstance(s, ir.ForRange):
+                r = visit(s.body)
+                if r:
+                    needed.update(ir.var_names((s.start, s.stop, s.step)))
+            elif isinstance(s, ir.Loop):
+                r = visit(s.body)
+            elif isinstance(s, ir.Return):
+                r = s.value is not None and a.active(s.value)
+            elif isinstance(s, ir.Barrier):
+                r = True  # mirrored in the reverse sweep
+            a.has_rev[id(s)] = r
+            any_rev = any_rev or r
+        return any_rev
+
+    visit(body)
+    # recomputed statements read their operands at reverse time
+    core = _recompute_closure(a, set(needed))
+    changed = True
+    while changed:
+        changed = False
+        for uid, stmts in a.recompute.items():
+            for s in ir.walk(stmts):
+                reads = ir.stmt_reads(s)
+                for v in reads:
+                    if v not in needed:
+                        needed.add(v)
+                        changed = True
+                if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and \
+                        s.expr.array.name not in a.unwritten and (
+                        not a.carried_replay or (
+                            s.target in core and
+                            stored_during_or_after(a, uid, s.expr.array.name))):
+                    owner = rewriting_loop(a, uid, s.expr.array.name)
+                    if owner is not None:
+                        # a tile rewritten at each iteration of an enclosing loop:
+                        # replaying that iteration rewrites it (shared memory)
+                        a.force_replay.add(owner)
+                        continue
+                    a.restore_arrays.add(s.expr.array.name)
+    a.restore_arrays &= (a.stored & a.loaded)
+    # loop indices are re-created by the reversed loop; save them when read outside it
+    for s in ir.walk(body):
+        if isinstance(s, ir.ForRange) and s.index in needed and \
+                index_read_outside(a, s):
+            a.index_saved.add(s.uid)
+    needed.discard(None)
+    a.needed = needed
+
+
+def _recompute_closure(a, needed):
+    """The variables the reverse sweep reads, with the recomputed statements that define
+    them and what those read, transitively: a recomputed load outside this set is never
+    emitted (kadj.reverse: _needed_recompute), so its array needs no restoring."""
+    core = set(needed)
+    changed = True
+    while changed:
+        changed = False
+        for stmts in a.recompute.values():
+            for x in ir.walk(stmts):
+                if isinstance(x, ir.Assign) and x.target in core:
+                    new = ir.stmt_reads(x) - core
+                elif isinstance(x, ir.If) and any(
+                        isinstance(y, ir.Assign) and y.target in core
+                        for y in ir.walk(x.then + x.orelse)):
+                    new = ir.stmt_reads(x) - core
+                else:
+                    continue
+                if new:
+                    core |= new
+                    changed = True
+    return core

@@ -1,0 +1,160 @@
+"""Recomputation: per ``for ... in range`` loop, the statements at the top of its body
+whose values depend only on the loop index, on variables the loop does not assign and
+on arrays the loop does not write.  The reverse sweep recomputes them at the start of
+each reversed iteration instead of storing them: a loop whose reverse needs only such
+values (stencils, maps, most reductions) needs no tape."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import ir
+
+def recompute(stmts, a):
+    for s in stmts:
+        if isinstance(s, ir.If):
+            recompute(s.then, a)
+            recompute(s.orelse, a)
+        elif isinstance(s, ir.Loop):
+            recompute(s.body, a)
+        elif isinstance(s, ir.ForRange):
+            recompute(s.body, a)
+            _recompute_loop(s, a)
+
+
+def reads_outside(a, loop, names):
+    inside = set(map(id, ir.walk(loop.body)))
+    for s in ir.walk(a.kernel.body):
+        if id(s) in inside or s is loop:
+            continue
+        if ir.stmt_reads(s) & names:
+            return True
+    return False
+
+
+def index_read_outside(a, loop):
+    """Is the loop variable read outside the loop, other than inside another loop that
+    binds the same name (``for i`` twice)?"""
+    own = set()
+    for s in ir.walk(a.kernel.body):
+        if isinstance(s, ir.ForRange) and s.index == loop.index:
+            own |= set(map(id, ir.walk(s.body)))
+    for s in ir.walk(a.kernel.body):
+        if id(s) in own or s is loop:
+            continue
+        if loop.index in ir.stmt_reads(s):
+            return True
+    return False
+
+
+def _recompute_loop(loop, a):
+    assigned_in = ir.assigned(loop.body)
+    stored_in = ir.stored_arrays(loop.body)
+    rvars = set()
+    chosen = []
+
+    def ok_operand(x):
+        if not isinstance(x, ir.Var):
+            return True
+        n = x.name
+        return n == loop.index or n in rvars or n not in assigned_in
+
+    def ok_assign(s, allowed_count):
+        e = s.expr
+        if isinstance(e, ir.Alloc):
+            return False
+        if a.assign_count.get(s.target, 0) != allowed_count.get(s.target, 0):
+            return False
+        if isinstance(e, ir.Load) and e.array.name in stored_in:
+            return False
+        if isinstance(e, ir.Op) and getattr(e.fn, "_kadj_impure", False):
+            return False
+        return all(ok_operand(x) for x in ir.operands(e))
+
+    for s in loop.body:
+        if isinstance(s, ir.Assign):
+            if ok_assign(s, {s.target: 1}) and not reads_outside(a, loop, {s.target}):
+                chosen.append(s)
+                rvars.add(s.target)
+        elif isinstance(s, ir.If):
+            inner = list(ir.walk((s,)))
+            if any(isinstance(x, (ir.ForRange, ir.Loop, ir.Return)) for x in inner):
+                continue
+            if not ok_operand(s.cond):
+                continue
+            counts = {}
+            for x in inner:
+                if isinstance(x, ir.Assign):
+                    counts[x.target] = counts.get(x.target, 0) + 1
+            multi = set()
+            for arm in _arms(s):
+                arm_counts = {}
+                for x in ir.walk(arm):
+                    if isinstance(x, ir.Assign):
+                        arm_counts[x.target] = arm_counts.get(x.target, 0) + 1
+                multi |= {t for t, c in arm_counts.items() if c > 1}
+            rejected = {t for t in counts if a.assign_count.get(t, 0) != counts[t]
+                        or t in multi or reads_outside(a, loop, {t})}
+            while True:
+                accepted, bad = set(), set()
+
+                def visit(seq, avail):
+                    avail = set(avail)
+                    for x in seq:
+                        if isinstance(x, ir.Assign):
+                            saved_r = set(rvars)
+                            rvars.update(avail)
+                            good = x.target not in rejected and ok_assign(x, counts)
+                            rvars.clear()
+                            rvars.update(saved_r)
+                            if good:
+                                avail.add(x.target)
+                                accepted.add(x.target)
+                            else:
+                                bad.add(x.target)
+                        elif isinstance(x, ir.If):
+                            c = x.cond
+                            if isinstance(c, ir.Var) and c.name in assigned_in and \
+                                    c.name not in avail and c.name not in rvars and \
+                                    c.name != loop.index:
+                                bad.update(y.target for y in ir.walk((x,))
+                                           if isinstance(y, ir.Assign))
+                                continue
+                            a1 = visit(x.then, avail)
+                            a2 = visit(x.orelse, avail)
+                            avail |= (a1 | a2)
+                    return avail
+
+                visit(s.then, set())
+                visit(s.orelse, set())
+                newly = bad - rejected
+                if not newly:
+                    break
+                rejected |= newly
+            accepted -= rejected
+            if accepted:
+                chosen.append(_assigns_only(s, accepted))
+                rvars |= accepted
+    a.recompute[loop.uid] = tuple(chosen)
+    a.recompute_vars[loop.uid] = rvars
+
+
+def _arms(s):
+    yield s.then
+    yield s.orelse
+
+
+def _assigns_only(s, keep_targets=None):
+    """The If with only its (kept) assignments: what the reverse sweep recomputes."""
+    def keep(seq):
+        out = []
+        for x in seq:
+            if isinstance(x, ir.Assign):
+                if keep_targets is None or x.target in keep_targets:
+                    out.append(x)
+            elif isinstance(x, ir.If):
+                sub = _assigns_only(x, keep_targets)
+                if sub.then or sub.orelse:
+                    out.append(sub)
+        return tuple(out)
+
+    return replace(s, then=keep(s.then), orelse=keep(s.orelse))
