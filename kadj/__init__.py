@@ -9,10 +9,12 @@ from .api import (DifferentiatedKernel, differentiate, grad, value_and_grad,
 from . import ops
 
 from .tape import Tape, TapeError
+from .checkpointing import checkpointed_loop
 from .cachedir import CacheWarning
 from . import testing  # noqa: E402
 
 __all__ = ["DifferentiationError", "InternalError", "DifferentiatedKernel", "differentiate",
-           "grad", "value_and_grad", "register_adjoint", "Tape", "TapeError", "CacheWarning",
+           "grad", "value_and_grad", "register_adjoint", "Tape", "TapeError",
+           "checkpointed_loop", "CacheWarning",
            "ops", "testing"]
 __version__ = "0.1.0"

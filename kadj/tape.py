@@ -51,7 +51,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -83,6 +83,18 @@ def active():
     """The innermost active :class:`Tape` of this thread, or None."""
     stack = _stack()
     return stack[-1] if stack else None
+
+
+@contextmanager
+def swapped_stack(tapes):
+    """Make ``tapes`` (objects with ``record``) this thread's active tapes for a while:
+    :func:`kadj.checkpointed_loop` runs steps unrecorded by the tapes around it."""
+    saved = _stack()
+    _local.stack = list(tapes)
+    try:
+        yield
+    finally:
+        _local.stack = saved
 
 
 def check_unrecorded(kernel, args):
@@ -318,8 +330,12 @@ class Tape:
 
     # -------------------------------------------------------------- recording
 
-    def record(self, kernel, args, config=None):
+    def record(self, kernel, args, config=None, *, run=True):
         """Run ``kernel.forward(*args)`` once and record it; return its result.
+
+        ``run=False`` records the launch without running it (its adjoint recomputes
+        what it needs; the arrays it writes keep their old contents): for
+        :func:`kadj.checkpointed_loop`, which reverses a step right after recording it.
 
         The launch is recorded on this tape and on every other tape active in the
         calling thread.  A differentiated kernel calls it on the innermost tape
@@ -340,8 +356,8 @@ class Tape:
             for tape, p in zip(tapes, pending):
                 tape._commit(p, copies)
             try:
-                result = kernel.forward(*args) if config is None else \
-                    kernel.forward(config, *args)
+                result = None if not run else kernel.forward(*args) if config is None \
+                    else kernel.forward(config, *args)
             finally:
                 for tape, p in zip(tapes, pending):
                     tape._advance(p.launch)
@@ -593,6 +609,20 @@ class Tape:
         shape = tuple(x.shape)
         g = np.zeros(shape, np.dtype(x.dtype)) if g is None else g.reshape(shape).copy()
         return arrays.like(x, g)
+
+    @_serialized
+    def saw(self, x):
+        """Did a recorded launch read or write ``x`` (the same memory view)?"""
+        return arrays.is_array(x) and arrays.memory_key(x) in self._arrays
+
+    @_serialized
+    def grad_or_none(self, x):
+        """``grad(x)``, or None when no recorded launch differentiates with respect to x."""
+        key = arrays.memory_key(x)
+        if key not in self._arrays or (key not in self._differentiable and
+                                       key not in self._grads):
+            return None
+        return self.grad(x)
 
     @_serialized
     def scalar_grads(self):

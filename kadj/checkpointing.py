@@ -1,0 +1,325 @@
+"""Bounded-memory time loops on a :class:`kadj.Tape`: :func:`checkpointed_loop`.
+
+The forward sweep runs the steps unrecorded, keeping only the snapshots of the binomial
+schedule (:mod:`kadj.schedules`).  The active tapes get two entries standing for the
+loop: the *loop* itself, which reads and writes the state arrays (so the tape keeps the
+initial state's contents: that copy is the schedule's snapshot of state 0), and after it
+the loop's *inputs*: the other arrays and the scalars the steps read.  In the backward,
+the inputs' entry runs first and hands the loop the tape's adjoint buffers of those
+inputs; the loop's entry then follows the schedule: it restores snapshots into a
+working copy of the state, advances unrecorded, and reverses step ``i`` by recording it
+on a private tape (its last launch recorded without running: a kadj adjoint recomputes
+its own forward) and running that tape's backward with the current adjoints of the state
+arrays, adding the step's gradients of the inputs into the buffers handed over.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import arrays, schedules
+from . import tape as _tape
+from .errors import DifferentiationError
+from .plan import AdjointPlan
+
+__all__ = ["checkpointed_loop"]
+
+
+def checkpointed_loop(step, state, steps, snapshots):
+    """Run ``state = step(i, *state)`` for ``i in range(steps)``; return the final state.
+
+    Inside an active :class:`kadj.Tape` the loop is recorded with at most ``snapshots``
+    copies of the state held (the copy of the initial state counts as one; one working
+    copy of the state comes on top), and the backward recomputes steps on the binomial
+    (Revolve) schedule: ``t*n - C(s+t, s+1) + 1`` step executions in all, first sweep
+    included.  ``step(i, *state)`` launches differentiated CPU kernels that write only
+    the state arrays passed to it and read other arrays that no launch inside the loop
+    writes, and returns the next state: the same arrays, in any order.
+    """
+    state = tuple(state)
+    schedules._check_args(steps, snapshots)
+    if not state or not all(isinstance(a, np.ndarray) for a in state):
+        raise DifferentiationError(
+            "checkpointed_loop needs the state as a non-empty tuple of NumPy arrays "
+            "(CPU kernels); pass state=(u, v, ...).")
+    for j, a in enumerate(state):
+        if any(a is b for b in state[:j]):
+            raise DifferentiationError(
+                "checkpointed_loop got the same array twice in its state; pass distinct "
+                "arrays.")
+    outer = _tape.active()
+    if outer is None:
+        cur = state
+        for i in range(steps):
+            cur = _next_state(step, i, cur, cur)
+        return cur
+    loop = _Loop(step, state, steps, snapshots)
+    outer.record(loop, state)
+    if loop.inputs:
+        outer.record(_LoopInputs(loop), tuple(loop.inputs.values()))
+    return tuple(state[a] for a in loop.final_roles)
+
+
+def _next_state(step, i, cur, base):
+    """Run ``step(i, *cur)``; return the next state's arrays (checked to be ``base``'s)."""
+    out = step(i, *cur)
+    if not isinstance(out, (tuple, list)) or len(out) != len(cur) or \
+            not all(any(o is b for b in base) for o in out) or \
+            len({id(o) for o in out}) != len(out):
+        raise DifferentiationError(
+            f"The step function of checkpointed_loop returned {type(out).__name__} at "
+            f"step {i}; it must return the next state: the {len(cur)} state arrays "
+            "it was given, in any order.")
+    return tuple(out)
+
+
+def _roles(out, base):
+    return tuple(next(a for a, b in enumerate(base) if b is o) for o in out)
+
+
+class _Runner:
+    """Stands in for the active tape while steps run unrecorded: runs each launch,
+    checks that it writes only state arrays, and notes the other arrays and the float
+    scalars it reads."""
+
+    def __init__(self, loop, state, first_run):
+        self.loop, self.keys = loop, {arrays.memory_key(a) for a in state}
+        self.first_run = first_run
+        self.position = 0
+
+    def record(self, kernel, args, config=None):
+        args = tuple(args)
+        plan = kernel.adjoint_plan(*args)
+        self.loop.note_launch(kernel, args, plan, self.keys, self.position,
+                              self.first_run)
+        self.position += 1
+        with _tape.swapped_stack([]):
+            return kernel.forward(*args) if config is None else \
+                kernel.forward(config, *args)
+
+
+class _Reverser:
+    """Stands in for the active tape while a step is reversed: records its launches on
+    a private tape, each run when the next one comes, the last one not run at all."""
+
+    def __init__(self, loop, state, inner):
+        self.loop, self.keys, self.inner = loop, {arrays.memory_key(a) for a in state}, inner
+        self.pending = None
+        self.position = 0
+
+    def record(self, kernel, args, config=None):
+        args = tuple(args)
+        plan = kernel.adjoint_plan(*args)
+        self.loop.note_launch(kernel, args, plan, self.keys, self.position, forward=False)
+        self.position += 1
+        self.flush()
+        if plan.returns_value:
+            with _tape.swapped_stack([]):
+                return self.inner.record(kernel, args, config)
+        self.pending = (kernel, args, config)
+        return None
+
+    def flush(self, run=True):
+        if self.pending is not None:
+            kernel, args, config = self.pending
+            self.pending = None
+            with _tape.swapped_stack([]):
+                self.inner.record(kernel, args, config, run=run)
+
+
+class _Loop:
+    """The tape entry standing for the whole loop (a kernel-like object)."""
+
+    __name__ = "checkpointed_loop"
+
+    def __init__(self, step, state, steps, snapshots):
+        self.step, self.n, self.k = step, steps, len(state)
+        self.user = state
+        self.schedule = schedules.binomial(steps, snapshots)
+        self.inputs = {}            # memory key (or scalar slot name) -> array / value
+        self.buffers = None         # key -> the tape's adjoint buffer, during backward
+        self.snaps = {}             # step -> (copies by array index, roles)
+        self.work = None            # working copy of the state, by array index
+        self.fresh = True           # snapshots still as the forward sweep left them
+        self.executions = 0         # forward step executions (first sweep included)
+        self.peak_snapshots = 1     # snapshots held at once, the tape's state 0 included
+        self.final_roles = tuple(range(self.k))
+        self.plan = AdjointPlan(
+            kernel_name="checkpointed_loop",
+            arg_names=tuple(f"state{j}" for j in range(self.k)),
+            adjoint_args=tuple(j for j, a in enumerate(state) if a.dtype.kind == "f"),
+            written=frozenset(range(self.k)), read=frozenset(range(self.k)),
+            returns_value=False)
+
+    # -- what the steps touch
+    def note_launch(self, kernel, args, plan, state_keys, position, forward=True):
+        name = plan.kernel_name
+        for i, a in enumerate(args):
+            if not arrays.is_array(a):
+                if i in plan.adjoint_args:
+                    slot = f"{name}[{position}].{plan.arg_names[i]}"
+                    if forward:
+                        self.inputs.setdefault(slot, a)
+                continue
+            key = arrays.memory_key(a)
+            if key in state_keys:
+                continue
+            if i in plan.written:
+                raise DifferentiationError(
+                    f"Kernel '{name}', launched by the step function of "
+                    f"checkpointed_loop, writes argument '{plan.arg_names[i]}' "
+                    f"({arrays.describe(a)}), which is not a state array it was given. "
+                    "A step may write only the state arrays passed to it (return them "
+                    "as the next state); the other arrays it reads must stay unchanged "
+                    "during the loop.")
+            if forward:
+                self.inputs.setdefault(key, a)
+            elif key not in self.inputs:
+                raise DifferentiationError(
+                    f"Kernel '{name}' read argument '{plan.arg_names[i]}' when "
+                    "checkpointed_loop recomputed a step, but not when the step first "
+                    "ran; the step function must launch the same kernels on the same "
+                    "arrays each time it runs a given step number.")
+
+    # -- kernel-like interface for the tape
+    def adjoint_plan(self, *args):
+        return self.plan
+
+    def forward(self, *state):
+        self._sweep(state, observe=True)
+
+    def _sweep(self, base, observe):
+        """The forward sweep on ``base`` (arrays by index), from state 0."""
+        roles = tuple(range(self.k))
+        for act in self.schedule.forward:
+            kind = act[0]
+            if kind == schedules.STORE and act[1] != 0:   # the tape keeps state 0
+                self._store(act[1], base, roles)
+            elif kind == schedules.FREE:
+                self.snaps.pop(act[1], None)
+            elif kind == schedules.ADVANCE:
+                for i in range(act[1], act[2]):
+                    roles = self._run(i, base, roles, observe)
+            elif kind == schedules.LAST:
+                if self.work is None:
+                    self.work = tuple(arrays.copy(a) for a in base)
+                elif base is not self.work:
+                    for w, a in zip(self.work, base):
+                        np.copyto(w, a)
+                self.work_roles = roles
+                if observe:
+                    self.final_roles = self._run(act[1], base, roles, observe)
+
+    def _store(self, i, base, roles):
+        self.snaps[i] = (tuple(arrays.copy(a) for a in base), roles)
+        self.peak_snapshots = max(self.peak_snapshots, len(self.snaps) + 1)
+
+    def _run(self, i, base, roles, observe):
+        cur = tuple(base[a] for a in roles)
+        with _tape.swapped_stack([_Runner(self, cur, observe)]):
+            out = _next_state(self.step, i, cur, base)
+        self.executions += 1
+        return _roles(out, base)
+
+    def adjoint(self, *args):
+        initial, adjoints = args[:self.k], args[self.k:]
+        adj = dict(zip(self.plan.adjoint_args, adjoints))
+        buffers, self.buffers = self.buffers, None
+        if self.inputs and buffers is None:
+            raise DifferentiationError(
+                "The tape ran the adjoint of checkpointed_loop without that of its "
+                "inputs; replay the whole tape with tape.backward().")
+        if not self.fresh:     # a second backward: redo the forward sweep first
+            for w, a in zip(self.work, initial):
+                np.copyto(w, a)
+            self.snaps = {}
+            self._sweep(self.work, observe=False)
+        self.fresh = False
+        roles = self.work_roles
+        for act in self.schedule.backward:
+            kind, i = act[0], act[1]
+            if kind == schedules.RESTORE:
+                copies, roles = (initial, tuple(range(self.k))) if i == 0 else self.snaps[i]
+                for w, a in zip(self.work, copies):
+                    np.copyto(w, a)
+            elif kind == schedules.STORE:
+                self._store(i, self.work, roles)
+            elif kind == schedules.FREE:
+                self.snaps.pop(i, None)
+            elif kind == schedules.ADVANCE:
+                for j in range(i, act[2]):
+                    roles = self._run(j, self.work, roles, observe=False)
+            elif kind == schedules.REVERSE:
+                self._reverse(i, roles, adj, buffers or {})
+        self.snaps = {}
+
+    def _reverse(self, i, roles, adj, buffers):
+        cur = tuple(self.work[a] for a in roles)
+        inner = _tape.Tape()
+        reverser = _Reverser(self, cur, inner)
+        with _tape.swapped_stack([reverser]):
+            _next_state(self.step, i, cur, self.work)
+        reverser.flush(run=False)
+        if not inner.launches:
+            return
+        seeds = [(self.work[a], adj[a]) for a in adj if inner.saw(self.work[a])]
+        inner.backward(seeds=seeds)
+        for a in adj:
+            g = inner.grad_or_none(self.work[a])
+            if g is not None:
+                adj[a][...] = g
+        for key, x in self.inputs.items():
+            if key in buffers and arrays.is_array(x):
+                g = inner.grad_or_none(x)
+                if g is not None:
+                    buffers[key] += g
+        for sg in inner.scalar_grads():
+            slot = f"{sg.kernel_name}[{sg.launch}].{sg.arg_name}"
+            if slot in buffers:
+                buffers[slot][0] += sg.value
+
+
+class _LoopInputs:
+    """The tape entry for the arrays and scalars the loop's steps read (recorded after
+    the loop, so its adjoint runs first and hands the loop the adjoint buffers)."""
+
+    __name__ = "checkpointed_loop"
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.keys = tuple(loop.inputs)
+        values = tuple(loop.inputs.values())
+        names = tuple(k if isinstance(k, str) else f"input{j}"
+                      for j, k in enumerate(self.keys))
+        self.plan = AdjointPlan(
+            kernel_name="checkpointed_loop", arg_names=names,
+            adjoint_args=tuple(j for j, v in enumerate(values) if _is_float(v)),
+            written=frozenset(),
+            read=frozenset(j for j, v in enumerate(values) if arrays.is_array(v)),
+            returns_value=False)
+
+    def adjoint_plan(self, *args):
+        return self.plan
+
+    def forward(self, *args):
+        return None
+
+    def adjoint(self, *args):
+        n = len(self.keys)
+        values, adjoints = args[:n], args[n:]
+        for j, key in enumerate(self.keys):
+            live = self.loop.inputs[key]
+            if arrays.is_array(live) and arrays.memory_key(values[j]) != key:
+                raise DifferentiationError(
+                    f"An array read by the steps of checkpointed_loop "
+                    f"({arrays.describe(live)}) was overwritten by a later recorded "
+                    "launch; the loop recomputes its steps from the live arrays, so "
+                    "their gradient would be wrong. Write into a different array after "
+                    "the loop.")
+        self.loop.buffers = {self.keys[j]: b
+                             for j, b in zip(self.plan.adjoint_args, adjoints)}
+
+
+def _is_float(v):
+    if arrays.is_array(v):
+        return np.dtype(v.dtype).kind == "f"
+    return isinstance(v, (float, np.floating))
