@@ -24,8 +24,14 @@ from .plan import AdjointPlan
 __all__ = ["checkpointed_loop"]
 
 
-def checkpointed_loop(step, state, steps, snapshots):
+def checkpointed_loop(step, state, steps=None, snapshots=None, *, until=None):
     """Run ``state = step(i, *state)`` for ``i in range(steps)``; return the final state.
+
+    With ``until`` (and ``steps=None``, or ``steps`` as a maximum), the loop's length is
+    not known in advance: after step ``i`` it stops when ``until(i, *state)`` (the state
+    after the step) is true.  The snapshots then follow the online schedule
+    (:func:`kadj.schedules.online`): at most ``binomial_cost(n, snapshots // 2 + 1) +
+    n - 1`` step executions for ``n`` steps.
 
     Inside an active :class:`kadj.Tape` the loop is recorded with at most ``snapshots``
     copies of the state held (the copy of the initial state counts as one; one working
@@ -36,7 +42,16 @@ def checkpointed_loop(step, state, steps, snapshots):
     writes, and returns the next state: the same arrays, in any order.
     """
     state = tuple(state)
-    schedules._check_args(steps, snapshots)
+    if until is None:
+        if steps is None:
+            raise DifferentiationError(
+                "checkpointed_loop needs steps= (the number of steps) or until= (a "
+                "function of (i, *state) telling when to stop).")
+        schedules._check_args(steps, snapshots)
+    else:
+        if not callable(until):
+            raise DifferentiationError("checkpointed_loop's until= must be callable.")
+        schedules._check_args(1 if steps is None else steps, snapshots)
     if not state or not all(isinstance(a, np.ndarray) for a in state):
         raise DifferentiationError(
             "checkpointed_loop needs the state as a non-empty tuple of NumPy arrays "
@@ -48,11 +63,14 @@ def checkpointed_loop(step, state, steps, snapshots):
                 "arrays.")
     outer = _tape.active()
     if outer is None:
-        cur = state
-        for i in range(steps):
+        cur, i = state, 0
+        while steps is None or i < steps:
             cur = _next_state(step, i, cur, cur)
+            if until is not None and until(i, *cur):
+                break
+            i += 1
         return cur
-    loop = _Loop(step, state, steps, snapshots)
+    loop = _Loop(step, state, steps, snapshots, until)
     outer.record(loop, state)
     if loop.inputs:
         outer.record(_LoopInputs(loop), tuple(loop.inputs.values()))
@@ -131,10 +149,13 @@ class _Loop:
 
     __name__ = "checkpointed_loop"
 
-    def __init__(self, step, state, steps, snapshots):
+    def __init__(self, step, state, steps, snapshots, until=None):
         self.step, self.n, self.k = step, steps, len(state)
-        self.user = state
-        self.schedule = schedules.binomial(steps, snapshots)
+        self.user, self.until, self.limit = state, until, snapshots
+        self.schedule = None if until is not None else schedules.binomial(steps, snapshots)
+        self.memory_listeners = []  # the recording tapes' byte counters
+        self.snapshot_bytes = 0     # bytes of self.snaps
+        self.peak_bytes = 0
         self.inputs = {}            # memory key (or scalar slot name) -> array / value
         self.buffers = None         # key -> the tape's adjoint buffer, during backward
         self.snaps = {}             # step -> (copies by array index, roles)
@@ -185,7 +206,51 @@ class _Loop:
         return self.plan
 
     def forward(self, *state):
-        self._sweep(state, observe=True)
+        if self.schedule is None:
+            self._online(state)
+        else:
+            self._sweep(state, observe=True)
+
+    def _online(self, base):
+        """The first forward sweep of a loop of unknown length."""
+        online = schedules.online(self.limit)
+        roles, i = tuple(range(self.k)), 0
+        while self.n is None or i < self.n:
+            for act in online.step():
+                if act[0] == schedules.STORE and act[1] != 0:
+                    self._store(act[1], base, roles)
+                elif act[0] == schedules.FREE:
+                    self._free(act[1])
+                elif act[0] == schedules.ADVANCE:
+                    roles = self._run(i, base, roles, True)
+            if self.until(i, *(base[a] for a in roles)):
+                break
+            i += 1
+        self.schedule = online.finish()
+        self.n = self.schedule.steps
+        self.final_roles = self.work_roles = roles
+        self.work = tuple(arrays.copy(a) for a in base)
+
+    def _free(self, i):
+        snap = self.snaps.pop(i, None)
+        if snap is not None:
+            self.snapshot_bytes -= sum(a.nbytes for a in snap[0])
+            self._note()
+
+    def _note(self):
+        self.peak_bytes = max(self.peak_bytes, self.snapshot_bytes)
+        for listener in self.memory_listeners:
+            listener()
+
+    def report(self):
+        from .tape_report import LoopReport
+        return LoopReport(
+            steps=self.n or 0, snapshot_limit=self.limit,
+            snapshots_now=len(self.snaps) + 1, peak_snapshots=self.peak_snapshots,
+            snapshot_bytes=self.snapshot_bytes, peak_snapshot_bytes=self.peak_bytes,
+            working_bytes=sum(a.nbytes for a in self.work or ()),
+            forward_executions=self.executions,
+            recomputed_steps=max(0, self.executions - (self.n or 0)))
 
     def _sweep(self, base, observe):
         """The forward sweep on ``base`` (arrays by index), from state 0."""
@@ -195,7 +260,7 @@ class _Loop:
             if kind == schedules.STORE and act[1] != 0:   # the tape keeps state 0
                 self._store(act[1], base, roles)
             elif kind == schedules.FREE:
-                self.snaps.pop(act[1], None)
+                self._free(act[1])
             elif kind == schedules.ADVANCE:
                 for i in range(act[1], act[2]):
                     roles = self._run(i, base, roles, observe)
@@ -211,7 +276,9 @@ class _Loop:
 
     def _store(self, i, base, roles):
         self.snaps[i] = (tuple(arrays.copy(a) for a in base), roles)
+        self.snapshot_bytes += sum(a.nbytes for a in self.snaps[i][0])
         self.peak_snapshots = max(self.peak_snapshots, len(self.snaps) + 1)
+        self._note()
 
     def _run(self, i, base, roles, observe):
         cur = tuple(base[a] for a in roles)
@@ -231,7 +298,8 @@ class _Loop:
         if not self.fresh:     # a second backward: redo the forward sweep first
             for w, a in zip(self.work, initial):
                 np.copyto(w, a)
-            self.snaps = {}
+            for i in list(self.snaps):
+                self._free(i)
             self._sweep(self.work, observe=False)
         self.fresh = False
         roles = self.work_roles
@@ -244,17 +312,18 @@ class _Loop:
             elif kind == schedules.STORE:
                 self._store(i, self.work, roles)
             elif kind == schedules.FREE:
-                self.snaps.pop(i, None)
+                self._free(i)
             elif kind == schedules.ADVANCE:
                 for j in range(i, act[2]):
                     roles = self._run(j, self.work, roles, observe=False)
             elif kind == schedules.REVERSE:
                 self._reverse(i, roles, adj, buffers or {})
-        self.snaps = {}
+        for i in list(self.snaps):
+            self._free(i)
 
     def _reverse(self, i, roles, adj, buffers):
         cur = tuple(self.work[a] for a in roles)
-        inner = _tape.Tape()
+        inner = _tape.Tape(check_unrecorded_changes=False)
         reverser = _Reverser(self, cur, inner)
         with _tape.swapped_stack([reverser]):
             _next_state(self.step, i, cur, self.work)

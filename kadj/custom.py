@@ -1,0 +1,95 @@
+"""Custom steps: Python code between launches, recorded on a Tape with its own adjoint.
+
+:class:`CustomStep` looks like a differentiated kernel to the tape (``adjoint_plan``,
+``forward``, ``adjoint``), so its writes are versioned and the contents its adjoint or
+an earlier launch's adjoint needs are kept, exactly as for launches.
+:func:`custom_step` records one on the active tape (inside :func:`kadj.checkpointed_loop`,
+on the loop, which re-runs it when it recomputes the step) or just runs it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import arrays
+from .errors import DifferentiationError
+from .plan import AdjointPlan
+
+__all__ = ["CustomStep", "custom_step"]
+
+
+class CustomStep:
+    """``forward()`` with ``adjoint(*adjoints)`` (or ``adjoint(*before, *adjoints)``
+    with ``values=True``) over the distinct arrays of ``reads + writes``."""
+
+    def __init__(self, forward, adjoint, reads=(), writes=(), *, name=None,
+                 values=False):
+        if not callable(forward) or not callable(adjoint):
+            raise DifferentiationError(
+                "A custom step needs two callables: forward() and adjoint(*adjoints).")
+        reads, writes = _arrays_of(reads, "reads"), _arrays_of(writes, "writes")
+        distinct = []
+        for a in reads + writes:
+            if not any(a is b for b in distinct):
+                distinct.append(a)
+        self.arrays = tuple(distinct)
+        self.fn, self.adjoint_fn, self.values = forward, adjoint, bool(values)
+        self.__name__ = name or getattr(forward, "__name__", "custom_step")
+        index = {id(a): j for j, a in enumerate(self.arrays)}
+        for a in writes:
+            if not arrays.writeable(a):
+                raise DifferentiationError(
+                    f"Custom step '{self.__name__}' lists a read-only array "
+                    f"({arrays.describe(a)}) in writes=.")
+        self.plan = AdjointPlan(
+            kernel_name=self.__name__,
+            arg_names=tuple(f"{'read' if j < len(reads) else 'write'}"
+                            f"{j if j < len(reads) else j - len(reads)}"
+                            for j in range(len(self.arrays))),
+            adjoint_args=tuple(j for j, a in enumerate(self.arrays)
+                               if np.dtype(a.dtype).kind in "fc"),
+            written=frozenset(index[id(a)] for a in writes),
+            # the pre-call contents the adjoint needs: none, unless it asks for them
+            read=frozenset(range(len(self.arrays))) if self.values else frozenset(),
+            returns_value=False)
+        self.arg_names = self.plan.arg_names
+
+    def adjoint_plan(self, *args):
+        return self.plan
+
+    def forward(self, *args):
+        return self.fn()
+
+    def adjoint(self, *args):
+        n = len(self.arrays)
+        before, given = args[:n], args[n:]
+        slots = dict(zip(self.plan.adjoint_args, given))
+        adjoints = tuple(slots.get(j) for j in range(n))
+        if self.values:
+            self.adjoint_fn(*before, *adjoints)
+        else:
+            self.adjoint_fn(*adjoints)
+
+
+def _arrays_of(given, what):
+    if arrays.is_array(given):
+        given = (given,)
+    given = tuple(given)
+    for a in given:
+        if not arrays.is_array(a):
+            raise DifferentiationError(
+                f"A custom step's {what}= must list arrays, but got "
+                f"{arrays.describe(a)}; scalars are not differentiated by custom steps.")
+    return given
+
+
+def custom_step(forward, adjoint, reads=(), writes=(), *, name=None, values=False):
+    """Run ``forward()`` and record it, with its adjoint, on the active tape (see
+    :meth:`kadj.Tape.record_custom` for the arguments); without an active tape, just
+    run ``forward()``.  Inside :func:`kadj.checkpointed_loop` steps, use this rather
+    than ``tape.record_custom``: the loop re-runs the step when it recomputes it."""
+    from . import tape as _tape
+    step = CustomStep(forward, adjoint, reads, writes, name=name, values=values)
+    active = _tape.active()
+    if active is None:
+        return step.fn()
+    return active.record(step, step.arrays)
