@@ -236,7 +236,22 @@ def show(opts):
         if not isinstance(args, tuple):
             args = (args,)
     try:
-        print(kernel.adjoint_source(*args))
+        if opts.stage == "adjoint-ir":
+            from . import adj_ir
+            saved = os.environ.get("KADJ_DISABLE_CACHE")
+            os.environ["KADJ_DISABLE_CACHE"] = "1"  # build it, do not load it
+            try:
+                with adj_ir.capture() as seen:
+                    kernel.adjoint_source(*args)
+            finally:
+                if saved is None:
+                    del os.environ["KADJ_DISABLE_CACHE"]
+                else:
+                    os.environ["KADJ_DISABLE_CACHE"] = saved
+            for form, fn in seen:
+                print(f"# ---- adjoint IR ({form}) ----\n{adj_ir.dump(fn)}")
+        else:
+            print(kernel.adjoint_source(*args))
     except kadj.DifferentiationError as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -263,6 +278,8 @@ def main(argv=None):
     p.add_argument("target", metavar="MODULE:FUNC")
     p.add_argument("--args", help="example arguments, a Python expression (np in scope)")
     p.add_argument("--wrt", help="comma-separated inputs to differentiate (default: all floats)")
+    p.add_argument("--stage", choices=("source", "adjoint-ir"), default="source",
+                   help="what to print: the adjoint's source (default) or its adjoint IR")
     p.set_defaults(run=show)
 
     opts = parser.parse_args(argv)

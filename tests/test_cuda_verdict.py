@@ -190,6 +190,7 @@ TEST_FILE_ARGS = {
                           np.zeros(8)]},
     "test_cuda_gpu": lambda m, r: {n: f(r)[2] for n, f in m.KERNELS.items()},
     "test_cuda_launch_dims": lambda m, r: m._args(r),
+    "test_adjoint_ir": lambda m, r: {n: f(r) for n, f in m.CUDA_ARGS.items()},
     "test_singular": lambda m, r: {"cuda_families": [r.random(9), r.random(9),
                                                      np.zeros(9)],
                                    "cuda_ptx_families": [r.random(9), r.random(9),

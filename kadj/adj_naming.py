@@ -1,0 +1,256 @@
+"""Names and expression text of the adjoint: one registry of identifiers, operands,
+primal expressions and the symbolic derivatives of kadj.rules, as Python text."""
+from __future__ import annotations
+
+import builtins
+import keyword
+import math
+import operator
+import re
+import warnings
+
+import numpy as np
+from numba.core import types
+
+from . import ir
+from . import ops
+
+_INFIX = {
+    operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
+    operator.floordiv: "//", operator.mod: "%", operator.pow: "**",
+    operator.lt: "<", operator.le: "<=", operator.gt: ">", operator.ge: ">=",
+    operator.eq: "==", operator.ne: "!=", operator.and_: "&", operator.or_: "|",
+    operator.xor: "^", operator.lshift: "<<", operator.rshift: ">>",
+}
+_UNARY = {operator.neg: "-", operator.pos: "+", operator.not_: "not ", operator.invert: "~"}
+# Names the generated code relies on: a user's name never shadows them.
+RESERVED_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | {
+    "math", "np", "cuda", "numba", "float32", "float64", "int64", "_reserve", "_trips",
+    "_push", "_sign", "_retval", "adj_return", "_tape_f64", "_tape_f32", "_tape_i64",
+    "_sp_f64", "_sp_f32", "_sp_i64", "_p0", "_p1", "_p2", "_g0", "_g1", "_g2"}
+_SYM_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+_SYM_CMP = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+_SYM_FUNCS = {"sin": "math.sin", "cos": "math.cos", "tan": "math.tan", "sinh": "math.sinh",
+              "cosh": "math.cosh", "tanh": "math.tanh", "exp": "math.exp",
+              "log": "math.log", "sqrt": "math.sqrt", "pow": "math.pow",
+              "copysign": "math.copysign", "sign": "_sign", "floor": "math.floor",
+              "trunc": "math.trunc"}
+
+
+class Naming:
+    """Every identifier of the generated source is taken from one registry
+    (``self.used``), seeded with the names the generated code itself relies on (Python
+    keywords and builtins, ``math``, ``np``, ``cuda``, kadj's helpers, tape names): a
+    user's name that collides with any of them, or with a generated name (``adj_x``
+    beside ``x``, ``t1``, ``u_work``), gets a suffix instead."""
+
+    def init_names(self, kernel, fname):
+        self.ns = {"math": math, "np": np}
+        self.names = {}
+        self.tmp = 0
+        self.used = set(RESERVED_NAMES) | {fname}
+        self.derived = {}
+        self.derived_of = {}
+        self.counter = 0
+        for arg in kernel.args:
+            self.names[arg] = self.unique(re.sub(r"\W", "_", arg) or "arg")
+
+    def unique(self, base):
+        """``base``, or ``base_2``, ``base_3``, ...: the first name not yet used."""
+        name, k = base, 1
+        while name in self.used:
+            k += 1
+            name = f"{base}_{k}"
+        self.used.add(name)
+        return name
+
+    def _derived(self, kind, var, make):
+        key = (kind, var)
+        if key not in self.derived:
+            self.derived[key] = self.unique(make(self.n(var)))
+            self.derived_of[self.derived[key]] = key
+        return self.derived[key]
+
+    def n(self, var):
+        if var in self.names:
+            return self.names[var]
+        helper = re.match(r"^(?P<fn>[A-Za-z_]\w*?)_v\d+_(?P<rest>[\w.]+)$", var)
+        if var.startswith("$") or (helper and helper.group("rest").startswith("_v")):
+            self.tmp += 1
+            base = f"t{self.tmp}"
+        elif helper:
+            rest = re.sub(r"\W", "_", helper.group("rest"))  # t.1: numba's versions
+            base = f"{rest}_{helper.group('fn').strip('_')}"
+        else:
+            base = re.sub(r"\W", "_", var).strip("_") or "v"
+            if base[0].isdigit():
+                base = "v" + base
+        name = self.unique(base)
+        self.names[var] = name
+        return name
+
+    def arr(self, var):
+        """Name of an array as the forward sweep sees it (work copy if written)."""
+        if var in self.a.work_arrays:
+            return self._derived("work", var, lambda n: n + "_work")
+        return self.n(var)
+
+    def adj(self, var):
+        """Name of the adjoint of ``var`` (``adj_<name>``)."""
+        return self._derived("adj", var, lambda n: "adj_" + n)
+
+    def adj_buf(self, var):
+        """Name of the 1-element adjoint buffer of the scalar argument ``var``."""
+        return self._derived("buf", var, lambda n: f"adj_{n}_buf")
+
+    def fresh(self, base):
+        while True:
+            self.counter += 1
+            name = f"_{base}{self.counter}"
+            if name not in self.used:
+                break
+        self.used.add(name)
+        return name
+
+    @staticmethod
+    def elem(base, index_texts):
+        """``base[i, j]``; ``base[()]`` for a 0-d array."""
+        return f"{base}[{', '.join(index_texts) or '()'}]"
+
+    def o(self, x):
+        if isinstance(x, ir.Var):
+            t = self.T.get(x.name)
+            if isinstance(t, types.Array):
+                return self.arr(x.name)
+            return self.n(x.name)
+        if isinstance(x, ir.Const):
+            v = x.value
+            if isinstance(v, (bool, np.bool_)):
+                return repr(bool(v))
+            if isinstance(v, (float, np.floating)) and (math.isinf(v) or math.isnan(v)):
+                text = "math.nan" if math.isnan(v) else (
+                    "math.inf" if v > 0 else "(-math.inf)")
+                if isinstance(v, np.float32):
+                    return f"np.float32({text})"
+                return text
+            if isinstance(v, np.floating):
+                return f"np.{type(v).__name__}({float(v)!r})"
+            if isinstance(v, np.integer):
+                return repr(int(v))
+            return repr(v)
+        if isinstance(x, ir.GlobalRef):
+            return self.bind(x.value, x.name or "g")
+        raise TypeError(x)
+
+    def bind(self, obj, hint):
+        nm = getattr(obj, "__name__", None)
+        if isinstance(nm, str) and getattr(builtins, nm, None) is obj:
+            return nm  # builtins' names are reserved: no kernel name shadows them
+        for mod, prefix in ((np, "np"), (math, "math")):
+            with warnings.catch_warnings():  # e.g. numpy's FutureWarning for np.str
+                warnings.simplefilter("ignore")
+                found = getattr(mod, nm, None) if isinstance(nm, str) else None
+            if found is obj:
+                return f"{prefix}.{nm}"
+        for k, v in self.ns.items():
+            if v is obj:
+                return k
+        base = "_" + re.sub(r"\W", "_", hint.split(".")[-1])
+        name = base
+        i = 1
+        while name in self.ns or name in self.used:
+            i += 1
+            name = f"{base}{i}"
+        self.used.add(name)
+        self.ns[name] = obj
+        return name
+
+    def expr(self, e):
+        if isinstance(e, ir.Copy):
+            return self.o(e.src)
+        if isinstance(e, ir.Load):
+            return self.elem(self.arr(e.array.name), [self.o(i) for i in e.index])
+        if isinstance(e, ir.Attr):
+            return f"{self.n(e.value.name)}.{e.attr}"
+        if isinstance(e, ir.Item):
+            return f"{self.n(e.value.name)}[{e.index}]"
+        if isinstance(e, (ir.Op, ir.Alloc)):
+            if isinstance(e, ir.Op) and e.fn in _INFIX and len(e.args) == 2 and not e.kws:
+                return f"{self.o(e.args[0])} {_INFIX[e.fn]} {self.o(e.args[1])}"
+            if isinstance(e, ir.Op) and e.fn is ir.make_tuple:
+                items = [self.o(x) for x in e.args]
+                return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+            if isinstance(e, ir.Op) and e.fn in _UNARY and len(e.args) == 1:
+                return f"{_UNARY[e.fn]}{self.o(e.args[0])}"
+            f = self.bind(e.fn, getattr(e.fn, "__name__", "f"))
+            args = [self.o(x) for x in e.args] + [f"{k}={self.o(v)}" for k, v in e.kws]
+            return f"{f}({', '.join(args)})"
+        raise TypeError(e)
+
+    def zero(self, var_type):
+        if isinstance(var_type, types.Float):
+            return "0.0" if var_type.bitwidth == 64 else f"np.{var_type}(0.0)"
+        if isinstance(var_type, types.Boolean):
+            return "False"
+        if isinstance(var_type, types.Integer):
+            return "0"
+        return "0.0"
+
+    def sym(self, s, dtype):
+        if s.kind == "var":
+            return self.n(s.name) if s.name != ir.COTANGENT else self._g
+        if s.kind == "const":
+            v = s.value
+            if isinstance(dtype, types.Float) and dtype.bitwidth == 32:
+                return f"np.float32({v!r})"
+            return repr(v)
+        args = [self.sym(x, dtype) for x in s.args]
+        if s.name in _SYM_INFIX:
+            return f"({args[0]} {_SYM_INFIX[s.name]} {args[1]})"
+        if s.name == "neg":
+            return f"(-{args[0]})"
+        if s.name in ("eq", "ne"):
+            return f"({args[0]} {'==' if s.name == 'eq' else '!='} {args[1]})"
+        if s.name in _SYM_CMP:
+            return f"({args[0]} {_SYM_CMP[s.name]} {args[1]})"
+        if s.name == "land":
+            return f"({args[0]} and {args[1]})"
+        if s.name == "where":
+            return f"({args[1]} if {args[0]} else {args[2]})"
+        if s.name == "sign":
+            one = self.sym(ops.const(1.0), dtype)
+            zero = self.sym(ops.const(0.0), dtype)
+            x = args[0]
+            return f"({one} if {x} > 0 else (-{one} if {x} < 0 else {zero}))"
+        return f"{_SYM_FUNCS[s.name]}({', '.join(args)})"
+
+    def cast(self, text, target_type):
+        if isinstance(target_type, types.Float) and target_type.bitwidth == 32:
+            return f"np.float32({_strip(text)})"
+        return _strip(text)
+
+
+
+def _add(a, b):
+    """Render a + b with small constant folding."""
+    try:
+        return str(int(a) + int(b))
+    except ValueError:
+        pass
+    if b.startswith("-"):
+        return f"{a} - {b[1:]}"
+    return f"{a} + {b}"
+
+
+def _strip(text):
+    if text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(text):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and i < len(text) - 1:
+                return text
+        return text[1:-1]
+    return text
+
+
