@@ -10,7 +10,7 @@ from . import ops
 
 from .tape import Tape, TapeError
 from .checkpointing import checkpointed_loop
-from .custom import custom_step
+from .tape import custom_step
 from .cachedir import CacheWarning
 from . import testing  # noqa: E402
 

@@ -14,6 +14,16 @@
     ``@njit`` kernel or a ``kadj.differentiate``-d one.  ``EXPR`` is a Python expression
     for example arguments, evaluated with ``np`` (NumPy) in scope, for instance
     ``--args "np.zeros(8), np.zeros(8), 0.1"``.
+
+``python -m kadj show MODULE:FUNC --args EXPR --stage STAGE``
+    Prints one stage of the pipeline (:mod:`kadj.pipeline`) instead of the adjoint:
+    ``typed`` (numba's typed IR), ``region`` (the region tree: structured loops and
+    ifs), ``plan`` (the adjoint's argument layout), ``prepared`` (the region tree after
+    the target's rewrites, and the analysis policy), ``facts`` (what the analysis found:
+    active values, what each reversed loop records, recomputes or replays),
+    ``adjoint-ir`` (the adjoint IR of every form of the adjoint, before printing) or
+    ``source`` (every form of the adjoint, without the disk cache).  The kernel may be
+    an ``@njit`` or a ``@cuda.jit`` one (no GPU needed).
 """
 from __future__ import annotations
 
@@ -236,20 +246,8 @@ def show(opts):
         if not isinstance(args, tuple):
             args = (args,)
     try:
-        if opts.stage == "adjoint-ir":
-            from . import adj_ir
-            saved = os.environ.get("KADJ_DISABLE_CACHE")
-            os.environ["KADJ_DISABLE_CACHE"] = "1"  # build it, do not load it
-            try:
-                with adj_ir.capture() as seen:
-                    kernel.adjoint_source(*args)
-            finally:
-                if saved is None:
-                    del os.environ["KADJ_DISABLE_CACHE"]
-                else:
-                    os.environ["KADJ_DISABLE_CACHE"] = saved
-            for form, fn in seen:
-                print(f"# ---- adjoint IR ({form}) ----\n{adj_ir.dump(fn)}")
+        if opts.stage:
+            print(kernel.show_stage(opts.stage, *args), end="")
         else:
             print(kernel.adjoint_source(*args))
     except kadj.DifferentiationError as exc:
@@ -278,8 +276,9 @@ def main(argv=None):
     p.add_argument("target", metavar="MODULE:FUNC")
     p.add_argument("--args", help="example arguments, a Python expression (np in scope)")
     p.add_argument("--wrt", help="comma-separated inputs to differentiate (default: all floats)")
-    p.add_argument("--stage", choices=("source", "adjoint-ir"), default="source",
-                   help="what to print: the adjoint's source (default) or its adjoint IR")
+    p.add_argument("--stage", choices=("typed", "region", "plan", "prepared", "facts",
+                                       "adjoint-ir", "source"),
+                   help="print this stage of the pipeline instead of the adjoint")
     p.set_defaults(run=show)
 
     opts = parser.parse_args(argv)

@@ -252,9 +252,9 @@ def environment():
     import numba
     import numpy
 
-    import kadj
+    version = getattr(sys.modules.get(__package__), "__version__", "?")  # kadj's
     parts = [f"python={sys.version}", f"tag={sys.implementation.cache_tag}",
-             f"kadj={getattr(kadj, '__version__', '?')}", f"kadj-src={kadj_hash()}",
+             f"kadj={version}", f"kadj-src={kadj_hash()}",
              f"numpy={numpy.__version__}", f"numba={numba.__version__}",
              f"llvmlite={llvmlite.__version__}"]
     parts += [f"{name}={getattr(numba.config, name, None)!s}" for name in _NUMBA_CONFIG]
@@ -318,7 +318,11 @@ def _covered(value, fp):
     if fp.kept.get(id(value)) is value:
         return True
     if isinstance(value, pytypes.ModuleType):
-        return _root(value.__name__) in _VERSIONED
+        # a module of a versioned package, or one built by kadj (the CUDA simulator's
+        # typing shim, whose content kadj's own sources define)
+        return _root(value.__name__) in _VERSIONED or (
+            type(value) is not pytypes.ModuleType and
+            _root(type(value).__module__) == "kadj")
     if callable(value):  # a function or class of a versioned package, by name
         mod = getattr(value, "__module__", None)
         qual = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
@@ -327,7 +331,41 @@ def _covered(value, fp):
             return True
     if isinstance(value, nbtypes.Type) and _root(type(value).__module__) == "numba":
         return True
-    return False
+    if isinstance(value, property):  # cuda.threadIdx.x: a descriptor of a numba stub
+        return _root(getattr(value.fget, "__module__", None)) in _VERSIONED
+    return _same_function(getattr(value, "py_func", None), fp)
+
+
+def _same_function(fn, fp):
+    """Is ``fn`` the CUDA simulator's typing clone (:func:`kadj.cuda.shim.clone_for_typing`)
+    of a function the key took in?"""
+    if not isinstance(fn, pytypes.FunctionType):
+        return False
+    return any(isinstance(kept, pytypes.FunctionType) and _typing_clone(fn, kept)
+               for kept in list(fp.kept.values()))
+
+
+def _typing_clone(fn, orig, depth=0):
+    """``fn`` has ``orig``'s code, defaults and closure cells, and every global its code
+    names is ``orig``'s, or kadj's simulator shim in place of ``numba.cuda``, or the
+    typing clone of ``orig``'s device function."""
+    if fn.__code__ is not orig.__code__ or fn.__defaults__ is not orig.__defaults__ or \
+            fn.__closure__ is not orig.__closure__ or depth > _MAX_DEPTH:
+        return False
+    g, og = fn.__globals__, orig.__globals__
+    for name in _code_names(fn.__code__):
+        a, b = g.get(name), og.get(name)
+        if a is b:
+            continue
+        if isinstance(a, pytypes.ModuleType) and type(a) is not pytypes.ModuleType and \
+                _root(type(a).__module__) == "kadj":
+            continue  # the shim
+        pa, pb = getattr(a, "py_func", None), getattr(b, "py_func", None)
+        if isinstance(pa, pytypes.FunctionType) and isinstance(pb, pytypes.FunctionType) \
+                and _typing_clone(pa, pb, depth + 1):
+            continue
+        return False
+    return True
 
 
 def _literal(value):

@@ -23,6 +23,11 @@ used only when the key matches, the directory and both files pass these checks, 
 module's SHA-256 (a damage check, not a signature) matches the record and the recorded
 source files are unchanged; anything else regenerates it.
 
+An adjoint of several functions (a CUDA kernel's scatter, gather and zero forms) is one
+entry too (:func:`build_many`, :func:`load_many`): the module imports by name every
+object the sources use (modules, numba types, kadj's helpers), and the record keeps each
+function's span of the module and the data the compiled adjoint needs (its report).
+
 Adjoints that reference objects a module file cannot name (custom derivative rules,
 global arrays), or whose key is process-local, are kept in memory only.  Without a
 usable directory kadj compiles without a disk cache and says so once per cause
@@ -157,3 +162,173 @@ def jit(pyfn, disk_cached, options):
         return cachedir.njit_cached(pyfn, options)
     from numba import njit
     return njit(**options)(pyfn), False
+
+
+def source_files(func_ir):
+    """The source files a typed IR came from (their changes invalidate an entry)."""
+    return {loc.filename for blk in func_ir.blocks.values() for s in blk.body
+            for loc in [getattr(s, "loc", None)]
+            if loc is not None and loc.filename}
+
+
+# ---- entries of several functions (a kernel's adjoint in several forms) ----------------
+def _import_lines(namespace):
+    """Module text that binds every name of ``namespace`` to the same object by
+    importing it, or None when some object cannot be named that way (it is not a module,
+    a numba type or a function of a versioned package such as kadj or numba)."""
+    import importlib
+
+    from numba.core import types as nbtypes
+
+    from .cachekey import _VERSIONED, _root
+    lines, types_needed = [], False
+    for name, obj in sorted(namespace.items()):
+        if isinstance(obj, type(sys)):
+            if sys.modules.get(obj.__name__) is not obj or _root(obj.__name__) not in _VERSIONED:
+                return None
+            lines.append(f"import {obj.__name__} as {name}")
+        elif isinstance(obj, nbtypes.Type) and getattr(nbtypes, str(obj), None) == obj:
+            types_needed = True
+            lines.append(f"{name} = _kadj_nbtypes.{obj}")
+        else:
+            module = getattr(obj, "__module__", None)
+            qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+            if _root(module) not in _VERSIONED or not isinstance(qual, str) or \
+                    "<" in qual or "." in qual:
+                return None
+            try:
+                found = getattr(importlib.import_module(module), qual)
+            except (ImportError, AttributeError):
+                return None
+            if found is not obj:
+                return None
+            lines.append(f"from {module} import {qual} as {name}")
+    if types_needed:
+        lines.insert(0, "from numba.core import types as _kadj_nbtypes")
+    return "\n".join(lines) + "\n\n\n"
+
+
+def _to_json(v):
+    """JSON-ready form of ``v`` that keeps tuples, sets and non-string keys."""
+    if isinstance(v, dict):
+        if all(isinstance(k, str) for k in v):
+            return {k: _to_json(x) for k, x in v.items()}
+        return {"__items__": [[_to_json(k), _to_json(x)] for k, x in v.items()]}
+    if isinstance(v, tuple):
+        return {"__tuple__": [_to_json(x) for x in v]}
+    if isinstance(v, (set, frozenset)):
+        return {"__frozenset__": sorted((_to_json(x) for x in v), key=json.dumps)}
+    if isinstance(v, list):
+        return [_to_json(x) for x in v]
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    raise TypeError(f"{type(v).__name__} cannot be kept in a cache entry")
+
+
+def _from_json(v):
+    if isinstance(v, list):
+        return [_from_json(x) for x in v]
+    if isinstance(v, dict):
+        if "__tuple__" in v:
+            return tuple(_from_json(x) for x in v["__tuple__"])
+        if "__frozenset__" in v:
+            return frozenset(_from_json(x) for x in v["__frozenset__"])
+        if "__items__" in v:
+            return {_from_json(k): _from_json(x) for k, x in v["__items__"]}
+        return {k: _from_json(x) for k, x in v.items()}
+    return v
+
+
+def build_many(sources, plan, key, source_files, extra, func_ir=None):
+    """Python functions for the adjoint ``sources`` (:class:`kadj.reverse.AdjointSource`,
+    distinct names), written to the disk cache as one entry, with ``extra`` (JSON-ready
+    data: tuples, sets, dicts...) beside them, when the key is disk-safe, ``func_ir``
+    holds no value the key missed, every namespace object can be imported by name and
+    the cache directory is usable.
+
+    Returns ({name: function}, disk_cached)."""
+    missed = uncovered(key, func_ir) if func_ir is not None else ["no typed IR given"]
+    namespace, clash = {}, False
+    for s in sources:
+        for name, obj in s.namespace.items():
+            clash |= name in namespace and namespace[name] is not obj
+            namespace[name] = obj
+    header = None if clash else _import_lines(namespace)
+    if header is not None and _disk_key(key) and not missed:
+        d = cachedir.private_dir()
+        if d is not None:
+            try:
+                return _write_many(d, sources, plan, key, source_files, extra, header), True
+            except (OSError, TypeError) as exc:
+                if isinstance(exc, OSError):
+                    cachedir.warn_once(
+                        f"kadj cannot write to its cache directory {d} "
+                        f"({exc.strerror or exc}); adjoints are compiled without a disk "
+                        "cache. Make the directory writable, set KADJ_CACHE_DIR to "
+                        "another directory of your own, or KADJ_DISABLE_CACHE=1.")
+    out = {}
+    for s in sources:
+        ns = dict(s.namespace)
+        exec(compile(s.source, f"<kadj adjoint of {plan.kernel_name}>", "exec"), ns)
+        out[s.name] = ns[s.name]
+    return out, False
+
+
+def _plan_meta(plan):
+    return {"kernel_name": plan.kernel_name, "arg_names": list(plan.arg_names),
+            "adjoint_args": list(plan.adjoint_args), "written": sorted(plan.written),
+            "read": sorted(plan.read), "returns_value": plan.returns_value}
+
+
+def _plan_of(meta):
+    return AdjointPlan(kernel_name=meta["kernel_name"], arg_names=tuple(meta["arg_names"]),
+                       adjoint_args=tuple(meta["adjoint_args"]),
+                       written=frozenset(meta["written"]), read=frozenset(meta["read"]),
+                       returns_value=meta["returns_value"])
+
+
+def _write_many(d, sources, plan, key, source_files, extra, header):
+    extra_json = _to_json(extra)  # before writing: a value JSON cannot keep is refused
+    text, spans = header, []
+    for s in sources:
+        spans.append([s.name, len(text), len(text) + len(s.source)])
+        text += s.source + "\n\n"
+    data = text.encode()
+    cachedir.write_entry(d, f"adj_{key}.py", data)
+    meta = dict(_plan_meta(plan), format=CACHE_VERSION, key=key, functions=spans,
+                extra=extra_json, sha256=hashlib.sha256(data).hexdigest(),
+                files=[[f, os.path.getmtime(f)] for f in sorted(source_files)
+                       if os.path.exists(f)])
+    cachedir.write_entry(d, f"adj_{key}.json", json.dumps(meta).encode())
+    module = _exec_module(os.path.join(d, f"adj_{key}.py"), key, text)
+    return {name: getattr(module, name) for name, _, _ in spans}
+
+
+def load_many(key):
+    """(plan, {name: (source, function)}, extra) of an entry written by
+    :func:`build_many`, or None (no entry, or one that fails a check)."""
+    if not _disk_key(key):
+        return None
+    d = cachedir.private_dir()
+    if d is None:
+        return None
+    src_path = os.path.join(d, f"adj_{key}.py")
+    try:
+        raw_meta = cachedir.read_entry(os.path.join(d, f"adj_{key}.json"))
+        raw_src = cachedir.read_entry(src_path) if raw_meta is not None else None
+        if raw_src is None:
+            return None
+        meta = json.loads(raw_meta.decode())
+        if meta.get("format") != CACHE_VERSION or meta.get("key") != key or \
+                "functions" not in meta or \
+                meta.get("sha256") != hashlib.sha256(raw_src).hexdigest() or \
+                not _files_fresh(meta["files"]):
+            return None
+        text = raw_src.decode()
+        module = _exec_module(src_path, key, text)
+        release(key)
+        functions = {name: (text[a:b], getattr(module, name))
+                     for name, a, b in meta["functions"]}
+        return _plan_of(meta), functions, _from_json(meta["extra"])
+    except Exception:  # a damaged cache entry is regenerated
+        return None

@@ -9,76 +9,22 @@
     k.adjoint_ptx(u, u_new, alpha, cc=(9, 0))   # PTX of the adjoint (no GPU needed)
     k.adjoint_report(u, u_new, alpha)       # accumulation decisions (atomics, plain)
 
-The pipeline: :mod:`kadj.cuda.frontend` (numba-cuda's typing context; under the
-simulator, :mod:`kadj.cuda.shim`) -> :mod:`kadj.cuda.structure` -> kadj.analysis ->
-:mod:`kadj.cuda.writer` -> ``cuda.jit``.  Under the simulator the adjoint runs in the
-simulator like any kernel (where a block's threads run one after another, so a missing
-atomic goes unnoticed: check :meth:`adjoint_ptx`).
+Everything else (argument binding and checks, the compiled adjoints and their caches,
+the pipeline, the disk cache) is the common kernel object's
+(:class:`kadj.kernel.DifferentiatedKernel`) with the CUDA target's description
+(:mod:`kadj.targets.cuda`).  Under the simulator the adjoint runs in the simulator like
+any kernel (where a block's threads run one after another, so a missing atomic goes
+unnoticed: check :meth:`adjoint_ptx`).
 """
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
-
 from numba.core import types
-from numba.core.errors import NumbaError
 
-from . import analysis, ir, rules, validate
-from .api import DifferentiatedKernel, _raise_clearer
+from . import validate
 from .cuda.frontend import simulator_enabled
 from .errors import DifferentiationError
-
-_CUDA_OPTIONS_KEPT = ("fastmath", "debug", "lineinfo", "opt")
-
-
-@dataclass(frozen=True)
-class CompiledCudaAdjoint:
-    plan: object
-    source: str
-    pyfunc: object          # the adjoint as a plain Python function
-    kernel: object          # cuda.jit(pyfunc)
-    report: dict
-    gather: object = None   # _Gather, when the kernel has a gather form
-    typed: object = None    # the TypedKernel it was built from (kadj.cuda.verdict)
-    dims: tuple = ((), ())  # (block, grid) index dimensions the kernel reads
-
-
-@dataclass(frozen=True)
-class _Gather:
-    arrays: dict            # array -> (perm, offsets)
-    arg_index: dict         # array -> argument position
-    ndim: int
-    sources: tuple          # (gather source, zero source)
-    pyfuncs: tuple
-    kernels: tuple
-
-    def covers(self, config, args):
-        """Does the launch have a thread for every element of each gathered array?"""
-        grid, block = _dims(config[0]), _dims(config[1])
-        threads = [g * b for g, b in zip(grid, block)]
-        for name, (perm, _) in self.arrays.items():
-            shape = args[self.arg_index[name]].shape
-            if any(threads[d] < shape[k] for k, d in enumerate(perm)):
-                return False
-        return True
-
-
-def _dims(d):
-    d = tuple(d) if isinstance(d, (tuple, list)) else (int(d),)
-    return tuple(int(x) for x in d) + (1,) * (3 - len(d))
-
-
-def _typeof(a):
-    """numba type of a launch argument: NumPy and numba device arrays, scalars, and
-    any object exporting ``__cuda_array_interface__`` (CuPy arrays)."""
-    import numba
-    try:
-        return numba.typeof(a)
-    except (ValueError, TypeError):
-        if hasattr(a, "__cuda_array_interface__"):
-            from numba import cuda
-            return numba.typeof(cuda.as_cuda_array(a))
-        raise
+from .kernel import DifferentiatedKernel
+from .targets.cuda import CompiledCudaAdjoint  # noqa: F401  (re-exported)
 
 
 class _Launcher:
@@ -102,41 +48,38 @@ class _AdjointProxy:
                         f"{self.owner.__name__}.adjoint[blocks, threads](*args, *adjoints)")
 
 
-class CudaDifferentiatedKernel:
+class CudaDifferentiatedKernel(DifferentiatedKernel):
     """A ``@cuda.jit`` kernel together with its generated adjoint kernel."""
 
-    def __init__(self, dispatcher, wrt=None, checkpoints=None, gather=True):
-        if not hasattr(dispatcher, "py_func"):
-            raise TypeError(f"kadj.differentiate expects a @cuda.jit kernel, got "
-                            f"{dispatcher!r}")
-        self.dispatcher = dispatcher
-        self.py_func = dispatcher.py_func
-        self.__name__ = self.py_func.__name__
-        self.__doc__ = self.py_func.__doc__
-        self.__wrapped__ = self.py_func
-        self.wrt = tuple(wrt) if wrt is not None else None
-        from .cuda.writer import DEFAULT_SLOTS
-        self.checkpoints = DEFAULT_SLOTS if checkpoints is None else int(checkpoints)
-        self.gather = bool(gather)
-        if self.checkpoints < 1:
-            raise ValueError("checkpoints must be a positive number of slots")
-        code = self.py_func.__code__
-        self.arg_names = tuple(code.co_varnames[:code.co_argcount])
-        if self.wrt is not None:
-            unknown = [w for w in self.wrt if w not in self.arg_names]
-            if unknown:
-                raise ValueError(f"wrt names {unknown} are not arguments of "
-                                 f"{self.__name__}{self.arg_names}")
-        self._cache = {}
-        self._lock = threading.Lock()
-        self._last = None
-        self._rules_seen = rules.generation()
+    target_name = "cuda"
+    _expects = "kadj.differentiate expects a @cuda.jit kernel, got {!r}"
+
+    def adjoint_trusted(self, plan, args, adjoints):
+        """A device adjoint runs only as a launch (``adjoint[config]``)."""
+        return False
+
+    def __init__(self, dispatcher, wrt=None, checkpoints=None, gather=None):
+        super().__init__(dispatcher, wrt=wrt, checkpoints=checkpoints, gather=gather)
         self.adjoint = _AdjointProxy(self)
+
+    @property
+    def checkpoints(self):
+        """Per-thread checkpoint slots of loops that carry state (option)."""
+        return self.options["checkpoints"]
+
+    @property
+    def gather(self):
+        """Whether the gather form is used when a launch allows it (option)."""
+        return self.options["gather"]
 
     def __repr__(self):
         return f"<kadj differentiated CUDA kernel {self.__name__}>"
 
     # ---- forward --------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"{self.__name__} is a CUDA kernel: launch it as "
+                        f"{self.__name__}[blocks, threads](*args)")
+
     def __getitem__(self, config):
         """``k[grid, block](*args)`` / ``k[grid, block, stream](*args)``: the forward
         launch, recorded on the active :class:`kadj.Tape` if there is one.  A grid or
@@ -152,143 +95,25 @@ class CudaDifferentiatedKernel:
             args = validate.bind(self.__name__, self.arg_names,
                                  self.py_func.__defaults__ or (), args, kwargs)
         validate.check_transferable(self.__name__, self.arg_names, args)
-        t = _tape.active()
-        if t is not None:
+        if _tape.active() is not None:
             # the tape's backward launches the adjoint with this configuration: refuse
             # it now, naming this launch, rather than after the whole sequence ran
             self.check_adjoint_launch(f"{self.__name__} (recorded on a kadj.Tape)",
                                       config, self.compiled(*args))
-            return t.record(self, args, config=config)
-        _tape.check_unrecorded(self, args)
-        try:
-            return self.dispatcher[config](*args)
-        except NumbaError as exc:
-            _raise_clearer(self.__name__, self.arg_names, args, exc)
-            raise
+        return self._forward(args, lambda: self.dispatcher[config](*args), config=config)
 
     def forward(self, config, *args):
         """Launch the forward kernel without recording it."""
         validate.check_transferable(self.__name__, self.arg_names, args)
         return self.dispatcher[config](*args)
 
-    # ---- compilation ----------------------------------------------------------------
-    def _arg_types(self, args):
-        if len(args) != len(self.arg_names):
-            raise TypeError(f"{self.__name__} takes {len(self.arg_names)} arguments "
-                            f"{self.arg_names}, got {len(args)}")
-        validate.check_arguments(self.__name__, self.arg_names, args)
-        arg_types = []
-        for name, a in zip(self.arg_names, args):
-            try:
-                t = _typeof(a)
-            except (ValueError, TypeError):
-                t = types.pyobject
-            if t == types.pyobject:
-                raise validate.unsupported_type(self.__name__, name, a)
-            arg_types.append(t)
-        return tuple(arg_types)
-
-    def compiled(self, *args):
-        if self._rules_seen != rules.generation():
-            with self._lock:   # adjoints built under an older rule table are rebuilt
-                self._rules_seen = rules.generation()
-                self._cache = {}
-        arg_types = self._arg_types(args)
-        hit = self._cache.get(arg_types)
-        if hit is None:
-            with self._lock:
-                hit = self._cache.get(arg_types)
-                if hit is None:
-                    try:
-                        hit = self._build(arg_types)
-                    except NumbaError as exc:
-                        _raise_clearer(self.__name__, self.arg_names, args, exc)
-                        raise
-                    self._cache[arg_types] = hit
-        self._last = hit
-        return hit
-
-    def _options(self):
-        opts = getattr(self.dispatcher, "targetoptions", None) or {}
-        return {k: opts[k] for k in _CUDA_OPTIONS_KEPT if k in opts}
-
-    def _build(self, arg_types):
-        from .cuda.frontend import type_kernel
-        from .cuda.structure import structurize_cuda
-        from .cuda.writer import write_cuda_adjoint
-        tk = type_kernel(self.py_func, arg_types)  # the same IR with or without simulator
-        kernel = structurize_cuda(tk)
-        # the argument layout is the CPU one (DifferentiatedKernel._plan)
-        plan = DifferentiatedKernel._plan(self, kernel, arg_types)
-        if plan.returns_value:
-            raise DifferentiationError("CUDA kernels cannot return values",
-                                       kernel=self.__name__)
-        slot_names = tuple(self.arg_names[i] for i in plan.adjoint_args)
-        kernel, cells = _with_cells(kernel, slot_names)
-        space = {st.target: getattr(st.expr.fn, "path", None)
-                 for st in ir.walk(kernel.body)
-                 if isinstance(st, ir.Assign) and isinstance(st.expr, ir.Alloc)}
-        shared = {v for v, p in space.items() if p == "shared.array"}
-        an = analysis.analyze(
-            kernel, slot_names, False, carried_replay=True,
-            private_scratch={v for v, p in space.items() if p == "local.array"},
-            shared_scratch=shared, owned_shared=set(_owned_shared(kernel, shared)),
-            unwritten=set(cells))
-        adj, report, writer = write_cuda_adjoint(kernel, an, slot_names,
-                                                 slots=self.checkpoints, cells=cells)
-        pyfn, jitted = self._compile(adj)
-        gather = self._build_gather(kernel, an, slot_names, cells, report, writer) \
-            if self.gather else None
-        if not self.gather:
-            report["gather"] = {"used": False, "why": "disabled (gather=False)"}
-        return CompiledCudaAdjoint(plan, adj.source, pyfn, jitted, report, gather, tk,
-                                   (writer.index.block_dims, writer.index.grid_dims))
-
-    def _compile(self, adj):
-        from numba import cuda
-        ns = dict(adj.namespace)
-        code = compile(adj.source, f"<kadj adjoint of {self.__name__}>", "exec")
-        exec(code, ns)
-        pyfn = ns[adj.name]
-        return pyfn, cuda.jit(**self._options())(pyfn)
-
-    def _build_gather(self, kernel, an, slot_names, cells, report, writer):
-        """The gather form, when ``writer`` (the scatter form's, for its index
-        analysis and array classes) shows the kernel qualifies."""
-        from .cuda.gather import gather_plan, write_gather
-        plan, why = gather_plan(kernel, an, writer)
-        if plan is None:
-            report["gather"] = {"used": False, "why": why}
-            return None
-        sources = write_gather(kernel, an, slot_names, plan, cells=cells)
-        compiled = [self._compile(src) for src in sources]
-        report["gather"] = {
-            "used": "when the launch has a thread for every element of "
-                    + ", ".join(sorted(plan)),
-            "arrays": {n: sorted(offs) for n, (perm, offs) in sorted(plan.items())},
-            "passes": len({o for _, offs in plan.values() for o in offs} |
-                          {tuple([0] * writer.index.ndim)}),
-        }
-        return _Gather(plan, {n: self.arg_names.index(n) for n in plan},
-                       writer.index.ndim, tuple(s.source for s in sources),
-                       tuple(c[0] for c in compiled), tuple(c[1] for c in compiled))
-
     # ---- adjoint --------------------------------------------------------------------
-    def adjoint_plan(self, *args):
-        return self.compiled(*args).plan
-
     def adjoint_source(self, *example_args, form="scatter"):
         """The generated adjoint kernel: ``form`` "scatter" (atomics), "gather" or
         "zero" (the two kernels of the gather form, when the kernel has one)."""
         if form != "scatter":
             return self._pick(self.compiled(*example_args), form)[2]
-        if example_args:
-            return self.compiled(*example_args).source
-        if self._last is None:
-            raise DifferentiationError(
-                "adjoint_source() needs example arguments until the adjoint has been "
-                "compiled once", kernel=self.__name__)
-        return self._last.source
+        return super().adjoint_source(*example_args)
 
     def adjoint_report(self, *args):
         """How each adjoint accumulation is done: ``atomics`` (count of
@@ -361,32 +186,13 @@ class CudaDifferentiatedKernel:
         check_launch_dims(self.__name__, call, config, *comp.dims)
 
     def _run_adjoint(self, config, args, kwargs=None):
-        call = f"{self.__name__}.adjoint"
-        fwd, adjs, by_name = validate.split_adjoint_call(
-            call, self.arg_names, self.py_func.__defaults__ or (), args, kwargs or {})
-        comp = self.compiled(*fwd)
-        self.check_adjoint_launch(call, config, comp)
-        adjs = validate.order_adjoints(call, comp.plan, fwd, adjs, by_name)
-        validate.check_adjoint_call(call, comp.plan, fwd, adjs)
-        validate.check_transferable(call, self.arg_names + comp.plan.adjoint_names(),
-                                    fwd + adjs)
+        comp, fwd, adjs = self._adjoint_call(args, kwargs, config=config)
         g = comp.gather
         if g is not None and g.covers(config, fwd):
             g.kernels[0][config](*fwd, *adjs)   # each thread gathers its elements
             g.kernels[1][config](*fwd, *adjs)   # then the written elements' are consumed
         else:
             comp.kernel[config](*fwd, *adjs)
-
-
-def _with_cells(kernel, slot_names):
-    """Scalar cells for in-place updates of a thread's own element (kadj.cuda.cells)."""
-    from .cuda.cells import insert_cells
-    from .cuda.indexing import ThreadIndex, array_accesses
-    index = ThreadIndex.of(kernel)
-    classes = {name: index.classify(name, idxs)
-               for name, idxs in array_accesses(kernel).items()}
-    params = {a for a in kernel.args if isinstance(kernel.types.get(a), types.Array)}
-    return insert_cells(kernel, index, classes, params)
 
 
 _PTX_CHILD = r"""
@@ -481,24 +287,3 @@ def _differentiation_error(report):
         filename, line, col = report["loc"]
         exc.loc = Loc(filename, line, col)
     return exc
-
-
-def _owned_shared(kernel, shared):
-    """{shared array: index operands} for the shared arrays every thread writes only at
-    its own element (``sm[threadIdx.x]``): a thread can save and restore that element."""
-    from .cuda.indexing import ThreadIndex
-    index = ThreadIndex.of(kernel)
-    keys = {}
-    for st in ir.walk(kernel.body):
-        if isinstance(st, ir.Store) and st.array.name in shared:
-            if st.accumulate:
-                keys.setdefault(st.array.name, set()).add(None)
-                continue
-            keys.setdefault(st.array.name, set()).add(
-                index.owned_key(st.index, index.local, index.block_ndim))
-    out = {}
-    for name, ks in keys.items():
-        if len(ks) == 1 and None not in ks:
-            key = next(iter(ks))
-            out[name] = tuple(ir.Var(v) if kind == "c" else ir.Const(v) for kind, v in key)
-    return out

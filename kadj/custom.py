@@ -3,7 +3,7 @@
 :class:`CustomStep` looks like a differentiated kernel to the tape (``adjoint_plan``,
 ``forward``, ``adjoint``), so its writes are versioned and the contents its adjoint or
 an earlier launch's adjoint needs are kept, exactly as for launches.
-:func:`custom_step` records one on the active tape (inside :func:`kadj.checkpointed_loop`,
+:func:`kadj.custom_step` (in :mod:`kadj.tape`) records one on the active tape (inside :func:`kadj.checkpointed_loop`,
 on the loop, which re-runs it when it recomputes the step) or just runs it.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from . import arrays
 from .errors import DifferentiationError
 from .plan import AdjointPlan
 
-__all__ = ["CustomStep", "custom_step"]
+__all__ = ["CustomStep"]
 
 
 class CustomStep:
@@ -80,16 +80,3 @@ def _arrays_of(given, what):
                 f"A custom step's {what}= must list arrays, but got "
                 f"{arrays.describe(a)}; scalars are not differentiated by custom steps.")
     return given
-
-
-def custom_step(forward, adjoint, reads=(), writes=(), *, name=None, values=False):
-    """Run ``forward()`` and record it, with its adjoint, on the active tape (see
-    :meth:`kadj.Tape.record_custom` for the arguments); without an active tape, just
-    run ``forward()``.  Inside :func:`kadj.checkpointed_loop` steps, use this rather
-    than ``tape.record_custom``: the loop re-runs the step when it recomputes it."""
-    from . import tape as _tape
-    step = CustomStep(forward, adjoint, reads, writes, name=name, values=values)
-    active = _tape.active()
-    if active is None:
-        return step.fn()
-    return active.record(step, step.arrays)

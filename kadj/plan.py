@@ -34,3 +34,53 @@ class AdjointPlan:
 
     def adjoint_names(self):
         return tuple("adj_" + self.arg_names[i] for i in self.adjoint_args)
+
+
+def _is_float_type(t):
+    from numba.core import types
+    return isinstance(t, types.Float) or (isinstance(t, types.Array) and
+                                          isinstance(t.dtype, types.Float))
+
+
+def build_plan(kernel_name, arg_names, wrt, kernel, arg_types):
+    """The :class:`AdjointPlan` of region tree ``kernel`` (:class:`kadj.ir.Kernel`) for
+    ``arg_types``; ``wrt`` None means every floating-point argument."""
+    from numba.core import types
+
+    from . import ir
+    from .errors import DifferentiationError
+    stored = ir.stored_arrays(kernel.body)
+    loaded = ir.loaded_arrays(kernel.body)
+    slots, written, read = [], set(), set()
+    for i, (name, t) in enumerate(zip(arg_names, arg_types)):
+        is_arr = isinstance(t, types.Array)
+        if is_arr and name in stored:
+            written.add(i)
+        if is_arr and name in loaded:
+            read.add(i)
+        if not _is_float_type(t):
+            if wrt is not None and name in wrt:
+                raise DifferentiationError(
+                    f"argument '{name}' has type {t}, which is not floating point",
+                    kernel=kernel_name, construct=f"wrt={wrt}",
+                    remedy="only float32/float64 arguments can be differentiated")
+            continue
+        if isinstance(t, types.Array) and t.dtype != t.dtype or \
+                isinstance(getattr(t, "dtype", None), types.Complex):
+            continue
+        if wrt is None or name in wrt or (is_arr and name in stored):
+            slots.append(i)
+    returns = isinstance(kernel.return_type, types.Float)
+    if isinstance(kernel.return_type, types.BaseTuple) and any(
+            isinstance(t, (types.Float, types.Complex)) for t in kernel.return_type):
+        raise DifferentiationError(
+            f"it returns a tuple ({kernel.return_type}); only a single float return "
+            "value carries a gradient", kernel=kernel_name, construct="tuple return",
+            remedy="return one float (the loss) and write other results into output "
+                   "arrays")
+    if isinstance(kernel.return_type, types.Complex):
+        raise DifferentiationError("complex return values are not supported yet",
+                                   kernel=kernel_name, construct="complex return")
+    return AdjointPlan(kernel_name=kernel_name, arg_names=tuple(arg_names),
+                       adjoint_args=tuple(slots), written=frozenset(written),
+                       read=frozenset(read), returns_value=returns)

@@ -49,6 +49,12 @@ first sees it, compares it at the next launch that passes the array and at
 array.  Device arrays other than the simulator's are not checked;
 ``Tape(check_unrecorded_changes=False)`` turns the check off.
 
+Modules.  This module holds the tape's activation and recording; the bookkeeping of
+array versions, copies and fingerprints is :mod:`kadj.tape_versions`, the lookup of
+tracked arrays by identity and by memory span :mod:`kadj.tape_index`, and the replay
+:mod:`kadj.tape_backward`.  Recording and replaying a launch cost a few microseconds of
+Python each, independent of the number of launches and arrays on the tape.
+
 Limitations.  Arrays that overlap in memory without being the same view are refused.  A value returned by a recorded
 launch cannot be seeded (write it into an array instead).
 """
@@ -58,17 +64,20 @@ import functools
 import itertools
 import threading
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import arrays
 from . import tape_report
 from .custom import CustomStep
-from .fingerprint import fingerprint
-from .errors import DifferentiationError, InternalError
+from .errors import DifferentiationError
+from .tape_backward import Backward
+from .tape_index import ArrayIndex
+from .tape_versions import Launch, Prints, Versions
 
-__all__ = ["Launch", "ScalarGrad", "Tape", "TapeError", "active", "check_unrecorded"]
+__all__ = ["Launch", "ScalarGrad", "Tape", "TapeError", "active", "check_unrecorded",
+           "custom_step"]
 
 
 class TapeError(DifferentiationError):
@@ -128,13 +137,18 @@ def _check_other_threads(kernel, args, recording):
         others = [(t, thread) for t, thread in _entered.items()
                   if thread is not here and all(t is not r for r in recording)]
     for tape, owner in others:
-        keys, seen = tape._seen
-        if not keys:
+        index = tape._index
+        if not len(index):
             continue
         for i, arg in enumerate(args):
             for a in arrays.arrays_in(arg):
-                if arrays.memory_key(a) in keys or any(_overlaps(a, b) for b in seen):
+                if index.touches(a):
                     raise _unseen_launch_error(kernel, i, a, owner, here)
+
+
+def _others_entered(recording):
+    """Is a tape that is not among ``recording`` active (in any thread)?"""
+    return any(all(t is not r for r in recording) for t in tuple(_entered))
 
 
 def _unseen_launch_error(kernel, i, a, owner, here):
@@ -174,34 +188,6 @@ def _recording(tape):
 
 
 @dataclass(frozen=True)
-class Launch:
-    """One recorded launch.
-
-    kernel:    the differentiated kernel.
-    args:      the arguments as passed (arrays by reference, scalars by value).
-    config:    the launch configuration (grid, block, stream); None on the CPU.
-    plan:      the kernel's adjoint plan for these arguments.
-    index:     position on the tape, from 0.
-    keys:      per argument, the tracked array's key, or None for a scalar.
-    versions:  per argument, the array's version before the call, or None.
-    """
-
-    kernel: object
-    args: tuple
-    config: object = None
-    plan: object = field(default=None, kw_only=True)
-    index: int = field(default=0, kw_only=True)
-    keys: tuple = field(default=(), kw_only=True)
-    versions: tuple = field(default=(), kw_only=True)
-
-    def describe(self):
-        return f"launch #{self.index} (kernel '{self.plan.kernel_name}')"
-
-    def arg_name(self, i):
-        return self.plan.arg_names[i]
-
-
-@dataclass(frozen=True)
 class ScalarGrad:
     """The gradient with respect to one scalar argument of one launch."""
 
@@ -211,50 +197,7 @@ class ScalarGrad:
     value: float
 
 
-@dataclass(frozen=True)
-class _Reader:
-    """A recorded launch that reads one version of an array, as argument ``arg``."""
-
-    launch: int
-    arg: int
-
-
-class _TrackedArray:
-    """Mutable bookkeeping for one array the tape has seen."""
-
-    __slots__ = ("array", "version", "snapshots", "readers", "fingerprint", "first",
-                 "last")
-
-    def __init__(self, array):
-        self.array = array        # the live array (a reference keeps its memory)
-        self.version = 0          # bumped by every recorded launch that writes it
-        self.snapshots = {}       # version -> copy of the contents of that version
-        self.readers = {}         # version -> [_Reader]
-        self.fingerprint = None   # of the newest version's contents, when checked
-        self.first = None         # (launch, arg): the first recorded use
-        self.last = None          # (launch, arg): the latest recorded use
-
-    def contents(self, version):
-        if version in self.snapshots:
-            return self.snapshots[version]
-        if version == self.version:
-            return self.array
-        return None
-
-
-@dataclass(frozen=True)
-class _Pending:
-    """A launch checked against one tape, not yet recorded on it.
-
-    new:    key -> array, for the arrays this launch shows the tape first.
-    copies: keys of the written arrays whose current contents must be kept."""
-
-    launch: Launch
-    new: dict
-    copies: tuple
-
-
-class Tape:
+class Tape(Versions, Backward):
     """Records kernel launches and computes gradients through the whole sequence.
 
     Example::
@@ -361,33 +304,15 @@ class Tape:
         """
         args = tuple(args)
         plan = kernel.adjoint_plan(*args)
+        stack = _stack()
+        if len(stack) == 1 and stack[0] is self:
+            with self._lock:                 # the common case: one tape, its thread
+                return _record_on((self,), kernel, args, config, plan, run)
         tapes = _recording(self)
         with ExitStack() as held:
             for tape in tapes:
                 held.enter_context(tape._lock)
-            if _entered:
-                _check_other_threads(kernel, args, tapes)
-            # every tape checks the launch before any of them changes
-            pending = [tape._prepare(kernel, args, config, plan) for tape in tapes]
-            prints = _Prints(args)
-            for tape, p in zip(tapes, pending):
-                if tape.check_unrecorded_changes:
-                    tape._verify(p.launch, prints)
-            copies = {}
-            for tape, p in zip(tapes, pending):
-                tape._commit(p, copies)
-            try:
-                result = None if not run else kernel.forward(*args) if config is None \
-                    else kernel.forward(config, *args)
-            finally:
-                for tape, p in zip(tapes, pending):
-                    tape._advance(p.launch)
-            prints.written(plan.written)
-            for tape, p in zip(tapes, pending):
-                tape._register(p.launch)
-                if tape.check_unrecorded_changes:
-                    tape._refresh(p.launch, prints)
-        return result
+            return _record_on(tapes, kernel, args, config, plan, run)
 
     def record_custom(self, forward, adjoint, reads=(), writes=(), *, name=None,
                       values=False):
@@ -408,172 +333,6 @@ class Tape:
         step = CustomStep(forward, adjoint, reads, writes, name=name, values=values)
         return self.record(step, step.arrays)
 
-    def _prepare(self, kernel, args, config, plan):
-        """Check the launch against this tape without changing the tape."""
-        index = len(self._launches)
-        new = {}
-        keys = tuple(self._track(plan, index, i, a, new) if arrays.is_array(a)
-                     else _check_value(plan, index, i, a) for i, a in enumerate(args))
-        _check_aliasing(plan, index, keys)
-        versions = tuple(None if k is None else
-                         (self._arrays[k].version if k in self._arrays else 0)
-                         for k in keys)
-        launch = Launch(kernel, args, config, plan=plan, index=index, keys=keys,
-                        versions=versions)
-        copies = tuple(key for key in (self._to_preserve(launch, i)
-                                       for i in sorted(plan.written))
-                       if key is not None)
-        return _Pending(launch, new, copies)
-
-    def _track(self, plan, index, i, a, new):
-        """The key of array argument ``i``; one the tape has not seen goes in ``new``."""
-        key = arrays.memory_key(a)
-        if key in self._arrays or key in new:
-            return key
-        for other in [t.array for t in self._arrays.values()] + list(new.values()):
-            if _overlaps(a, other):
-                raise DifferentiationError(
-                    f"Launch #{index} of kernel '{plan.kernel_name}' passes argument "
-                    f"'{plan.arg_names[i]}' ({arrays.describe(a)}), which overlaps in "
-                    f"memory an array the tape has already seen "
-                    f"({arrays.describe(other)}) "
-                    "without being the same view of it. The tape tracks arrays by "
-                    "their exact memory view: pass the same array (or an identical "
-                    "view) every time, or copy the view before the launch.")
-        new[key] = a
-        return key
-
-    def _to_preserve(self, launch, i):
-        """The key of written argument ``i`` if its pre-call contents must be kept."""
-        key = launch.keys[i]
-        if key is None:
-            return None
-        tracked = self._arrays.get(key)
-        version = launch.versions[i]
-        if tracked is not None and version in tracked.snapshots:
-            return None
-        needs = list(tracked.readers.get(version, ())) if tracked is not None else []
-        if i in launch.plan.read:
-            needs.append(_Reader(launch.index, i))
-        if not needs:
-            return None
-        if not self.copy_inputs:
-            raise self._overwrite_error(launch, i, needs[0])
-        return key
-
-    def _verify(self, launch, prints):
-        """Compare the launch's tracked arrays with their fingerprints; note the first
-        change made outside recorded launches (``backward`` raises it)."""
-        if self._unrecorded is not None:
-            return
-        for i, key in enumerate(launch.keys):
-            tracked = self._arrays.get(key) if key is not None else None
-            if tracked is not None and tracked.fingerprint is not None and \
-                    prints.before(i) != tracked.fingerprint:
-                self._unrecorded = self._changed_error(tracked, f"at {launch.describe()}")
-                return
-
-    def _refresh(self, launch, prints):
-        """Fingerprint the newest contents of the arrays the launch wrote or showed
-        the tape first."""
-        for i, key in enumerate(launch.keys):
-            if key is None:
-                continue
-            tracked = self._arrays[key]
-            if i in launch.plan.written or tracked.fingerprint is None:
-                tracked.fingerprint = prints.after(i)
-
-    def _check_fingerprints(self):
-        if self.check_unrecorded_changes and self._unrecorded is None:
-            for tracked in self._arrays.values():
-                if tracked.fingerprint is not None and \
-                        fingerprint(tracked.array) != tracked.fingerprint:
-                    self._unrecorded = self._changed_error(
-                        tracked, "at tape.backward(), after the last recorded launch")
-                    break
-        if self._unrecorded is not None:
-            raise self._unrecorded
-
-    def _changed_error(self, tracked, where):
-        launch = self._launches[tracked.last[0]]
-        return DifferentiationError(
-            f"Argument '{launch.arg_name(tracked.last[1])}' of {launch.describe()} "
-            f"({arrays.describe(tracked.array)}) was changed outside the recorded "
-            f"launches after that launch (detected {where}). The tape sees only "
-            "recorded launches and would treat the change as the identity, giving a "
-            "wrong gradient. Record the change with its adjoint, with "
-            "tape.record_custom(forward, adjoint, reads=..., writes=...) "
-            "(kadj.custom_step inside kadj.checkpointed_loop), or make it on a copy "
-            "of the array and pass the copy to later launches; then record the "
-            "sequence again.")
-
-    def _commit(self, pending, copies):
-        """Track the new arrays and keep the copies; ``copies`` (key -> copy) is
-        shared by the tapes recording the same launch."""
-        listeners = getattr(pending.launch.kernel, "memory_listeners", None)
-        if listeners is not None and self._note_bytes not in listeners:
-            listeners.append(self._note_bytes)
-            self._loops.append(pending.launch.kernel)
-        if pending.new:
-            for key, a in pending.new.items():
-                self._arrays[key] = _TrackedArray(a)
-            keys, seen = self._seen
-            self._seen = (keys | frozenset(pending.new),
-                          seen + tuple(pending.new.values()))
-        for key in pending.copies:
-            tracked = self._arrays[key]
-            if key not in copies:
-                copies[key] = arrays.copy(tracked.array)
-            tracked.snapshots[tracked.version] = copies[key]
-            self._snapshot_bytes += tape_report.nbytes(copies[key])
-        if pending.copies:
-            self._note_bytes()
-
-    def _note_bytes(self):
-        """Update the peak of the snapshot bytes (the tape's and its loops')."""
-        now = self._snapshot_bytes + sum(loop.snapshot_bytes for loop in self._loops)
-        self._peak_bytes = max(self._peak_bytes, now)
-
-    def _advance(self, launch):
-        """Every array the launch writes starts a new version."""
-        for key in {launch.keys[i] for i in launch.plan.written}:
-            if key is not None:
-                self._arrays[key].version += 1
-
-    def _overwrite_error(self, launch, i, reader):
-        what = f"argument '{launch.arg_name(i)}' ({arrays.describe(launch.args[i])})"
-        if reader.launch == launch.index:
-            head = (f"{_sentence(launch.describe())} reads and overwrites {what} "
-                    "in place, and its adjoint needs the contents from before the "
-                    "call.")
-        else:
-            earlier = self._launches[reader.launch]
-            head = (f"{_sentence(launch.describe())} would overwrite {what}, which "
-                    f"{earlier.describe()} read as argument "
-                    f"'{earlier.arg_name(reader.arg)}' and needs for its adjoint.")
-        return DifferentiationError(
-            head + " The tape was created with copy_inputs=False, so it keeps no "
-            "copies: use kadj.Tape() to let it copy, or write into a different array.")
-
-    def _register(self, launch):
-        plan = launch.plan
-        for i, key in enumerate(launch.keys):
-            if key is not None:
-                tracked = self._arrays[key]
-                tracked.last = (launch.index, i)
-                if tracked.first is None:
-                    tracked.first = (launch.index, i)
-        for i in plan.read:
-            key = launch.keys[i]
-            if key is not None:
-                readers = self._arrays[key].readers
-                readers.setdefault(launch.versions[i], []).append(
-                    _Reader(launch.index, i))
-        for i in plan.adjoint_args:
-            if launch.keys[i] is not None:
-                self._differentiable.add(launch.keys[i])
-        self._launches.append(launch)
-
     # --------------------------------------------------------------- backward
 
     @_serialized
@@ -584,111 +343,7 @@ class Tape:
         ``seeds`` is a list of ``(array, cotangent)`` pairs, each cotangent the
         shape of its array.  Gradients add up over calls until :meth:`zero`.
         """
-        if not self._launches:
-            raise DifferentiationError(
-                "The tape has recorded no launches; call kernels inside "
-                "'with tape:' before calling tape.backward().")
-        self._check_fingerprints()
-        seeded = {}
-        for key, cotangent in self._seeds(loss, seeds):
-            array = self._arrays[key].array
-            seeded.setdefault(key, np.zeros(tuple(array.shape), np.dtype(array.dtype)))
-            seeded[key] += cotangent
-        buffers = {key: arrays.like(self._arrays[key].array, host)
-                   for key, host in seeded.items()}
-        scalars = {}
-        for launch in reversed(self._launches):
-            self._replay(launch, buffers, scalars)
-        for key, buffer in buffers.items():
-            host = arrays.to_host(buffer)
-            if key in self._grads:
-                self._grads[key] = self._grads[key] + host
-            else:
-                self._grads[key] = host
-        for slot, buffer in scalars.items():
-            self._scalar_grads[slot] = self._scalar_grads.get(slot, 0.0) + buffer[0]
-        self._has_gradients = True
-
-    def _seeds(self, loss, seeds):
-        if loss is None and seeds is None:
-            raise DifferentiationError(
-                "tape.backward() needs something to differentiate: pass a 1-element "
-                "loss array, or seeds=[(array, cotangent), ...].")
-        pairs = []
-        if loss is not None:
-            self._recorded_float_key(loss, "the loss")
-            if int(np.prod(loss.shape)) != 1:
-                raise DifferentiationError(
-                    f"tape.backward(loss) needs a 1-element loss array, but got an "
-                    f"array of shape {tuple(loss.shape)}; pass seeds=[(array, "
-                    "cotangent)] to seed a larger output.")
-            pairs.append((loss, np.ones(tuple(loss.shape), np.dtype(loss.dtype))))
-        for pair in seeds or ():
-            if len(pair) != 2:
-                raise DifferentiationError(
-                    "Each seed must be an (array, cotangent) pair.")
-            array, cotangent = pair
-            self._recorded_float_key(array, "a seeded array")
-            cotangent = arrays.to_host(cotangent) if arrays.is_array(cotangent) else \
-                np.asarray(cotangent)
-            if tuple(cotangent.shape) != tuple(array.shape):
-                raise DifferentiationError(
-                    f"A seed's cotangent has shape {cotangent.shape}, but its array "
-                    f"has shape {array.shape}; they must match.")
-            pairs.append((array, cotangent.astype(array.dtype)))
-        return [(arrays.memory_key(a), ct) for a, ct in pairs]
-
-    def _recorded_float_key(self, array, what):
-        if not arrays.is_array(array) or arrays.memory_key(array) not in self._arrays:
-            raise DifferentiationError(
-                f"The tape never saw {what} ({arrays.describe(array)}): seed only arrays "
-                "that recorded launches wrote or read (the same array object or an "
-                "identical view).")
-        if np.dtype(array.dtype).kind != "f":
-            raise DifferentiationError(
-                f"{_sentence(what)} has dtype {array.dtype}; only floating-point "
-                "arrays can be seeded.")
-
-    def _replay(self, launch, buffers, scalars):
-        plan = launch.plan
-        args = tuple(self._pre_call(launch, i) for i in range(len(launch.args)))
-        adjoints, extra, seen = [], [], set()
-        for i in plan.adjoint_args:
-            key = launch.keys[i]
-            if key is None:
-                buffer = np.zeros(1, dtype=np.asarray(launch.args[i]).dtype)
-                scalars[(launch.index, i)] = buffer
-            elif key in seen:
-                # the same read-only array passed twice: its own buffer, added after
-                buffer = arrays.zeros_like(buffers[key])
-                extra.append((key, buffer))
-            else:
-                seen.add(key)
-                buffer = buffers.get(key)
-                if buffer is None:
-                    buffer = buffers[key] = arrays.zeros_like(self._arrays[key].array)
-            adjoints.append(buffer)
-        kwargs = {"adj_return": 0.0} if plan.returns_value else {}
-        if launch.config is None:
-            launch.kernel.adjoint(*args, *adjoints, **kwargs)
-        else:
-            launch.kernel.adjoint[launch.config](*args, *adjoints)
-        for key, buffer in extra:
-            arrays.add_into(buffers[key], buffer)
-
-    def _pre_call(self, launch, i):
-        key = launch.keys[i]
-        if key is None:
-            return launch.args[i]
-        tracked = self._arrays[key]
-        contents = tracked.contents(launch.versions[i])
-        if contents is not None:
-            return contents
-        if i not in launch.plan.read:
-            return tracked.array  # the adjoint does not read it; any contents do
-        raise InternalError(
-            f"the tape lost the pre-call contents of argument '{launch.arg_name(i)}' "
-            f"of {launch.describe()}")
+        self._backward(loss, seeds)
 
     # -------------------------------------------------------------- gradients
 
@@ -779,77 +434,71 @@ class Tape:
             if self._note_bytes in loop.memory_listeners:
                 loop.memory_listeners.remove(self._note_bytes)
         self._loops = []                 # checkpointed loops recorded, for the report
-        self._seen = (frozenset(), ())   # the arrays' keys and arrays, read unlocked
+        self._index = ArrayIndex()       # the arrays by identity and by span
         self._differentiable = set()
         self._has_gradients = False
         self.zero()
 
 
-# ------------------------------------------------------------------- arrays
 
 
-class _Prints:
-    """The fingerprints of one launch's array arguments, each computed once for all
-    the tapes recording it: before the launch, and after it for the written ones."""
-
-    def __init__(self, args):
-        self.args = args
-        self.pre = {}
-        self.post = {}
-
-    def before(self, i):
-        if i not in self.pre:
-            self.pre[i] = fingerprint(self.args[i])
-            for j, a in enumerate(self.args):
-                if a is self.args[i]:
-                    self.pre[j] = self.pre[i]
-        return self.pre[i]
-
-    def written(self, written):
-        self.changed = written
-
-    def after(self, i):
-        if i not in self.post:
-            self.post[i] = fingerprint(self.args[i]) if i in self.changed \
-                else self.before(i)
-        return self.post[i]
-
-
-def _overlaps(a, b):
-    """Do ``a`` and ``b`` share memory?  An overlap the bounded test cannot rule out
-    counts as one."""
+def _record_on(tapes, kernel, args, config, plan, run):
+    """Record one launch on ``tapes`` (their locks held) and run it unless not ``run``."""
+    if _entered and not (len(tapes) == 1 and len(_entered) == 1 and tapes[0] in _entered) \
+            and _others_entered(tapes):
+        _check_other_threads(kernel, args, tapes)
+    if len(tapes) == 1:
+        return _record_one(tapes[0], kernel, args, config, plan, run)
+    # every tape checks the launch before any of them changes
+    pending = [tape._prepare(kernel, args, config, plan) for tape in tapes]
+    prints = Prints(args)
+    for tape, p in zip(tapes, pending):
+        if tape.check_unrecorded_changes:
+            tape._verify(p, prints)
+    copies = {}
+    for tape, p in zip(tapes, pending):
+        tape._commit(p, copies)
     try:
-        return arrays.overlap(a, b)
-    except arrays.Undecided:
-        return True
+        result = None if not run else kernel.forward(*args) if config is None \
+            else kernel.forward(config, *args)
+    finally:
+        for tape, p in zip(tapes, pending):
+            tape._advance(p)
+    prints.written(plan.written)
+    for tape, p in zip(tapes, pending):
+        tape._register(p)
+        if tape.check_unrecorded_changes:
+            tape._refresh(p, prints)
+    return result
 
 
-def _sentence(text):
-    return text[:1].upper() + text[1:]
+def _record_one(tape, kernel, args, config, plan, run):
+    """:func:`_record_on` for one tape, step for step."""
+    pending = tape._prepare(kernel, args, config, plan)
+    prints = Prints(args)
+    checked = tape.check_unrecorded_changes
+    if checked:
+        tape._verify(pending, prints)
+    tape._commit(pending, {})
+    try:
+        result = None if not run else kernel.forward(*args) if config is None \
+            else kernel.forward(config, *args)
+    finally:
+        tape._advance(pending)
+    prints.written(plan.written)
+    tape._register(pending)
+    if checked:
+        tape._refresh(pending, prints)
+    return result
 
 
-def _holds_array(a):
-    return next(arrays.arrays_in(a), None) is not None
-
-
-def _check_value(plan, index, i, a):
-    """Refuse a non-array argument that holds arrays the tape could not track."""
-    if _holds_array(a):
-        raise DifferentiationError(
-            f"The tape cannot record launch #{index} of kernel '{plan.kernel_name}': "
-            f"argument '{plan.arg_names[i]}' is a {type(a).__name__} holding arrays, "
-            "which the tape cannot track. Pass the arrays as separate arguments.")
-    return None
-
-
-def _check_aliasing(plan, index, keys):
-    """Refuse one launch passing the same array twice when it writes it."""
-    for i in plan.written:
-        for j, key in enumerate(keys):
-            if j != i and key is not None and key == keys[i]:
-                raise DifferentiationError(
-                    f"Launch #{index} of kernel '{plan.kernel_name}' passes the same "
-                    f"array as arguments '{plan.arg_names[min(i, j)]}' and "
-                    f"'{plan.arg_names[max(i, j)]}' and writes it; the adjoint "
-                    "assumes written arrays are distinct from the other arguments. "
-                    "Pass a copy for one of them.")
+def custom_step(forward, adjoint, reads=(), writes=(), *, name=None, values=False):
+    """Run ``forward()`` and record it, with its adjoint, on the active tape (see
+    :meth:`kadj.Tape.record_custom` for the arguments); without an active tape, just
+    run ``forward()``.  Inside :func:`kadj.checkpointed_loop` steps, use this rather
+    than ``tape.record_custom``: the loop re-runs the step when it recomputes it."""
+    step = CustomStep(forward, adjoint, reads, writes, name=name, values=values)
+    tape = active()
+    if tape is None:
+        return step.fn()
+    return tape.record(step, step.arrays)

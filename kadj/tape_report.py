@@ -15,6 +15,8 @@ __all__ = ["LoopReport", "MemoryReport", "nbytes", "scalar_total"]
 
 def nbytes(a):
     """Bytes held by an array of any kind kadj accepts."""
+    if type(a) is np.ndarray:
+        return a.nbytes
     shape, dtype = tuple(a.shape), np.dtype(a.dtype)
     return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 

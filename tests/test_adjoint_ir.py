@@ -222,7 +222,7 @@ def test_show_prints_the_adjoint_ir_stage(tmp_path, capsys):
     assert main(["show", f"{src}:heat", "--args", "np.ones(6), np.zeros(6), 0.5",
                  "--stage", "adjoint-ir"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("# ---- adjoint IR (scatter) ----\nFunction(name='heat_adjoint'")
+    assert out.startswith("# ---- scatter ----\nFunction(name='heat_adjoint'")
     assert "ReverseLoop(strategy='ascending'" in out
     assert "Consume(target=AdjElem(adj_u_new[i])" in out
     assert "def heat_adjoint" not in out   # the IR, not the source

@@ -191,6 +191,12 @@ TEST_FILE_ARGS = {
     "test_cuda_gpu": lambda m, r: {n: f(r)[2] for n, f in m.KERNELS.items()},
     "test_cuda_launch_dims": lambda m, r: m._args(r),
     "test_adjoint_ir": lambda m, r: {n: f(r) for n, f in m.CUDA_ARGS.items()},
+    "test_stages": lambda m, r: {
+        "cuda_carried": [r.random(16), np.zeros(16), 3],
+        "cuda_block_sum": [r.random(16), np.zeros(1)],
+        "cuda_tiled_dot": [r.random(16), r.random(4), np.zeros(16)],
+        "cuda_local_stages": [r.random(16), np.zeros(16)],
+        "cuda_square_own": [r.random(16)]},
     "test_singular": lambda m, r: {"cuda_families": [r.random(9), r.random(9),
                                                      np.zeros(9)],
                                    "cuda_ptx_families": [r.random(9), r.random(9),

@@ -113,3 +113,24 @@ def _replace(s, arr, cell, ids):
         return [dataclasses.replace(
             s, body=tuple(x for y in s.body for x in _replace(y, arr, cell, ids)))]
     return [s]
+
+
+def owned_shared(kernel, shared):
+    """{shared array: index operands} for the shared arrays every thread writes only at
+    its own element (``sm[threadIdx.x]``): a thread can save and restore that element."""
+    from .indexing import ThreadIndex
+    index = ThreadIndex.of(kernel)
+    keys = {}
+    for st in ir.walk(kernel.body):
+        if isinstance(st, ir.Store) and st.array.name in shared:
+            if st.accumulate:
+                keys.setdefault(st.array.name, set()).add(None)
+                continue
+            keys.setdefault(st.array.name, set()).add(
+                index.owned_key(st.index, index.local, index.block_ndim))
+    out = {}
+    for name, ks in keys.items():
+        if len(ks) == 1 and None not in ks:
+            key = next(iter(ks))
+            out[name] = tuple(ir.Var(v) if kind == "c" else ir.Const(v) for kind, v in key)
+    return out

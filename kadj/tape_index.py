@@ -1,0 +1,137 @@
+"""The arrays a :class:`kadj.Tape` tracks, indexed for fast lookup.
+
+:class:`ArrayIndex` answers the two questions every recorded launch asks of each of its
+array arguments, in time that does not grow with the number of arrays the tape has
+seen:
+
+- *which tracked array is it?*  Arrays are tracked by their exact memory view
+  (:func:`kadj.arrays.memory_key`).  Computing that key reads the array's interface
+  (a few microseconds), so the key of each tracked array object is remembered by the
+  object's identity, and reused while the object's shape, strides and dtype are still
+  the ones the key was made from (an ndarray's data pointer cannot change; its shape,
+  strides and dtype can be set in place, and then the key is computed again).  The
+  index holds a reference to each tracked array, so an identity is never reused while
+  it is remembered.
+- *does a new array overlap a tracked one without being the same view?*  The tracked
+  arrays' byte spans (:func:`kadj.arrays.span`) are kept, per memory space, as sorted
+  disjoint *segments*, each the union of the spans that meet; a new array is compared
+  only with the arrays of the segments its span meets (a bisection finds them), first
+  by span, then with the exact bounded test (:func:`kadj.arrays.overlap`, which runs
+  ``np.shares_memory`` only when ``np.may_share_memory`` says the arrays may meet).
+  Interleaved views (``a[::2]`` and ``a[1::2]``) share a segment and get the exact test.
+
+The index has its own small lock, held only while it is read or changed and never
+while another lock is taken, so that a launch in another thread can ask whether it
+touches an array of a tape that is recording (:func:`kadj.tape.check_unrecorded`).
+"""
+from __future__ import annotations
+
+import bisect
+import threading
+
+import numpy as np
+
+from . import arrays
+
+__all__ = ["ArrayIndex", "overlaps"]
+
+
+def overlaps(a, b):
+    """Do ``a`` and ``b`` share memory?  An overlap the bounded test cannot rule out
+    counts as one."""
+    try:
+        return arrays.overlap(a, b)
+    except arrays.Undecided:
+        return True
+
+
+class _Segment:
+    """Tracked arrays whose byte spans meet, and the bytes ``[lo, hi)`` they cover."""
+
+    __slots__ = ("lo", "hi", "members")
+
+    def __init__(self, lo, hi, members):
+        self.lo, self.hi, self.members = lo, hi, members   # members: [(lo, hi, array)]
+
+
+class ArrayIndex:
+    """Tracked arrays by identity (for their keys) and by byte span (for overlaps)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._ids = {}       # id(array) -> (array, shape, strides, dtype, key, entry)
+        self._keys = set()   # the keys of the indexed arrays
+        self._spaces = {}    # memory space -> ([segment lo], [_Segment]), sorted by lo
+
+    def __len__(self):
+        return len(self._keys)
+
+    def find(self, a):
+        """(key, entry) of array ``a``: its memory key (:func:`kadj.arrays.memory_key`)
+        and the entry it was indexed with, found by identity for an indexed NumPy
+        array object; ``(key, None)`` otherwise."""
+        hit = self._ids.get(id(a))
+        if hit is not None and hit[0] is a and a.shape == hit[1] and \
+                a.strides == hit[2] and a.dtype is hit[3]:
+            return hit[4], hit[5]
+        return arrays.memory_key(a), None
+
+    def __contains__(self, key):
+        return key in self._keys
+
+    def add(self, key, a, entry):
+        """Index the array ``a`` with key ``key`` and ``entry`` (what :meth:`find`
+        returns with the key)."""
+        space, lo, hi = arrays.span(a)
+        with self._lock:
+            self._keys.add(key)
+            if type(a) is np.ndarray:
+                self._ids[id(a)] = (a, a.shape, a.strides, a.dtype, key, entry)
+            if lo == hi:
+                return                   # an empty array overlaps nothing
+            starts, segments = self._spaces.setdefault(space, ([], []))
+            first, last = self._meeting(starts, segments, lo, hi)
+            members = [(lo, hi, a)]
+            for seg in segments[first:last]:
+                lo, hi = min(lo, seg.lo), max(hi, seg.hi)
+                members.extend(seg.members)
+            starts[first:last] = [lo]
+            segments[first:last] = [_Segment(lo, hi, members)]
+
+    @staticmethod
+    def _meeting(starts, segments, lo, hi):
+        """The range of segments meeting the bytes ``[lo, hi)``."""
+        first = bisect.bisect_right(starts, lo) - 1
+        if first < 0 or segments[first].hi <= lo:
+            first += 1
+        last = first
+        while last < len(segments) and segments[last].lo < hi:
+            last += 1
+        return first, last
+
+    def overlapping(self, a, extra=()):
+        """An indexed array (or one of ``extra``) that shares memory with ``a``, or
+        None.  ``a`` itself must not be indexed under its own key."""
+        space, lo, hi = arrays.span(a)
+        if lo == hi:
+            return None
+        with self._lock:
+            found = self._spaces.get(space)
+            candidates = []
+            if found is not None:
+                starts, segments = found
+                first, last = self._meeting(starts, segments, lo, hi)
+                for seg in segments[first:last]:
+                    candidates.extend(b for blo, bhi, b in seg.members
+                                      if blo < hi and lo < bhi)
+        for b in candidates:
+            if overlaps(a, b):
+                return b
+        for b in extra:
+            if overlaps(a, b):
+                return b
+        return None
+
+    def touches(self, a):
+        """Is ``a`` an indexed array, or does it overlap one?"""
+        return arrays.memory_key(a) in self._keys or self.overlapping(a) is not None

@@ -1,0 +1,374 @@
+"""Versions of the arrays a :class:`kadj.Tape` records: which launch read which
+contents, the copies kept for the adjoints, and the fingerprints that detect
+unrecorded changes.
+
+:class:`Versions` is the part of :class:`kadj.Tape` that checks a launch against the
+tape (:meth:`Versions._prepare`, which changes nothing), commits it (tracks its new
+arrays, keeps the copies its adjoint or an earlier one needs) and registers it once
+it ran.  Per array: every recorded write starts a new version; a version is copied
+before it is overwritten when this launch or an earlier one reads it; the newest
+version is the live array.  Lookups go through :class:`kadj.tape_index.ArrayIndex`,
+so the cost of a launch does not grow with the number of arrays the tape has seen.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from . import arrays, tape_report
+from .errors import DifferentiationError
+from .fingerprint import fingerprint
+
+__all__ = ["Launch", "Versions"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One recorded launch.
+
+    kernel:    the differentiated kernel.
+    args:      the arguments as passed (arrays by reference, scalars by value).
+    config:    the launch configuration (grid, block, stream); None on the CPU.
+    plan:      the kernel's adjoint plan for these arguments.
+    index:     position on the tape, from 0.
+    keys:      per argument, the tracked array's key, or None for a scalar.
+    versions:  per argument, the array's version before the call, or None.
+    """
+
+    kernel: object
+    args: tuple
+    config: object = None
+    plan: object = field(default=None, kw_only=True)
+    index: int = field(default=0, kw_only=True)
+    keys: tuple = field(default=(), kw_only=True)
+    versions: tuple = field(default=(), kw_only=True)
+
+    def describe(self):
+        return f"launch #{self.index} (kernel '{self.plan.kernel_name}')"
+
+    def arg_name(self, i):
+        return self.plan.arg_names[i]
+
+
+_new_launch = Launch.__new__
+
+
+def make_launch(kernel, args, config, plan, index, keys, versions):
+    """``Launch(...)`` without the frozen dataclass's per-field ``__setattr__`` calls
+    (the same object, built in a fraction of the time)."""
+    launch = _new_launch(Launch)
+    launch.__dict__.update(kernel=kernel, args=args, config=config, plan=plan,
+                           index=index, keys=keys, versions=versions)
+    return launch
+
+
+class Reader(NamedTuple):
+    """A recorded launch that reads one version of an array, as argument ``arg``."""
+
+    launch: int
+    arg: int
+
+
+class TrackedArray:
+    """Mutable bookkeeping for one array the tape has seen."""
+
+    __slots__ = ("array", "version", "snapshots", "readers", "fingerprint", "first",
+                 "last")
+
+    def __init__(self, array):
+        self.array = array        # the live array (a reference keeps its memory)
+        self.version = 0          # bumped by every recorded launch that writes it
+        self.snapshots = {}       # version -> copy of the contents of that version
+        self.readers = {}         # version -> [Reader]
+        self.fingerprint = None   # of the newest version's contents, when checked
+        self.first = None         # (launch, arg): the first recorded use
+        self.last = None          # (launch, arg): the latest recorded use
+
+    def contents(self, version):
+        if version in self.snapshots:
+            return self.snapshots[version]
+        if version == self.version:
+            return self.array
+        return None
+
+
+class Pending:
+    """A launch checked against one tape, not yet recorded on it.
+
+    new:     key -> array, for the arrays this launch shows the tape first.
+    copies:  keys of the written arrays whose current contents must be kept.
+    entries: per argument, its :class:`TrackedArray` (None for a value; for a new
+             array, None until the launch is committed)."""
+
+    __slots__ = ("launch", "new", "copies", "entries")
+
+    def __init__(self, launch, new, copies, entries):
+        self.launch, self.new, self.copies, self.entries = launch, new, copies, entries
+
+
+class Prints:
+    """The fingerprints of one launch's array arguments, each computed once for all
+    the tapes recording it: before the launch, and after it for the written ones."""
+
+    __slots__ = ("args", "pre", "post", "changed")
+
+    def __init__(self, args):
+        self.args = args
+        self.pre = {}
+        self.post = {}
+        self.changed = frozenset()
+
+    def before(self, i):
+        pre = self.pre.get(i)
+        if pre is None:
+            a = self.args[i]
+            pre = fingerprint(a)
+            for j, b in enumerate(self.args):
+                if b is a:
+                    self.pre[j] = pre
+        return pre
+
+    def written(self, written):
+        self.changed = written
+
+    def after(self, i):
+        post = self.post.get(i)
+        if post is None:
+            post = self.post[i] = fingerprint(self.args[i]) if i in self.changed \
+                else self.before(i)
+        return post
+
+
+# the types of values that are certainly not arrays and hold none
+_PLAIN = frozenset([int, float, complex, bool, np.bool_, np.float16, np.float32,
+                    np.float64, np.complex64, np.complex128, np.int8, np.int16, np.int32,
+                    np.int64, np.uint8, np.uint16, np.uint32, np.uint64])
+
+
+class Versions:
+    """The array bookkeeping of :class:`kadj.Tape` (state set up by ``Tape.reset``:
+    ``_arrays`` key -> :class:`TrackedArray`, ``_index``, ``_launches``, ...)."""
+
+    def _prepare(self, kernel, args, config, plan):
+        """Check the launch against this tape without changing the tape."""
+        index = len(self._launches)
+        new = {}
+        keys, entries = [], []
+        for i, a in enumerate(args):
+            if type(a) in _PLAIN:
+                key = entry = None
+            elif arrays.is_array(a):
+                key, entry = self._track(plan, index, i, a, new)
+            else:
+                key = entry = _check_value(plan, index, i, a)
+            keys.append(key)
+            entries.append(entry)
+        keys = tuple(keys)
+        _check_aliasing(plan, index, keys)
+        versions = tuple(None if k is None else e.version if e is not None else 0
+                         for k, e in zip(keys, entries))
+        launch = make_launch(kernel, args, config, plan, index, keys, versions)
+        copies = []
+        for i in sorted(plan.written):
+            key = self._to_preserve(launch, i, entries[i])
+            if key is not None:
+                copies.append(key)
+        return Pending(launch, new, tuple(copies), entries)
+
+    def _track(self, plan, index, i, a, new):
+        """The key of array argument ``i`` and its :class:`TrackedArray` (None for
+        an array the tape has not seen: it goes in ``new``)."""
+        key, entry = self._index.find(a)
+        if entry is None:
+            entry = self._arrays.get(key)
+        if entry is not None or key in new:
+            return key, entry
+        other = self._index.overlapping(a, tuple(new.values()))
+        if other is not None:
+            raise DifferentiationError(
+                f"Launch #{index} of kernel '{plan.kernel_name}' passes argument "
+                f"'{plan.arg_names[i]}' ({arrays.describe(a)}), which overlaps in "
+                f"memory an array the tape has already seen "
+                f"({arrays.describe(other)}) "
+                "without being the same view of it. The tape tracks arrays by "
+                "their exact memory view: pass the same array (or an identical "
+                "view) every time, or copy the view before the launch.")
+        new[key] = a
+        return key, None
+
+    def _to_preserve(self, launch, i, tracked):
+        """The key of written argument ``i`` if its pre-call contents must be kept
+        (``tracked``: its :class:`TrackedArray`, None for a new array)."""
+        key = launch.keys[i]
+        if key is None:
+            return None
+        version = launch.versions[i]
+        if tracked is not None and version in tracked.snapshots:
+            return None
+        needs = list(tracked.readers.get(version, ())) if tracked is not None else []
+        if i in launch.plan.read:
+            needs.append(Reader(launch.index, i))
+        if not needs:
+            return None
+        if not self.copy_inputs:
+            raise self._overwrite_error(launch, i, needs[0])
+        return key
+
+    def _overwrite_error(self, launch, i, reader):
+        what = f"argument '{launch.arg_name(i)}' ({arrays.describe(launch.args[i])})"
+        if reader.launch == launch.index:
+            head = (f"{sentence(launch.describe())} reads and overwrites {what} "
+                    "in place, and its adjoint needs the contents from before the "
+                    "call.")
+        else:
+            earlier = self._launches[reader.launch]
+            head = (f"{sentence(launch.describe())} would overwrite {what}, which "
+                    f"{earlier.describe()} read as argument "
+                    f"'{earlier.arg_name(reader.arg)}' and needs for its adjoint.")
+        return DifferentiationError(
+            head + " The tape was created with copy_inputs=False, so it keeps no "
+            "copies: use kadj.Tape() to let it copy, or write into a different array.")
+
+    # -- fingerprints of unrecorded changes
+    def _verify(self, pending, prints):
+        """Compare the launch's tracked arrays with their fingerprints; note the first
+        change made outside recorded launches (``backward`` raises it)."""
+        if self._unrecorded is not None:
+            return
+        for i, tracked in enumerate(pending.entries):
+            if tracked is not None and tracked.fingerprint is not None and \
+                    prints.before(i) != tracked.fingerprint:
+                self._unrecorded = self._changed_error(
+                    tracked, f"at {pending.launch.describe()}")
+                return
+
+    def _refresh(self, pending, prints):
+        """Fingerprint the newest contents of the arrays the launch wrote or showed
+        the tape first."""
+        written = pending.launch.plan.written
+        for i, tracked in enumerate(pending.entries):
+            if tracked is not None and (i in written or tracked.fingerprint is None):
+                tracked.fingerprint = prints.after(i)
+
+    def _check_fingerprints(self):
+        if self.check_unrecorded_changes and self._unrecorded is None:
+            for tracked in self._arrays.values():
+                if tracked.fingerprint is not None and \
+                        fingerprint(tracked.array) != tracked.fingerprint:
+                    self._unrecorded = self._changed_error(
+                        tracked, "at tape.backward(), after the last recorded launch")
+                    break
+        if self._unrecorded is not None:
+            raise self._unrecorded
+
+    def _changed_error(self, tracked, where):
+        launch = self._launches[tracked.last[0]]
+        return DifferentiationError(
+            f"Argument '{launch.arg_name(tracked.last[1])}' of {launch.describe()} "
+            f"({arrays.describe(tracked.array)}) was changed outside the recorded "
+            f"launches after that launch (detected {where}). The tape sees only "
+            "recorded launches and would treat the change as the identity, giving a "
+            "wrong gradient. Record the change with its adjoint, with "
+            "tape.record_custom(forward, adjoint, reads=..., writes=...) "
+            "(kadj.custom_step inside kadj.checkpointed_loop), or make it on a copy "
+            "of the array and pass the copy to later launches; then record the "
+            "sequence again.")
+
+    # -- committing and registering
+    def _commit(self, pending, copies):
+        """Track the new arrays and keep the copies; ``copies`` (key -> copy) is
+        shared by the tapes recording the same launch."""
+        listeners = getattr(pending.launch.kernel, "memory_listeners", None)
+        if listeners is not None and self._note_bytes not in listeners:
+            listeners.append(self._note_bytes)
+            self._loops.append(pending.launch.kernel)
+        if pending.new:
+            for key, a in pending.new.items():
+                self._arrays[key] = entry = TrackedArray(a)
+                self._index.add(key, a, entry)
+            entries, keys = pending.entries, pending.launch.keys
+            for i, key in enumerate(keys):
+                if key is not None and entries[i] is None:
+                    entries[i] = self._arrays[key]
+        for key in pending.copies:
+            tracked = self._arrays[key]
+            if key not in copies:
+                copies[key] = arrays.copy(tracked.array)
+            tracked.snapshots[tracked.version] = copies[key]
+            self._snapshot_bytes += tape_report.nbytes(copies[key])
+        if pending.copies:
+            self._note_bytes()
+
+    def _note_bytes(self):
+        """Update the peak of the snapshot bytes (the tape's and its loops')."""
+        now = self._snapshot_bytes
+        if self._loops:
+            now += sum(loop.snapshot_bytes for loop in self._loops)
+        if now > self._peak_bytes:
+            self._peak_bytes = now
+
+    def _advance(self, pending):
+        """Every array the launch writes starts a new version."""
+        entries = pending.entries
+        done = set()
+        for i in pending.launch.plan.written:
+            tracked = entries[i]
+            if tracked is not None and id(tracked) not in done:
+                tracked.version += 1
+                done.add(id(tracked))
+
+    def _register(self, pending):
+        launch, entries = pending.launch, pending.entries
+        plan, index = launch.plan, launch.index
+        for i, t in enumerate(entries):
+            if t is not None:
+                t.last = (index, i)
+                if t.first is None:
+                    t.first = (index, i)
+        for i in plan.read:
+            t = entries[i]
+            if t is not None:
+                readers = t.readers
+                version = launch.versions[i]
+                if version in readers:
+                    readers[version].append(Reader(index, i))
+                else:
+                    readers[version] = [Reader(index, i)]
+        differentiable = self._differentiable
+        for i in plan.adjoint_args:
+            if entries[i] is not None:
+                differentiable.add(launch.keys[i])
+        self._launches.append(launch)
+
+
+def sentence(text):
+    return text[:1].upper() + text[1:]
+
+
+def _holds_array(a):
+    return next(arrays.arrays_in(a), None) is not None
+
+
+def _check_value(plan, index, i, a):
+    """Refuse a non-array argument that holds arrays the tape could not track."""
+    if _holds_array(a):
+        raise DifferentiationError(
+            f"The tape cannot record launch #{index} of kernel '{plan.kernel_name}': "
+            f"argument '{plan.arg_names[i]}' is a {type(a).__name__} holding arrays, "
+            "which the tape cannot track. Pass the arrays as separate arguments.")
+    return None
+
+
+def _check_aliasing(plan, index, keys):
+    """Refuse one launch passing the same array twice when it writes it."""
+    for i in plan.written:
+        for j, key in enumerate(keys):
+            if j != i and key is not None and key == keys[i]:
+                raise DifferentiationError(
+                    f"Launch #{index} of kernel '{plan.kernel_name}' passes the same "
+                    f"array as arguments '{plan.arg_names[min(i, j)]}' and "
+                    f"'{plan.arg_names[max(i, j)]}' and writes it; the adjoint "
+                    "assumes written arrays are distinct from the other arguments. "
+                    "Pass a copy for one of them.")

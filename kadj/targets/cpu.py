@@ -1,0 +1,67 @@
+"""The CPU target: ``@numba.njit`` kernels, adjoints compiled with ``numba.njit``.
+
+Typing: numba's CPU typing and target contexts (:func:`kadj.frontend.type_cpu_kernel`);
+no preparation rewrite; the adjoint is written by :func:`kadj.reverse.write_adjoint`,
+saved in kadj's disk cache and compiled by numba with the kernel's own options (and
+numba's own disk cache).  The tape of a reversed loop is a heap array that grows
+("growable"); adjoint contributions are plain ``+=`` ("plain").
+"""
+from __future__ import annotations
+
+from .. import codegen, frontend, reverse, structurize
+from .base import CompiledAdjoint, Prepared, Target, Written
+
+_JIT_OPTIONS_KEPT = ("fastmath", "error_model", "boundscheck", "nogil")
+
+
+def _recognises(dispatcher):
+    return frontend.is_jitted(dispatcher) and "cuda" not in type(dispatcher).__module__
+
+
+def _typeof(dispatcher, value):
+    return dispatcher.typeof_pyval(value)
+
+
+def jit_options(dispatcher):
+    opts = getattr(dispatcher, "targetoptions", {}) or {}
+    kept = {k: opts[k] for k in _JIT_OPTIONS_KEPT if k in opts}
+    # IEEE arithmetic: a singular partial (sqrt at 0) gives inf/nan, never an exception
+    kept["error_model"] = "numpy"
+    return kept
+
+
+def _type_kernel(dispatcher, arg_types):
+    return frontend.type_cpu_kernel(dispatcher, arg_types)
+
+
+def _prepare(kernel, plan):
+    return Prepared(kernel)
+
+
+def _write(prepared, facts, plan, options):
+    slot_names = tuple(plan.arg_names[i] for i in plan.adjoint_args)
+    return Written(reverse.write_adjoint(prepared.kernel, facts, slot_names,
+                                         plan.returns_value))
+
+
+def _compile(written, plan, typed, key, request):
+    adj = written.adjoint
+    files = codegen.source_files(typed.func_ir)
+    pyfn, disk = codegen.build(adj, plan, key, files, func_ir=typed.func_ir)
+    return CompiledAdjoint(plan, adj.source, *codegen.jit(pyfn, disk, request.jit_options))
+
+
+def _load(key, request):
+    cached = codegen.load_cached(key)
+    if cached is None:
+        return None
+    plan, source, pyfn, _report = cached
+    return CompiledAdjoint(plan, source, *codegen.jit(pyfn, True, request.jit_options))
+
+
+CPU = Target(
+    name="cpu", title="CPU", recognises=_recognises,
+    kernel_class="kadj.kernel:DifferentiatedKernel",
+    typeof=_typeof, jit_options=jit_options, type_kernel=_type_kernel,
+    structurize=structurize.structurize, prepare=_prepare, write=_write, compile=_compile,
+    load=_load, options={}, returns_values=True, tape="growable", accumulation="plain")

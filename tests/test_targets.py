@@ -1,0 +1,235 @@
+"""Target descriptions (kadj/targets/), the import graph, and options refused.
+
+- the registry picks the target of a dispatcher (``@njit`` -> cpu, ``@cuda.jit`` -> cuda)
+  and each description says what the target supports;
+- kadj's import graph, function-level imports included, has no cycle, and api.py and
+  cuda_api.py do not import each other;
+- only the targets' own package and kadj/cuda/ name the CUDA kernel machinery when an
+  adjoint is built (the pipeline and the kernel object do not);
+- an option a target does not support is a clear error, never ignored.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import numpy as np
+import pytest
+from numba import cuda, njit
+
+import kadj
+from kadj import pipeline, targets
+
+KADJ = pathlib.Path(kadj.__file__).resolve().parent
+
+
+@njit
+def axpy(x, y, a):
+    for i in range(x.shape[0]):
+        y[i] = a * x[i] + y[i]
+
+
+def _axpy_cuda():
+    # defined in a function: module-level CUDA kernels of the test files must have
+    # example arguments in tests/test_cuda_verdict.py
+    @cuda.jit
+    def axpy_cuda(x, y, a):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            y[i] = a * x[i] + y[i]
+    return axpy_cuda
+
+
+axpy_cuda = _axpy_cuda()
+
+
+# ---- the import graph ----------------------------------------------------------------------
+def _module_name(path):
+    rel = path.relative_to(KADJ.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph():
+    """{kadj module: kadj modules it imports}, every import statement included (also
+    those inside functions), parsed with ast."""
+    modules = {_module_name(p): p for p in KADJ.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets_ = []
+            if isinstance(node, ast.Import):
+                targets_ = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[:len(base) - (node.level - 1)]
+                    mod = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                # a submodule imported by name, else the module itself
+                targets_ = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod
+                            for a in node.names]
+            for t in targets_:
+                if t in modules and t != name:
+                    edges.add(t)
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph):
+    state, stack = {}, []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_import_graph_has_no_cycle():
+    graph = import_graph()
+    assert "kadj.pipeline" in graph and "kadj.targets.cuda" in graph
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_api_and_cuda_api_do_not_import_each_other():
+    graph = import_graph()
+    assert "kadj.cuda_api" not in graph["kadj.api"]
+    assert "kadj.api" not in graph["kadj.cuda_api"]
+
+
+def test_pipeline_and_kernel_do_not_name_cuda():
+    """The stages, the common kernel object and the public API reach CUDA only through
+    the target: no import of, and no name from, the CUDA modules (their docstrings may
+    still document the CUDA options)."""
+    graph = import_graph()
+    for name in ("kadj.pipeline", "kadj.kernel", "kadj.api"):
+        assert not any(m.startswith("kadj.cuda") for m in graph[name]), (name, graph[name])
+        assert "kadj.targets.cuda" not in graph[name]
+        tree = ast.parse((KADJ / (name.split(".", 1)[1] + ".py")).read_text())
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | \
+            {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | \
+            {a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+             for a in n.names} | \
+            {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not [u for u in used if "cuda" in u.lower()], name
+
+
+# ---- the registry ----------------------------------------------------------------------------
+def test_registry_picks_the_target_of_a_dispatcher():
+    assert targets.for_dispatcher(axpy) is targets.get("cpu")
+    assert targets.for_dispatcher(axpy_cuda) is targets.get("cuda")
+    assert targets.for_dispatcher(axpy.py_func) is None
+    with pytest.raises(LookupError, match="no kadj target named 'tpu'"):
+        targets.get("tpu")
+
+
+def test_descriptions():
+    cpu, gpu = targets.get("cpu"), targets.get("cuda")
+    assert (cpu.tape, gpu.tape) == ("growable", "bounded")
+    assert (cpu.accumulation, gpu.accumulation) == ("plain", "atomic")
+    assert cpu.supports("wrt") and gpu.supports("wrt")
+    assert not cpu.supports("gather") and not cpu.supports("checkpoints")
+    assert gpu.supports("gather") and gpu.supports("checkpoints")
+    from kadj.cuda.writer import DEFAULT_SLOTS
+    assert gpu.options == {"checkpoints": DEFAULT_SLOTS, "gather": True}
+    assert cpu.returns_values and not gpu.returns_values
+    assert isinstance(kadj.differentiate(axpy), targets.kernel_class(cpu))
+    k = kadj.differentiate(axpy_cuda)
+    assert isinstance(k, targets.kernel_class(gpu))
+    assert isinstance(k, kadj.DifferentiatedKernel)     # one kernel object
+    with pytest.raises(Exception):                       # frozen
+        cpu.name = "other"
+    with pytest.raises(ValueError, match="tape policy"):
+        targets.Target(**{**{f: getattr(cpu, f) for f in cpu.__dataclass_fields__},
+                          "tape": "infinite"})
+
+
+def test_a_kernel_class_refuses_another_targets_kernel():
+    from kadj.cuda_api import CudaDifferentiatedKernel
+    with pytest.raises(TypeError, match="is a CUDA kernel, not a CPU one: differentiate "
+                                        "it with kadj.differentiate"):
+        kadj.DifferentiatedKernel(axpy_cuda)
+    with pytest.raises(TypeError, match="is a CPU kernel, not a CUDA one"):
+        CudaDifferentiatedKernel(axpy)
+    with pytest.raises(TypeError, match="expects a numba @njit or @cuda.jit function"):
+        kadj.differentiate(axpy.py_func)
+
+
+def test_cuda_kernel_is_importable_where_it_was():
+    from kadj.cuda_api import CudaDifferentiatedKernel
+    assert isinstance(kadj.differentiate(axpy_cuda), CudaDifferentiatedKernel)
+    assert kadj.api.DifferentiatedKernel is kadj.kernel.DifferentiatedKernel
+
+
+# ---- options honoured or refused ---------------------------------------------------------
+@pytest.mark.parametrize("option", [{"gather": True}, {"gather": False},
+                                    {"checkpoints": 8}])
+def test_cpu_kernel_refuses_cuda_options(option):
+    (name, value), = option.items()
+    with pytest.raises(kadj.DifferentiationError) as info:
+        kadj.differentiate(axpy, **option)
+    text = str(info.value)
+    assert "'axpy'" in text and f"{name}=" in text and "CPU kernels take: wrt" in text
+    assert f"leave out {name}=" in text
+    with pytest.raises(kadj.DifferentiationError, match=f"{name}="):
+        kadj.differentiate(**option)(axpy)          # decorator form
+    with pytest.raises(kadj.DifferentiationError, match=f"{name}="):
+        kadj.differentiate(kadj.differentiate(axpy), **option)   # already differentiated
+
+
+def test_options_not_given_are_the_defaults():
+    k = kadj.differentiate(axpy)
+    assert k.options == {}
+    c = kadj.differentiate(axpy_cuda)
+    assert (c.checkpoints, c.gather) == (24, True)
+    c = kadj.differentiate(axpy_cuda, checkpoints=6, gather=False)
+    assert (c.checkpoints, c.gather) == (6, False)
+    again = kadj.differentiate(c, wrt=("x",))       # options kept, wrt changed
+    assert (again.checkpoints, again.gather, again.wrt) == (6, False, ("x",))
+    assert kadj.differentiate(c) is c
+    with pytest.raises(ValueError, match="positive number of slots"):
+        kadj.differentiate(axpy_cuda, checkpoints=0)
+
+
+def test_resolve_options_refuses_unknown_options():
+    with pytest.raises(kadj.DifferentiationError, match="the option tiles= does not apply "
+                                                        "to CUDA kernels"):
+        pipeline.resolve_options(targets.get("cuda"), "k", {"tiles": 4})
+    assert pipeline.resolve_options(targets.get("cuda"), "k", {"gather": None}) == \
+        {"checkpoints": 24, "gather": True}
+
+
+def test_gather_option_changes_the_cuda_adjoint():
+    """gather=False is honoured: no gather form, and the report says why."""
+    args = (np.ones(8), np.zeros(8), 0.5)
+    on = kadj.differentiate(axpy_cuda)
+    off = kadj.differentiate(axpy_cuda, gather=False)
+    assert off.adjoint_report(*args)["gather"] == {"used": False,
+                                                   "why": "disabled (gather=False)"}
+    assert on.adjoint_report(*args)["gather"] != off.adjoint_report(*args)["gather"]
