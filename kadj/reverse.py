@@ -32,6 +32,7 @@ from .errors import DifferentiationError
 from .forward_sweep import ForwardSweep
 from .printer import Syntax, render
 from .reverse_sweep import ReverseSweep
+from .simplify import simplify
 from .tape_plan import plan_tape
 
 
@@ -199,7 +200,7 @@ def build_adjoint(kernel, an, slot_args, returns_value):
     """The adjoint IR of a CPU kernel, before printing: (Function, Writer); the
     writer holds the namespace the source needs and its ``syntax``."""
     w = Writer(kernel, an, slot_args, returns_value, f"{kernel.name}_adjoint")
-    return A.built(w.build(), "scatter"), w
+    return A.built(simplify(w.build()), "scatter"), w
 
 
 def write_adjoint(kernel, an, slot_args, returns_value):

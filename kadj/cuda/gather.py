@@ -25,6 +25,7 @@ from .. import adj_ir as A
 from .. import ir
 from ..printer import render
 from ..reverse import AdjointSource
+from ..simplify import simplify
 from ..tape_plan import plan_tape
 from . import lower
 from .writer import CudaWriter
@@ -257,7 +258,7 @@ def build_gather(kernel, an, slot_args, plan, mode, cells=None):
     consumes the stored elements' adjoints (``mode="zero"``): (Function, writer)."""
     w = GatherWriter(kernel, an, slot_args, f"{kernel.name}_adjoint_{mode}", plan, mode,
                      cells=cells)
-    return A.built(w.build(), mode), w
+    return A.built(simplify(w.build()), mode), w
 
 
 def write_gather(kernel, an, slot_args, plan, cells=None):

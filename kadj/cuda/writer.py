@@ -27,6 +27,7 @@ from .. import ir
 from ..errors import DifferentiationError
 from ..printer import Syntax, render
 from ..reverse import AdjointSource, Writer
+from ..simplify import simplify
 from . import lower
 from .checkpoints import CheckpointedLoops, unravel
 from .indexing import ThreadIndex, array_accesses
@@ -323,7 +324,7 @@ def build_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS, cells=None):
     (Function, CudaWriter)."""
     w = CudaWriter(kernel, an, slot_args, f"{kernel.name}_adjoint", slots=slots,
                    cells=cells)
-    return A.built(w.build(), "scatter"), w
+    return A.built(simplify(w.build()), "scatter"), w
 
 
 def write_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS, cells=None):
