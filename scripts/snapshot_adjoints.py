@@ -5,6 +5,10 @@ compare with ``diff -r``: a refactoring of the code generator that must not chan
 generated code shows an empty diff.
 
     python scripts/snapshot_adjoints.py OUT_DIR [--cpu-only|--cuda-only] [--times]
+                                        [--compile]
+
+``--times`` writes times.json: the seconds each kernel's adjoint took to generate (CPU:
+and, with ``--compile``, to compile with numba as well, by running it once).
 """
 from __future__ import annotations
 
@@ -21,7 +25,15 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def cpu(out, times):
+def _run_adjoint(k, args):
+    """Run the adjoint once (zero cotangents): numba compiles it."""
+    plan = k.adjoint_plan(*args)
+    adjs = [np.zeros_like(args[i]) if isinstance(args[i], np.ndarray) else np.zeros(1)
+            for i in plan.adjoint_args]
+    k.adjoint(*args, *adjs)
+
+
+def cpu(out, times, compile_too=False):
     import kadj
     from kernels.cpu import GALLERY
     for ex in GALLERY:
@@ -30,6 +42,8 @@ def cpu(out, times):
         t0 = time.perf_counter()
         try:
             src = k.adjoint_source(*args)
+            if compile_too:
+                _run_adjoint(k, args)
         except Exception as exc:  # a refusal is part of the snapshot
             src = f"REFUSED {type(exc).__name__}: {exc}\n"
         times[f"cpu/{ex.name}"] = time.perf_counter() - t0
@@ -64,13 +78,15 @@ def main(argv=None):
     p.add_argument("--cpu-only", action="store_true")
     p.add_argument("--cuda-only", action="store_true")
     p.add_argument("--times", action="store_true",
-                   help="also write times.json: seconds to generate and compile each")
+                   help="also write times.json: seconds to generate each adjoint")
+    p.add_argument("--compile", action="store_true",
+                   help="CPU adjoints: also compile them (run once) inside the timing")
     opts = p.parse_args(argv)
     out = pathlib.Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     times = {}
     if not opts.cuda_only:
-        cpu(out, times)
+        cpu(out, times, opts.compile)
     if not opts.cpu_only:
         cuda(out, times)
     if opts.times:
