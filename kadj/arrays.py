@@ -22,7 +22,10 @@ make the exact test take many seconds, and when the bounded test gives up,
 
 Data.  :func:`copy`, :func:`like`, :func:`zeros_like` and :func:`add_into` keep data
 where the array lives (the same kind, the same device); :func:`to_host` brings it to a
-NumPy array.  ``numba.cuda`` and ``cupy`` are imported only for arrays of their kinds.
+NumPy array.  Numba device arrays are zeroed and
+added on the device (:func:`add_into` runs a small CUDA kernel of :mod:`kadj.device_ops`),
+on a given stream when the caller passes one.  ``numba.cuda`` and ``cupy`` are imported
+only for arrays of their kinds.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ import numpy as np
 __all__ = [
     "MAX_OVERLAP_WORK", "Undecided", "add_into", "arrays_in", "copy", "describe",
     "is_array", "kind", "like", "may_overlap", "memory", "memory_key", "overlap",
-    "self_overlapping", "shares", "span", "to_host", "writeable", "zeros_like",
+    "self_overlapping", "shares", "span", "to_host", "writeable", "zeros", "zeros_like",
 ]
 
 # effort of the exact overlap test per pair of arrays (numpy's max_work): a few
@@ -266,16 +269,26 @@ def like(a, host):
     return cuda.to_device(np.ascontiguousarray(host))
 
 
-def zeros_like(a):
+def zeros_like(a, stream=None):
     """A C-contiguous array of zeros of ``a``'s shape and dtype, where ``a`` lives,
-    zeroed there (no transfer from the host on a GPU)."""
+    zeroed there (no transfer from the host on a GPU).  ``stream`` (a numba stream):
+    zero a numba device array asynchronously on it, for work on that stream; without
+    it the zeroing is finished before this returns."""
     k = kind(a)
     _, shape, _, dtype = _layout(a, k)
+    return zeros(shape, dtype, a, stream)
+
+
+def zeros(shape, dtype, where, stream=None):
+    """A C-contiguous array of zeros of ``shape`` and ``dtype`` where array ``where``
+    lives (see :func:`zeros_like` for ``stream``)."""
+    k = kind(where)
+    shape, dtype = tuple(shape), np.dtype(dtype)
     if k == "host":
         return np.zeros(shape, dtype)
     if k == "cupy":
         import cupy
-        with a.device:
+        with where.device:
             return cupy.zeros(shape, dtype)
     from numba import cuda
     if k == "simulator":
@@ -283,24 +296,33 @@ def zeros_like(a):
     out = cuda.device_array(shape, dtype)
     if out.nbytes:
         from numba.cuda.cudadrv import driver
-        driver.device_memset(out, 0, out.nbytes)
-        # finished before any stream (blocking or not) may use the buffer
-        cuda.default_stream().synchronize()
+        if stream is None:
+            driver.device_memset(out, 0, out.nbytes)
+            # finished before any stream (blocking or not) may use the buffer
+            cuda.default_stream().synchronize()
+        else:
+            driver.device_memset(out, 0, out.nbytes, stream=stream)
     return out
 
 
-def add_into(dst, src):
-    """``dst += src`` where ``dst`` lives; ``src`` is of ``dst``'s kind and shape.
-    ``dst`` is C-contiguous (from :func:`zeros_like`, :func:`like` or :func:`copy`).
-    Numba device arrays go through the host."""
+def add_into(dst, src, stream=None):
+    """``dst += src`` where ``dst`` lives; ``src`` is of ``dst``'s kind and shape, both
+    C-contiguous (from :func:`zeros_like`, :func:`like` or :func:`copy`).  Numba device
+    and simulator arrays are added by a small CUDA kernel on ``stream`` (the default
+    stream without it): no transfer to the host and no synchronisation."""
     k = kind(dst)
     if k == "host":
         np.add(dst, src, out=dst)
     elif k == "cupy":
         with dst.device:
             dst += src
-    elif k == "simulator":
-        np.add(dst._ary, to_host(src), out=dst._ary)
     else:
-        dst = _numba(dst)
-        dst.copy_to_device(dst.copy_to_host() + to_host(src))
+        dst, src = _numba(dst), _numba(src)
+        n = math.prod(dst.shape)
+        if n == 0:
+            return
+        if tuple(src.shape) != tuple(dst.shape):
+            raise ValueError(f"add_into: shapes {tuple(dst.shape)} and "
+                             f"{tuple(src.shape)} differ")
+        from .device_ops import add_flat
+        add_flat(dst.reshape(n), src.reshape(n), n, stream)

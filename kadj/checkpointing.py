@@ -9,8 +9,16 @@ the inputs' entry runs first and hands the loop the tape's adjoint buffers of th
 inputs; the loop's entry then follows the schedule: it restores snapshots into a
 working copy of the state, advances unrecorded, and reverses step ``i`` by recording it
 on a private tape (its last launch recorded without running: a kadj adjoint recomputes
-its own forward) and running that tape's backward with the current adjoints of the state
-arrays, adding the step's gradients of the inputs into the buffers handed over.
+its own forward) and replaying that tape's adjoints in reverse directly over the loop's
+adjoint buffers of the state arrays and the buffers of the inputs handed over (so the
+step's gradients of the inputs add into them, once per step).
+
+Kinds of arrays.  The state and the inputs may be any arrays :mod:`kadj.arrays` accepts
+(NumPy arrays for CPU kernels; NumPy, numba device, CuPy or simulator arrays for CUDA
+kernels launched as ``k[grid, block](...)``).  Snapshots and the working state are
+copies of each state array's kind on its device (:func:`kadj.arrays.copy`), restores
+copy device to device, and the reversal accumulates into the tape's buffers where they
+live: the loop itself moves no array to the host.
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ import numpy as np
 
 from . import arrays, schedules
 from . import tape as _tape
+from .tape_report import nbytes
 from .errors import DifferentiationError
 from .plan import AdjointPlan
 
@@ -37,9 +46,11 @@ def checkpointed_loop(step, state, steps=None, snapshots=None, *, until=None):
     copies of the state held (the copy of the initial state counts as one; one working
     copy of the state comes on top), and the backward recomputes steps on the binomial
     (Revolve) schedule: ``t*n - C(s+t, s+1) + 1`` step executions in all, first sweep
-    included.  ``step(i, *state)`` launches differentiated CPU kernels that write only
-    the state arrays passed to it and read other arrays that no launch inside the loop
-    writes, and returns the next state: the same arrays, in any order.
+    included.  ``step(i, *state)`` launches differentiated kernels (CPU kernels, or
+    CUDA kernels as ``k[grid, block](...)``) that write only the state arrays passed to
+    it and read other arrays that no launch inside the loop writes, and returns the
+    next state: the same arrays, in any order.  The state arrays may be NumPy arrays or
+    device arrays (numba, CuPy); the loop's copies of them stay on their device.
     """
     state = tuple(state)
     if until is None:
@@ -52,10 +63,16 @@ def checkpointed_loop(step, state, steps=None, snapshots=None, *, until=None):
         if not callable(until):
             raise DifferentiationError("checkpointed_loop's until= must be callable.")
         schedules._check_args(1 if steps is None else steps, snapshots)
-    if not state or not all(isinstance(a, np.ndarray) for a in state):
+    if not state or not all(arrays.is_array(a) for a in state):
         raise DifferentiationError(
-            "checkpointed_loop needs the state as a non-empty tuple of NumPy arrays "
-            "(CPU kernels); pass state=(u, v, ...).")
+            "checkpointed_loop needs the state as a non-empty tuple of arrays (NumPy "
+            "arrays, or device arrays for CUDA kernels); pass state=(u, v, ...).")
+    for a in state:
+        if arrays.kind(a) != "host" and not _contiguous(a):
+            raise DifferentiationError(
+                f"checkpointed_loop got a state array that is not contiguous "
+                f"({arrays.describe(a)}); its snapshots are copied device to device, "
+                "which needs contiguous arrays: pass a contiguous copy of the view.")
     for j, a in enumerate(state):
         if any(a is b for b in state[:j]):
             raise DifferentiationError(
@@ -167,7 +184,8 @@ class _Loop:
         self.plan = AdjointPlan(
             kernel_name="checkpointed_loop",
             arg_names=tuple(f"state{j}" for j in range(self.k)),
-            adjoint_args=tuple(j for j, a in enumerate(state) if a.dtype.kind == "f"),
+            adjoint_args=tuple(j for j, a in enumerate(state)
+                               if np.dtype(a.dtype).kind in "fc"),
             written=frozenset(range(self.k)), read=frozenset(range(self.k)),
             returns_value=False)
 
@@ -193,13 +211,34 @@ class _Loop:
                     "as the next state); the other arrays it reads must stay unchanged "
                     "during the loop.")
             if forward:
-                self.inputs.setdefault(key, a)
+                if key not in self.inputs:
+                    self._check_input(name, plan.arg_names[i], a)
+                    self.inputs[key] = a
             elif key not in self.inputs:
                 raise DifferentiationError(
                     f"Kernel '{name}' read argument '{plan.arg_names[i]}' when "
                     "checkpointed_loop recomputed a step, but not when the step first "
                     "ran; the step function must launch the same kernels on the same "
                     "arrays each time it runs a given step number.")
+
+    def _check_input(self, name, arg, a):
+        """Refuse an array read by a step that shares memory with a state array
+        without being one (a view of it): the loop would take it for a constant."""
+        for b in self.user:
+            try:
+                hit = arrays.overlap(a, b)
+            except arrays.Undecided:
+                hit = True
+            if hit:
+                raise DifferentiationError(
+                    f"Kernel '{name}', launched by the step function of "
+                    f"checkpointed_loop, reads argument '{arg}' "
+                    f"({arrays.describe(a)}), which overlaps in memory the state array "
+                    f"{arrays.describe(b)} without being it (a view of it). The loop "
+                    "takes arrays that are not state arrays for constants, but this one "
+                    "changes with the state. Pass the state arrays themselves to the "
+                    "kernels (index them inside the kernel), or make the view a state "
+                    "array of its own.")
 
     # -- kernel-like interface for the tape
     def adjoint_plan(self, *args):
@@ -234,7 +273,7 @@ class _Loop:
     def _free(self, i):
         snap = self.snaps.pop(i, None)
         if snap is not None:
-            self.snapshot_bytes -= sum(a.nbytes for a in snap[0])
+            self.snapshot_bytes -= sum(nbytes(a) for a in snap[0])
             self._note()
 
     def _note(self):
@@ -248,7 +287,7 @@ class _Loop:
             steps=self.n or 0, snapshot_limit=self.limit,
             snapshots_now=len(self.snaps) + 1, peak_snapshots=self.peak_snapshots,
             snapshot_bytes=self.snapshot_bytes, peak_snapshot_bytes=self.peak_bytes,
-            working_bytes=sum(a.nbytes for a in self.work or ()),
+            working_bytes=sum(nbytes(a) for a in self.work or ()),
             forward_executions=self.executions,
             recomputed_steps=max(0, self.executions - (self.n or 0)))
 
@@ -269,14 +308,14 @@ class _Loop:
                     self.work = tuple(arrays.copy(a) for a in base)
                 elif base is not self.work:
                     for w, a in zip(self.work, base):
-                        np.copyto(w, a)
+                        _copy_into(w, a)
                 self.work_roles = roles
                 if observe:
                     self.final_roles = self._run(act[1], base, roles, observe)
 
     def _store(self, i, base, roles):
         self.snaps[i] = (tuple(arrays.copy(a) for a in base), roles)
-        self.snapshot_bytes += sum(a.nbytes for a in self.snaps[i][0])
+        self.snapshot_bytes += sum(nbytes(a) for a in self.snaps[i][0])
         self.peak_snapshots = max(self.peak_snapshots, len(self.snaps) + 1)
         self._note()
 
@@ -297,18 +336,19 @@ class _Loop:
                 "inputs; replay the whole tape with tape.backward().")
         if not self.fresh:     # a second backward: redo the forward sweep first
             for w, a in zip(self.work, initial):
-                np.copyto(w, a)
+                _copy_into(w, a)
             for i in list(self.snaps):
                 self._free(i)
             self._sweep(self.work, observe=False)
         self.fresh = False
         roles = self.work_roles
+        totals = {}            # scalar slot -> its gradient summed over the steps
         for act in self.schedule.backward:
             kind, i = act[0], act[1]
             if kind == schedules.RESTORE:
                 copies, roles = (initial, tuple(range(self.k))) if i == 0 else self.snaps[i]
                 for w, a in zip(self.work, copies):
-                    np.copyto(w, a)
+                    _copy_into(w, a)
             elif kind == schedules.STORE:
                 self._store(i, self.work, roles)
             elif kind == schedules.FREE:
@@ -317,34 +357,95 @@ class _Loop:
                 for j in range(i, act[2]):
                     roles = self._run(j, self.work, roles, observe=False)
             elif kind == schedules.REVERSE:
-                self._reverse(i, roles, adj, buffers or {})
+                self._reverse(i, roles, adj, buffers or {}, totals)
+        for slot, total in totals.items():
+            _add_scalar(buffers[slot], total)
         for i in list(self.snaps):
             self._free(i)
 
-    def _reverse(self, i, roles, adj, buffers):
+    def _reverse(self, i, roles, adj, buffers, totals):
+        """Reverse step ``i`` (the working state holds state ``i`` in ``roles``):
+        record it on a private tape and replay that tape's adjoints over ``adj`` (the
+        loop's adjoint buffers of the state, by array index) and ``buffers`` (the
+        tape's buffers of the inputs, by memory key or scalar slot); add its scalar
+        gradients into ``totals`` (by slot, kept where the replay put them: on the
+        device for launches on device arrays)."""
         cur = tuple(self.work[a] for a in roles)
         inner = _tape.Tape(check_unrecorded_changes=False)
         reverser = _Reverser(self, cur, inner)
         with _tape.swapped_stack([reverser]):
             _next_state(self.step, i, cur, self.work)
         reverser.flush(run=False)
-        if not inner.launches:
+        launches = inner.launches
+        if not launches:
             return
-        seeds = [(self.work[a], adj[a]) for a in adj if inner.saw(self.work[a])]
-        inner.backward(seeds=seeds)
-        for a in adj:
-            g = inner.grad_or_none(self.work[a])
-            if g is not None:
-                adj[a][...] = g
-        for key, x in self.inputs.items():
-            if key in buffers and arrays.is_array(x):
-                g = inner.grad_or_none(x)
-                if g is not None:
-                    buffers[key] += g
-        for sg in inner.scalar_grads():
-            slot = f"{sg.kernel_name}[{sg.launch}].{sg.arg_name}"
-            if slot in buffers:
-                buffers[slot][0] += sg.value
+        work = {arrays.memory_key(self.work[a]): adj[a] for a in adj}
+        replay_buffers = {key: b for key, b in buffers.items()
+                          if not isinstance(key, str)}
+        replay_buffers.update(work)
+        scalars = {}
+        _replay_into(inner, launches, replay_buffers, scalars)
+        for (index, j), value in scalars.items():
+            launch = launches[index]
+            slot = f"{launch.plan.kernel_name}[{index}].{launch.arg_name(j)}"
+            if slot not in buffers:
+                continue
+            if slot in totals:
+                arrays.add_into(totals[slot], value)
+            else:
+                totals[slot] = value
+
+
+def _add_scalar(buffer, total):
+    """Add a scalar slot's total (a 1-element array of any kind) into the tape's
+    1-element buffer: where the buffer lives when both live in the same place, else
+    through the host, once per slot and backward."""
+    if arrays.kind(buffer) == arrays.kind(total) and \
+            np.dtype(buffer.dtype) == np.dtype(total.dtype):
+        arrays.add_into(buffer, total)
+    else:
+        buffer[0] += arrays.to_host(total)[0]
+
+
+def _replay_into(inner, launches, buffers, scalars):
+    """Replay the adjoints of ``inner``'s ``launches`` in reverse over ``buffers``
+    (memory key -> adjoint buffer, updated in place where each array lives; buffers
+    of arrays not in it are made and dropped) and ``scalars`` ((launch, argument) ->
+    1-element buffer, filled in)."""
+    with inner._lock:
+        for launch in reversed(launches):
+            inner._replay(launch, buffers, scalars)
+
+
+def _copy_into(dst, src):
+    """Copy ``src``'s contents into ``dst`` (same kind, shape and layout) where they
+    live: on the device for device arrays, without a trip through the host."""
+    k = arrays.kind(dst)
+    if k == "host":
+        np.copyto(dst, arrays.to_host(src))
+    elif k == "cupy":
+        with dst.device:
+            dst[...] = src
+    elif k == "simulator" or hasattr(dst, "copy_to_device"):
+        dst.copy_to_device(src)
+    else:
+        from numba import cuda
+        cuda.as_cuda_array(dst).copy_to_device(cuda.as_cuda_array(src))
+
+
+def _contiguous(a):
+    """Is ``a`` C- or F-contiguous (any kind)?"""
+    _, _, shape, strides, dtype = arrays.memory_key(a)
+    item = np.dtype(dtype).itemsize
+
+    def dense(shape, strides):
+        want = item
+        for n, st in zip(reversed(shape), reversed(strides)):
+            if n > 1 and st != want:
+                return False
+            want *= n
+        return True
+    return dense(shape, strides) or dense(shape[::-1], strides[::-1])
 
 
 class _LoopInputs:
@@ -389,6 +490,7 @@ class _LoopInputs:
 
 
 def _is_float(v):
+    """Floating point or complex (what kernels differentiate)."""
     if arrays.is_array(v):
-        return np.dtype(v.dtype).kind == "f"
-    return isinstance(v, (float, np.floating))
+        return np.dtype(v.dtype).kind in "fc"
+    return isinstance(v, (float, complex, np.floating, np.complexfloating))

@@ -19,10 +19,15 @@ instead refuses, before the forward runs, a launch that would overwrite what an
 adjoint needs, naming both launches and the argument.  Scalars are kept as passed.
 
 CUDA launches (``k[grid, block](...)`` inside ``with tape``) are recorded with their
-configuration and replayed as ``k.adjoint[grid, block, ...]``; their arrays may be
+configuration and replayed as ``k.adjoint[grid, block, stream]``; their arrays may be
 of any kind :mod:`kadj.arrays` accepts (NumPy, numba device, CuPy arrays), and the
 tape's copies and adjoint buffers live where each array lives (``tape.grad(x)`` is of
-the same kind as ``x``).
+the same kind as ``x``): the backward of launches on device arrays copies nothing to
+the host and does not wait for the device (:mod:`kadj.tape_streams`).  With
+``Tape(streams=k)`` (or ``backward(..., streams=k)``) independent adjoints run on ``k``
+streams joined by events, following :meth:`Tape.schedule`
+(:mod:`kadj.tape_graph`); CPU launches run in order.  ``backward(loss, wrt=[...])``
+runs only the adjoints that lead from the seeds to the listed arrays and scalars.
 
 Nesting and threads.  A launch is recorded on every tape active in the thread that
 launches it, so in ``with Tape() as outer: ... with Tape() as inner: ...`` the outer
@@ -66,13 +71,11 @@ import threading
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-import numpy as np
-
 from . import arrays
 from . import tape_report
 from .custom import CustomStep
 from .errors import DifferentiationError
-from .tape_backward import Backward
+from .tape_backward import Backward, stream_count as _stream_count
 from .tape_index import ArrayIndex
 from .tape_versions import Launch, Prints, Versions
 
@@ -214,11 +217,14 @@ class Tape(Versions, Backward):
     ``check_unrecorded_changes=False`` skips the fingerprints that detect changes made
     to recorded arrays outside recorded launches (about 50 us per MB of array
     arguments per launch, and per MB of tracked arrays at ``backward``).
+    ``streams=k`` runs the backward of CUDA launches on ``k`` streams
+    (:meth:`schedule`); CPU launches run in order.
     """
 
-    def __init__(self, *, copy_inputs=True, check_unrecorded_changes=True):
+    def __init__(self, *, copy_inputs=True, check_unrecorded_changes=True, streams=1):
         self.copy_inputs = bool(copy_inputs)
         self.check_unrecorded_changes = bool(check_unrecorded_changes)
+        self.streams = _stream_count(streams)
         self._lock = threading.RLock()
         self._serial = next(_serials)
         self.reset()
@@ -336,14 +342,34 @@ class Tape(Versions, Backward):
     # --------------------------------------------------------------- backward
 
     @_serialized
-    def backward(self, loss=None, *, seeds=None):
+    def backward(self, loss=None, *, seeds=None, wrt=None, streams=None):
         """Replay the recorded adjoints in reverse and accumulate the gradients.
 
         ``loss`` is a recorded 1-element floating-point array, seeded with 1.0;
         ``seeds`` is a list of ``(array, cotangent)`` pairs, each cotangent the
-        shape of its array.  Gradients add up over calls until :meth:`zero`.
+        shape of its array (a NumPy array, or an array of its array's kind and dtype).
+        Gradients add up over calls until :meth:`zero`.
+
+        ``wrt``: a list of recorded arrays and scalar argument names; only the adjoints
+        of launches on a path from the seeds back to them run, and only their
+        gradients are kept (:meth:`grad` of another array is refused).  ``streams``:
+        the number of CUDA streams for this backward (default: the tape's).
+
+        On a tape of CUDA launches on device arrays, the buffers are allocated, zeroed
+        and accumulated on the device, and ``backward`` copies nothing to the host and
+        does not wait for the device.
         """
-        self._backward(loss, seeds)
+        self._backward(loss, seeds, wrt, streams)
+
+    @_serialized
+    def schedule(self, streams=None, *, wrt=None, loss=None, seeds=None):
+        """The backward's adjoints in the order they are issued, each a
+        :class:`kadj.tape_graph.ScheduleNode` (launch index, kernel name, stream,
+        the launches whose events it waits on, whether it records an event, whether
+        it is a barrier run on the host).  With ``wrt`` (and ``loss`` or ``seeds``),
+        only the adjoints that ``backward`` with the same arguments would run.  Needs
+        no GPU: on a tape of CPU launches it shows how the graph would be split."""
+        return self._schedule(streams, wrt, loss, seeds)
 
     # -------------------------------------------------------------- gradients
 
@@ -368,10 +394,19 @@ class Tape(Versions, Backward):
                 f"No recorded launch differentiates with respect to this array "
                 f"({arrays.describe(x)}): it is not floating point, or every kernel that "
                 "reads it excludes it with wrt=.")
+        if self._requested is not None and key not in self._requested[0]:
+            raise DifferentiationError(
+                f"tape.backward(..., wrt=[...]) computed only the gradients of the "
+                f"arrays and scalars it listed, and not this array's "
+                f"({arrays.describe(x)}); add it to wrt=, or call tape.zero() and "
+                "tape.backward(...) without wrt= for every gradient.")
         g = self._grads.get(key)
         shape = tuple(x.shape)
-        g = np.zeros(shape, np.dtype(x.dtype)) if g is None else g.reshape(shape).copy()
-        return arrays.like(x, g)
+        if g is None:
+            return arrays.zeros_like(x)
+        if arrays.kind(g) == arrays.kind(x) and arrays.kind(g) != "host":
+            return arrays.copy(g)           # stays on the device
+        return arrays.like(x, arrays.to_host(g).reshape(shape).copy())
 
     @_serialized
     def saw(self, x):
@@ -394,6 +429,7 @@ class Tape(Versions, Backward):
             raise DifferentiationError(
                 "The tape has no gradients yet; call tape.backward(...) before "
                 "tape.scalar_grads().")
+        self._fold_scalars()
         return tuple(
             ScalarGrad(index, self._launches[index].plan.kernel_name,
                        self._launches[index].arg_name(i), float(value))
@@ -405,6 +441,12 @@ class Tape(Versions, Backward):
         every recorded launch (and every step of checkpointed loops) that passes it.
         ``kernel`` (a kernel or its name) chooses among kernels whose arguments share
         the name; without it, a name used by several kernels is refused."""
+        if self._has_gradients and self._requested is not None and \
+                name not in self._requested[1]:
+            raise DifferentiationError(
+                f"tape.backward(..., wrt=[...]) computed only the gradients it listed, "
+                f"and not that of scalar '{name}'; add '{name}' to wrt=, or call "
+                "tape.zero() and tape.backward(...) without wrt= for every gradient.")
         return tape_report.scalar_total(self.scalar_grads(), name, kernel)
 
     @_serialized
@@ -419,8 +461,11 @@ class Tape(Versions, Backward):
     @_serialized
     def zero(self):
         """Clear the gradients; the recorded launches stay."""
-        self._grads = {}
+        self._grads = {}                 # key -> gradient buffer, where the array lives
         self._scalar_grads = {}
+        self._pending_scalars = []       # (slot, device buffer) not yet read back
+        self._requested = None           # (keys, scalar names) of backward(wrt=...)
+        self._since_zero = False         # a backward ran since the last zero()
 
     @_serialized
     def reset(self):

@@ -11,49 +11,152 @@ forward arguments were checked when the launch was recorded (distinct tracked ar
 never overlap; an array passed twice is never written).  The one check that does not
 hold by construction, a written argument whose elements share memory (a broadcast
 view), sends the call through ``kernel.adjoint``, which refuses it.
+
+``backward(wrt=[...])`` replays only the launches :func:`kadj.tape_graph.needed` keeps
+and keeps only the requested gradients.  Tapes of CUDA launches replay through
+:mod:`kadj.tape_streams` (on the device, on one or several streams).  Gradients stay
+where their arrays live: device buffers are added into on the device across calls,
+and scalar adjoints of device launches are read back only by ``tape.scalar_grads()``.
 """
 from __future__ import annotations
 
 
 import numpy as np
 
-from . import arrays
+from . import arrays, tape_graph, tape_report, tape_streams
 from .errors import DifferentiationError, InternalError
 from .tape_versions import sentence
 
-__all__ = ["Backward"]
+__all__ = ["Backward", "stream_count"]
 
 
 class Backward:
     """The backward of :class:`kadj.Tape` (a part of the class)."""
 
-    def _backward(self, loss, seeds):
+    def _backward(self, loss, seeds, wrt=None, streams=None):
         if not self._launches:
             raise DifferentiationError(
                 "The tape has recorded no launches; call kernels inside "
                 "'with tape:' before calling tape.backward().")
         self._check_fingerprints()
-        seeded = {}
+        requested = self._requested_of(wrt)
+        buffers = self._seed_buffers(loss, seeds)
+        launches = self._launches
+        if requested is not None:
+            keep = tape_graph.needed(
+                launches, requested[0], requested[1], tuple(buffers),
+                {key: self._arrays[key].version for key in buffers})
+            launches = [launch for launch in launches if launch.index in keep]
+        count = self.streams if streams is None else stream_count(streams)
+        scalars = {}
+        if any(launch.config is not None for launch in self._launches):
+            tape_streams.run(self, launches, buffers, scalars, count,
+                             self._barrier())
+        else:
+            for launch in reversed(launches):
+                self._replay(launch, buffers, scalars)
+        self._store(buffers, scalars, requested)
+
+    def _schedule(self, streams, wrt, loss, seeds):
+        count = self.streams if streams is None else stream_count(streams)
+        launches = self._launches
+        requested = self._requested_of(wrt)
+        if requested is not None:
+            seeded = None
+            if loss is not None or seeds is not None:
+                seeded = tuple(key for key, _ in self._seeds(loss, seeds))
+            keep = tape_graph.needed(
+                launches, requested[0], requested[1], seeded,
+                {key: t.version for key, t in self._arrays.items()})
+            launches = [launch for launch in launches if launch.index in keep]
+        return tape_graph.schedule(launches, count, self._barrier())
+
+    # -- what backward(wrt=...) asks for
+    def _requested_of(self, wrt):
+        """None (every gradient), or (array keys, scalar names) asked for by ``wrt``."""
+        if wrt is None:
+            return None
+        if isinstance(wrt, str) or arrays.is_array(wrt):
+            wrt = (wrt,)
+        keys, names = set(), set()
+        for item in wrt:
+            if isinstance(item, str):
+                if item not in self._scalar_names():
+                    known = ", ".join(sorted(self._scalar_names())) or "none"
+                    raise DifferentiationError(
+                        f"tape.backward(wrt=...) names the scalar '{item}', but no "
+                        "recorded launch has a differentiable scalar argument of that "
+                        f"name; the tape's scalar arguments are: {known}.")
+                names.add(item)
+            elif arrays.is_array(item):
+                key = arrays.memory_key(item)
+                if key not in self._arrays:
+                    raise DifferentiationError(
+                        f"tape.backward(wrt=...) lists an array the tape never saw "
+                        f"({arrays.describe(item)}); list arrays that recorded launches "
+                        "read or wrote (the same array object or an identical view).")
+                if key not in self._differentiable:
+                    raise DifferentiationError(
+                        "tape.backward(wrt=...) lists an array "
+                        f"({arrays.describe(item)}) that no recorded launch differentiates with respect to: it is "
+                        "not floating point, or every kernel that reads it excludes it "
+                        "with wrt=.")
+                keys.add(key)
+            else:
+                raise DifferentiationError(
+                    "tape.backward(wrt=...) takes a list of recorded arrays and scalar "
+                    f"argument names, but got a {type(item).__name__}.")
+        return frozenset(keys), frozenset(names)
+
+    def _scalar_names(self):
+        names = set()
+        for launch in self._launches:
+            plan = launch.plan
+            for i in plan.adjoint_args:
+                if launch.keys[i] is None:
+                    names.add(tape_report.scalar_arg_name(plan.arg_names[i]))
+        return names
+
+    def _barrier(self):
+        """Which launches run on the host between the streams' work (see
+        :mod:`kadj.tape_graph`): opaque entries, and on a tape of CUDA launches also
+        CPU launches, custom steps and launches on host arrays."""
+        if not any(launch.config is not None for launch in self._launches):
+            return tape_graph.is_opaque
+
+        def barrier(launch):
+            return tape_graph.is_opaque(launch) or launch.config is None or any(
+                arrays.kind(a) == "host" for a in launch.args if arrays.is_array(a))
+        return barrier
+
+    # -- seeds
+    def _seed_buffers(self, loss, seeds):
+        """The adjoint buffers of the seeded arrays, where each array lives."""
+        buffers = {}
+        host = {}
         for key, cotangent in self._seeds(loss, seeds):
             array = self._arrays[key].array
-            seeded.setdefault(key, np.zeros(tuple(array.shape), np.dtype(array.dtype)))
-            seeded[key] += cotangent
-        buffers = {key: arrays.like(self._arrays[key].array, host)
-                   for key, host in seeded.items()}
-        scalars = {}
-        for launch in reversed(self._launches):
-            self._replay(launch, buffers, scalars)
-        for key, buffer in buffers.items():
-            host = arrays.to_host(buffer)
-            if key in self._grads:
-                self._grads[key] = self._grads[key] + host
+            if arrays.kind(cotangent) == "host":
+                if key in host:
+                    host[key] += cotangent
+                else:
+                    host[key] = np.array(cotangent, dtype=np.dtype(array.dtype),
+                                         copy=True)
+            elif key in buffers:
+                arrays.add_into(buffers[key], cotangent)
             else:
-                self._grads[key] = host
-        for slot, buffer in scalars.items():
-            self._scalar_grads[slot] = self._scalar_grads.get(slot, 0.0) + buffer[0]
-        self._has_gradients = True
+                buffers[key] = arrays.copy(cotangent)
+        for key, seed in host.items():
+            buffer = arrays.like(self._arrays[key].array, seed)
+            if key in buffers:
+                arrays.add_into(buffers[key], buffer)
+            else:
+                buffers[key] = buffer
+        return buffers
 
     def _seeds(self, loss, seeds):
+        """(key, cotangent) pairs: a NumPy cotangent, or one of the array's own kind
+        and dtype (kept where it lives)."""
         if loss is None and seeds is None:
             raise DifferentiationError(
                 "tape.backward() needs something to differentiate: pass a 1-element "
@@ -73,13 +176,19 @@ class Backward:
                     "Each seed must be an (array, cotangent) pair.")
             array, cotangent = pair
             self._recorded_float_key(array, "a seeded array")
-            cotangent = arrays.to_host(cotangent) if arrays.is_array(cotangent) else \
-                np.asarray(cotangent)
+            if not arrays.is_array(cotangent):
+                cotangent = np.asarray(cotangent)
             if tuple(cotangent.shape) != tuple(array.shape):
                 raise DifferentiationError(
-                    f"A seed's cotangent has shape {cotangent.shape}, but its array "
-                    f"has shape {array.shape}; they must match.")
-            pairs.append((array, cotangent.astype(array.dtype)))
+                    f"A seed's cotangent has shape {tuple(cotangent.shape)}, but its "
+                    f"array has shape {tuple(array.shape)}; they must match.")
+            same_place = arrays.kind(cotangent) == arrays.kind(array) and \
+                np.dtype(cotangent.dtype) == np.dtype(array.dtype)
+            if arrays.kind(cotangent) != "host" and not same_place:
+                cotangent = arrays.to_host(cotangent)   # another kind, or dtype
+            if arrays.kind(cotangent) == "host":
+                cotangent = cotangent.astype(array.dtype)
+            pairs.append((array, cotangent))
         return [(arrays.memory_key(a), ct) for a, ct in pairs]
 
     def _recorded_float_key(self, array, what):
@@ -93,32 +202,80 @@ class Backward:
                 f"{sentence(what)} has dtype {array.dtype}; only floating-point "
                 "arrays can be seeded.")
 
-    def _replay(self, launch, buffers, scalars):
+    # -- results
+    def _store(self, buffers, scalars, requested):
+        """Add the backward's buffers into the gradients (where they live; device
+        buffers are not brought to the host here)."""
+        # the gradients kept are those every backward since zero() computed
+        if not self._since_zero or self._requested is None:
+            self._requested = requested
+        elif requested is not None:
+            self._requested = (self._requested[0] & requested[0],
+                               self._requested[1] & requested[1])
+        self._since_zero = True
+        for key, buffer in buffers.items():
+            if requested is not None and key not in requested[0]:
+                continue
+            if key in self._grads:
+                arrays.add_into(self._grads[key], buffer)
+            else:
+                self._grads[key] = buffer
+        for slot, buffer in scalars.items():
+            if requested is not None:
+                launch = self._launches[slot[0]]
+                name = tape_report.scalar_arg_name(launch.arg_name(slot[1]))
+                if name not in requested[1]:
+                    continue
+            if arrays.kind(buffer) == "host":
+                self._scalar_grads[slot] = self._scalar_grads.get(slot, 0.0) + buffer[0]
+            else:
+                self._pending_scalars.append((slot, buffer))
+        self._has_gradients = True
+
+    def _fold_scalars(self):
+        """Bring the device buffers of scalar gradients to the host (on demand, after
+        the backward)."""
+        pending, self._pending_scalars = self._pending_scalars, []
+        for slot, buffer in pending:
+            value = arrays.to_host(buffer)[0]
+            self._scalar_grads[slot] = self._scalar_grads.get(slot, 0.0) + value
+
+    # -- one adjoint
+    def _replay(self, launch, buffers, scalars, stream=None):
+        """Run one launch's adjoint over ``buffers``; a CUDA launch on ``stream`` (a
+        numba stream; None: the configuration it was recorded with)."""
         plan = launch.plan
         args = tuple(self._pre_call(launch, i) for i in range(len(launch.args)))
+        device = _device_array(launch) if launch.config is not None else None
         adjoints, extra, seen = [], [], set()
         for i in plan.adjoint_args:
             key = launch.keys[i]
             if key is None:
-                buffer = np.zeros(1, dtype=np.asarray(launch.args[i]).dtype)
+                dtype = np.asarray(launch.args[i]).dtype
+                buffer = np.zeros(1, dtype=dtype) if device is None else \
+                    arrays.zeros((1,), dtype, device, stream)
                 scalars[(launch.index, i)] = buffer
             elif key in seen:
                 # the same read-only array passed twice: its own buffer, added after
-                buffer = arrays.zeros_like(buffers[key])
+                buffer = arrays.zeros_like(buffers[key], stream)
                 extra.append((key, buffer))
             else:
                 seen.add(key)
                 buffer = buffers.get(key)
                 if buffer is None:
-                    buffer = buffers[key] = arrays.zeros_like(self._arrays[key].array)
+                    buffer = buffers[key] = arrays.zeros_like(self._arrays[key].array,
+                                                              stream)
             adjoints.append(buffer)
         if launch.config is not None:
-            launch.kernel.adjoint[launch.config](*args, *adjoints)
+            config = launch.config
+            if stream is not None:
+                config = (config[0], config[1], stream, *config[3:])
+            launch.kernel.adjoint[config](*args, *adjoints)
         elif not _trusted_call(launch, args, adjoints):
             kwargs = {"adj_return": 0.0} if plan.returns_value else {}
             launch.kernel.adjoint(*args, *adjoints, **kwargs)
         for key, buffer in extra:
-            arrays.add_into(buffers[key], buffer)
+            arrays.add_into(buffers[key], buffer, stream)
 
     def _pre_call(self, launch, i):
         key = launch.keys[i]
@@ -141,3 +298,20 @@ def _trusted_call(launch, args, adjoints):
     declines, and ``kernel.adjoint`` must run it."""
     trusted = getattr(launch.kernel, "adjoint_trusted", None)
     return trusted is not None and trusted(launch.plan, args, adjoints)
+
+
+def _device_array(launch):
+    """The first array argument of a CUDA launch that lives on a device (scalar
+    adjoints go next to it), or None when its arrays are NumPy arrays."""
+    for a in launch.args:
+        if arrays.is_array(a) and arrays.kind(a) != "host":
+            return a
+    return None
+
+
+def stream_count(streams):
+    if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
+        raise DifferentiationError(
+            f"streams= must be a positive integer (the number of CUDA streams the "
+            f"backward may use), not {streams!r}.")
+    return streams

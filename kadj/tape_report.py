@@ -10,7 +10,7 @@ import numpy as np
 from . import arrays
 from .errors import DifferentiationError
 
-__all__ = ["LoopReport", "MemoryReport", "nbytes", "scalar_total"]
+__all__ = ["LoopReport", "MemoryReport", "nbytes", "scalar_arg_name", "scalar_total"]
 
 
 def nbytes(a):
@@ -131,6 +131,13 @@ def build(launches, tracked_arrays, snapshot_bytes, peak_bytes, loops):
 
 
 _SLOT = re.compile(r"^(?P<kernel>.+)\[(?P<pos>\d+)\]\.(?P<arg>[^.]+)$")
+
+
+def scalar_arg_name(arg):
+    """The argument name of a scalar slot: ``"alpha"`` for ``"alpha"`` and for a
+    checkpointed loop's ``"heat[0].alpha"``."""
+    slot = _SLOT.match(arg)
+    return arg if slot is None else slot["arg"]
 
 
 def scalar_total(grads, name, kernel=None):

@@ -191,6 +191,15 @@ TEST_FILE_ARGS = {
     "test_cuda_gpu": lambda m, r: {n: f(r)[2] for n, f in m.KERNELS.items()},
     "test_cuda_launch_dims": lambda m, r: m._args(r),
     "test_adjoint_ir": lambda m, r: {n: f(r) for n, f in m.CUDA_ARGS.items()},
+    "checkpointed_cuda_sim": lambda m, r: {
+        "heat": [r.random(12), np.zeros(12), 0.1, r.random(12)],
+        "blend": [r.random(12), r.random(12), np.zeros(12), r.random(12), 0.3],
+        "init": [r.random(12), np.zeros(12)],
+        "sqloss": [r.random(12), r.random(12), np.zeros(1)]},
+    "tape_sim_cases": lambda m, r: {
+        "step": [r.random(12), np.zeros(12), 0.1],
+        "product": [r.random(12), r.random(12), r.random(12), np.zeros(12)],
+        "loss_k": [r.random(12), r.random(12), np.zeros(1)]},
     "test_stages": lambda m, r: {
         "cuda_carried": [r.random(16), np.zeros(16), 3],
         "cuda_block_sum": [r.random(16), np.zeros(1)],
