@@ -22,9 +22,11 @@ make the exact test take many seconds, and when the bounded test gives up,
 
 Data.  :func:`copy`, :func:`like`, :func:`zeros_like` and :func:`add_into` keep data
 where the array lives (the same kind, the same device); :func:`to_host` brings it to a
-NumPy array.  Numba device arrays are zeroed and
-added on the device (:func:`add_into` runs a small CUDA kernel of :mod:`kadj.device_ops`),
-on a given stream when the caller passes one.  ``numba.cuda`` and ``cupy`` are imported
+NumPy array.  Numba device arrays are zeroed and added on the device (:func:`add_into`
+runs a small CUDA kernel of :mod:`kadj.device_ops`), on a given stream when the caller
+passes one.  :func:`zeros` and :func:`filled` take numba device (and simulator) arrays
+from :mod:`kadj.buffer_pool`, CuPy arrays from CuPy's memory pool, NumPy arrays from
+NumPy.  ``numba.cuda`` and ``cupy`` are imported
 only for arrays of their kinds.
 """
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy as np
 
 __all__ = [
     "MAX_OVERLAP_WORK", "Undecided", "add_into", "arrays_in", "copy", "describe",
+    "filled",
     "is_array", "kind", "like", "may_overlap", "memory", "memory_key", "overlap",
     "self_overlapping", "shares", "span", "to_host", "writeable", "zeros", "zeros_like",
 ]
@@ -290,18 +293,33 @@ def zeros(shape, dtype, where, stream=None):
         import cupy
         with where.device:
             return cupy.zeros(shape, dtype)
-    from numba import cuda
-    if k == "simulator":
-        return cuda.to_device(np.zeros(shape, dtype))
-    out = cuda.device_array(shape, dtype)
-    if out.nbytes:
-        from numba.cuda.cudadrv import driver
-        if stream is None:
-            driver.device_memset(out, 0, out.nbytes)
-            # finished before any stream (blocking or not) may use the buffer
-            cuda.default_stream().synchronize()
-        else:
-            driver.device_memset(out, 0, out.nbytes, stream=stream)
+    # numba device and simulator arrays: from kadj's pool of device buffers
+    from . import buffer_pool
+    return buffer_pool.zeros(shape, dtype, stream)
+
+
+def filled(where, src):
+    """A C-contiguous array of ``where``'s kind, shape and dtype holding ``src``'s
+    contents (a NumPy array, or an array of ``where``'s kind, shape and dtype): for a
+    numba device array a buffer of :mod:`kadj.buffer_pool`, for a CuPy array one of
+    CuPy's pool, for a NumPy array a new array."""
+    k = kind(where)
+    _, shape, _, dtype = _layout(where, k)
+    if k == "host":
+        return np.array(src, dtype=dtype, copy=True)
+    if k == "cupy":
+        import cupy
+        with where.device:
+            return cupy.array(src, dtype=dtype, copy=True)
+    if kind(src) == "host":
+        src = np.ascontiguousarray(src, dtype=dtype)
+    else:
+        src = _numba(src)
+        if not src.is_c_contiguous():
+            return copy(src)
+    from . import buffer_pool
+    out = buffer_pool.empty(shape, dtype)
+    out.copy_to_device(src)
     return out
 
 

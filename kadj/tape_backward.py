@@ -17,6 +17,9 @@ and keeps only the requested gradients.  Tapes of CUDA launches replay through
 :mod:`kadj.tape_streams` (on the device, on one or several streams).  Gradients stay
 where their arrays live: device buffers are added into on the device across calls,
 and scalar adjoints of device launches are read back only by ``tape.scalar_grads()``.
+The buffers of numba device arrays come from :mod:`kadj.buffer_pool` (CuPy's from
+CuPy's memory pool): those kept as gradients return to it on ``tape.zero()``,
+``tape.reset()`` or when the tape is collected, the others when the backward ends.
 """
 from __future__ import annotations
 
@@ -145,13 +148,15 @@ class Backward:
             elif key in buffers:
                 arrays.add_into(buffers[key], cotangent)
             else:
-                buffers[key] = arrays.copy(cotangent)
+                buffers[key] = arrays.filled(array, cotangent)
         for key, seed in host.items():
-            buffer = arrays.like(self._arrays[key].array, seed)
+            array = self._arrays[key].array
+            if arrays.kind(array) != "host":
+                seed = arrays.filled(array, seed)   # a pooled buffer on its device
             if key in buffers:
-                arrays.add_into(buffers[key], buffer)
+                arrays.add_into(buffers[key], seed)
             else:
-                buffers[key] = buffer
+                buffers[key] = seed
         return buffers
 
     def _seeds(self, loss, seeds):

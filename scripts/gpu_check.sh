@@ -9,11 +9,16 @@
 #    network, an environment that already has the dependencies is used as it is;
 # 2. GPU and PTX tests: tests/test_cuda_gpu.py tests/test_cuda_ptx.py;
 # 3. scripts/bench_cuda.py --size large (table; JSON into the results folder);
-# 4. perf/test_bench_cuda.py (pytest-benchmark; JSON into the results folder).
+# 4. perf/test_bench_cuda.py (pytest-benchmark; JSON into the results folder);
+# 5. the tape tests: tests/test_buffer_pool.py on the GPU (KADJ_BUFFER_POOL_GPU=1), and
+#    tests/test_tape_device.py, tests/test_tape_streams.py, tests/test_checkpointed_cuda.py
+#    (these run their cases in the CUDA simulator, in a subprocess, on any machine);
+# 6. scripts/bench_tape.py --cuda (tape overhead per CUDA launch, heat gradient with
+#    checkpointing on the device; table into the results folder).
 #
 # Every step runs even when an earlier one fails; the exit status is 1 when any failed.
 # Results go to $KADJ_RESULTS_DIR (default: $OUT when set, else /tmp/kadj-gpu-check).
-# Each step has a time limit (8 minutes in all at worst); about 3 minutes on a recent GPU
+# Each step has a time limit (12 minutes in all at worst); about 4 minutes on a recent GPU
 # once the packages are installed.
 set -euo pipefail
 
@@ -73,6 +78,14 @@ step "benchmark table" 90 \
     python scripts/bench_cuda.py --size large --require-gpu --json "$RESULTS/bench_cuda.json"
 step "pytest-benchmark" 90 \
     python -m pytest -q perf/test_bench_cuda.py --benchmark-json "$RESULTS/bench_pytest.json"
+step "buffer pool on the GPU" 90 \
+    env KADJ_BUFFER_POOL_GPU=1 python -m pytest -q tests/test_buffer_pool.py
+step "tape tests (CUDA simulator)" 120 \
+    python -m pytest -q tests/test_tape_device.py tests/test_tape_streams.py \
+    tests/test_checkpointed_cuda.py
+step "tape benchmark on the GPU" 180 \
+    bash -c 'set -o pipefail; python scripts/bench_tape.py --cuda --repeat 2 \
+    | tee "$1/bench_tape_cuda.md"' _ "$RESULTS"
 
 echo
 if [ "${#failed[@]}" -ne 0 ]; then
