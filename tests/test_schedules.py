@@ -202,7 +202,7 @@ def translate(cs_schedule, n):
     """checkpoint_schedules' actions in kadj's model: there every reversed step is first
     re-run forward to store its adjoint dependencies; in kadj the adjoint recomputes
     that itself, so that run is dropped (except for the first sweep's run of step n-1)."""
-    cs = pytest.importorskip("checkpoint_schedules")
+    import checkpoint_schedules as cs
     out, current = [], 0
     for a in cs_schedule:
         if isinstance(a, cs.Forward):
@@ -231,9 +231,7 @@ def translate(cs_schedule, n):
 
 
 def test_cross_check_with_checkpoint_schedules():
-    cs = pytest.importorskip(
-        "checkpoint_schedules",
-        reason="the optional cross-check needs the checkpoint_schedules package")
+    import checkpoint_schedules as cs     # a test dependency (pyproject.toml [test])
     from checkpoint_schedules.multistage import optimal_steps_binomial
     for n in range(2, 41):
         for s in range(1, min(6, n - 1) + 1):
