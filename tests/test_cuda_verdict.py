@@ -196,6 +196,9 @@ TEST_FILE_ARGS = {
         "blend": [r.random(12), r.random(12), np.zeros(12), r.random(12), 0.3],
         "init": [r.random(12), np.zeros(12)],
         "sqloss": [r.random(12), r.random(12), np.zeros(1)]},
+    "fingerprint_device_sim": lambda m, r: {
+        "scale": [r.random(12), np.zeros(12), 0.5],
+        "total": [r.random(12), np.zeros(1)]},
     "tape_sim_cases": lambda m, r: {
         "step": [r.random(12), np.zeros(12), 0.1],
         "product": [r.random(12), r.random(12), r.random(12), np.zeros(12)],
