@@ -70,32 +70,41 @@ def _disk_key(key):
     return bool(key) and not key.startswith("mem-")
 
 
-def load_cached(key):
-    """(plan, source, function, report) from the disk cache, or None."""
+def _verified_entry(key, *required):
+    """(metadata, source text, module) of the disk-cache entry ``key`` when it passes
+    every check (format, key, the source's hash, the kernel's files unchanged, the
+    ``required`` metadata fields present), its module run; None otherwise: a damaged,
+    partly written, renamed or out-of-date entry is regenerated."""
     if not _disk_key(key):
         return None
     d = cachedir.private_dir()
     if d is None:
         return None
     src_path = os.path.join(d, f"adj_{key}.py")
+    raw_meta = cachedir.read_entry(os.path.join(d, f"adj_{key}.json"))
+    raw_src = cachedir.read_entry(src_path) if raw_meta is not None else None
+    if raw_src is None:
+        return None
+    meta = json.loads(raw_meta.decode())
+    if meta.get("format") != CACHE_VERSION or meta.get("key") != key or \
+            any(f not in meta for f in required) or \
+            meta.get("sha256") != hashlib.sha256(raw_src).hexdigest() or \
+            not _files_fresh(meta["files"]):
+        return None
+    text = raw_src.decode()
+    module = _exec_module(src_path, key, text)
+    release(key)
+    return meta, text, module
+
+
+def load_cached(key):
+    """(plan, source, function, report) from the disk cache, or None."""
     try:
-        raw_meta = cachedir.read_entry(os.path.join(d, f"adj_{key}.json"))
-        raw_src = cachedir.read_entry(src_path) if raw_meta is not None else None
-        if raw_src is None:
+        entry = _verified_entry(key)
+        if entry is None:
             return None
-        meta = json.loads(raw_meta.decode())
-        if meta.get("format") != CACHE_VERSION or meta.get("key") != key or \
-                meta.get("sha256") != hashlib.sha256(raw_src).hexdigest() or \
-                not _files_fresh(meta["files"]):
-            return None  # damaged, partly written, renamed or out of date: regenerate
-        text = raw_src.decode()
-        plan = AdjointPlan(kernel_name=meta["kernel_name"], arg_names=tuple(meta["arg_names"]),
-                           adjoint_args=tuple(meta["adjoint_args"]),
-                           written=frozenset(meta["written"]), read=frozenset(meta["read"]),
-                           returns_value=meta["returns_value"])
-        module = _exec_module(src_path, key, text)
-        release(key)
-        return plan, text[len(_HEADER):], getattr(module, meta["function"]), \
+        meta, text, module = entry
+        return _plan_of(meta), text[len(_HEADER):], getattr(module, meta["function"]), \
             meta.get("report", "")
     except Exception:  # a damaged cache entry is regenerated
         return None
@@ -307,26 +316,11 @@ def _write_many(d, sources, plan, key, source_files, extra, header):
 def load_many(key):
     """(plan, {name: (source, function)}, extra) of an entry written by
     :func:`build_many`, or None (no entry, or one that fails a check)."""
-    if not _disk_key(key):
-        return None
-    d = cachedir.private_dir()
-    if d is None:
-        return None
-    src_path = os.path.join(d, f"adj_{key}.py")
     try:
-        raw_meta = cachedir.read_entry(os.path.join(d, f"adj_{key}.json"))
-        raw_src = cachedir.read_entry(src_path) if raw_meta is not None else None
-        if raw_src is None:
+        entry = _verified_entry(key, "functions")
+        if entry is None:
             return None
-        meta = json.loads(raw_meta.decode())
-        if meta.get("format") != CACHE_VERSION or meta.get("key") != key or \
-                "functions" not in meta or \
-                meta.get("sha256") != hashlib.sha256(raw_src).hexdigest() or \
-                not _files_fresh(meta["files"]):
-            return None
-        text = raw_src.decode()
-        module = _exec_module(src_path, key, text)
-        release(key)
+        meta, text, module = entry
         functions = {name: (text[a:b], getattr(module, name))
                      for name, a, b in meta["functions"]}
         return _plan_of(meta), functions, _from_json(meta["extra"])
