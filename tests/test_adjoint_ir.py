@@ -90,8 +90,8 @@ def test_stencil_accumulates_into_three_offsets_and_consumes_the_store():
     assert render(fn, kadj.reverse.Writer.syntax) == src  # the printer made the text
     acc_u = [x for x in nodes(fn, A.Accumulate)
              if isinstance(x.target, A.AdjElem) and x.target.array == "u"]
-    # u[i - 1], u[i] (twice: u[i] and 2.0 * u[i]), u[i + 1]
-    assert len(acc_u) == 4
+    # u[i - 1], u[i] (u[i] and 2.0 * u[i], merged into one), u[i + 1]
+    assert len(acc_u) == 3
     assert len({x.target.index_texts for x in acc_u}) == 3
     assert ("i",) in {x.target.index_texts for x in acc_u}
     assert all(x.op == "+=" and x.how == "plain" for x in acc_u)
