@@ -26,13 +26,17 @@ def differentiate(kernel=None, wrt=None, checkpoints=None, gather=None):
     ``@cuda.jit``.
 
     Also usable as ``kadj.differentiate(kernel, wrt=("u", "alpha"))`` and as
-    ``@kadj.differentiate(wrt=(...))``.  ``checkpoints`` (CUDA kernels): the number of
-    per-thread checkpoint slots for loops that carry state (default 24): reversing
-    such a loop of n iterations replays O(log n) forward iterations per reversed one
-    while n <= 2**checkpoints, in bounded per-thread memory.  ``gather`` (CUDA
-    stencils, default True): use the gather form of the adjoint (no atomics on
-    neighbour arrays) when the launch allows it.  An option the kernel's target does
-    not support is refused (:class:`kadj.DifferentiationError`), never ignored.
+    ``@kadj.differentiate(wrt=(...))``.  ``checkpoints``: the number of checkpoint
+    slots for loops that carry state from one iteration to the next (a per-element time
+    loop ``for t in range(T): v = f(v)``, a recurrence); ``True`` for the default, 24.
+    Reversing such a loop of n iterations then replays O(log n) forward iterations per
+    reversed one while n <= 2**checkpoints, and its tape holds one iteration's values
+    instead of n.  CUDA kernels always checkpoint such loops (default 24 slots per
+    thread); CPU kernels do when ``checkpoints`` is given, and otherwise record every
+    iteration on a tape that grows.  ``gather`` (CUDA stencils, default True): use the
+    gather form of the adjoint (no atomics on neighbour arrays) when the launch allows
+    it.  An option the kernel's target does not support is refused
+    (:class:`kadj.DifferentiationError`), never ignored.
     """
     options = {"checkpoints": checkpoints, "gather": gather}
     if kernel is None:

@@ -37,7 +37,7 @@ import types as pytypes
 import numpy as np
 
 __all__ = [
-    "MAX_OVERLAP_WORK", "Undecided", "add_into", "arrays_in", "copy", "describe",
+    "MAX_OVERLAP_WORK", "Undecided", "add_into", "arrays_in", "copy", "copy_into", "describe",
     "filled",
     "is_array", "kind", "like", "may_overlap", "memory", "memory_key", "overlap",
     "self_overlapping", "shares", "span", "to_host", "writeable", "zeros", "zeros_like",
@@ -231,6 +231,22 @@ def _numba(a):
         return a
     from numba import cuda
     return cuda.as_cuda_array(a)
+
+
+def copy_into(dst, src):
+    """Copy ``src``'s contents into ``dst`` (same kind, shape and layout) where they
+    live: on the device for device arrays, without a trip through the host."""
+    k = kind(dst)
+    if k == "host":
+        np.copyto(dst, to_host(src))
+    elif k == "cupy":
+        with dst.device:
+            dst[...] = src
+    elif k == "simulator" or hasattr(dst, "copy_to_device"):
+        dst.copy_to_device(src)
+    else:
+        from numba import cuda
+        cuda.as_cuda_array(dst).copy_to_device(cuda.as_cuda_array(src))
 
 
 def copy(a):

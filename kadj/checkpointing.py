@@ -308,7 +308,7 @@ class _Loop:
                     self.work = tuple(arrays.copy(a) for a in base)
                 elif base is not self.work:
                     for w, a in zip(self.work, base):
-                        _copy_into(w, a)
+                        arrays.copy_into(w, a)
                 self.work_roles = roles
                 if observe:
                     self.final_roles = self._run(act[1], base, roles, observe)
@@ -336,7 +336,7 @@ class _Loop:
                 "inputs; replay the whole tape with tape.backward().")
         if not self.fresh:     # a second backward: redo the forward sweep first
             for w, a in zip(self.work, initial):
-                _copy_into(w, a)
+                arrays.copy_into(w, a)
             for i in list(self.snaps):
                 self._free(i)
             self._sweep(self.work, observe=False)
@@ -348,7 +348,7 @@ class _Loop:
             if kind == schedules.RESTORE:
                 copies, roles = (initial, tuple(range(self.k))) if i == 0 else self.snaps[i]
                 for w, a in zip(self.work, copies):
-                    _copy_into(w, a)
+                    arrays.copy_into(w, a)
             elif kind == schedules.STORE:
                 self._store(i, self.work, roles)
             elif kind == schedules.FREE:
@@ -415,22 +415,6 @@ def _replay_into(inner, launches, buffers, scalars):
     with inner._lock:
         for launch in reversed(launches):
             inner._replay(launch, buffers, scalars)
-
-
-def _copy_into(dst, src):
-    """Copy ``src``'s contents into ``dst`` (same kind, shape and layout) where they
-    live: on the device for device arrays, without a trip through the host."""
-    k = arrays.kind(dst)
-    if k == "host":
-        np.copyto(dst, arrays.to_host(src))
-    elif k == "cupy":
-        with dst.device:
-            dst[...] = src
-    elif k == "simulator" or hasattr(dst, "copy_to_device"):
-        dst.copy_to_device(src)
-    else:
-        from numba import cuda
-        cuda.as_cuda_array(dst).copy_to_device(cuda.as_cuda_array(src))
 
 
 def _contiguous(a):

@@ -68,7 +68,7 @@ def request(target, kernel, arg_types, wrt=None, options=None, jit_options=None)
 
 def cache_key(target, req):
     options = dict(req.jit_options)
-    options.update(req.options)
+    options.update((k, v) for k, v in req.options.items() if v is not None)
     return codegen.cache_key(req.py_func, req.arg_types, req.wrt, options, target.name)
 
 
@@ -95,7 +95,7 @@ def stages(target, kernel, arg_types, wrt=None, options=None, until="compiled", 
         return out
     if stage("prepared", target.prepare, out["region"], out["plan"]):
         return out
-    if stage("facts", _facts, out["prepared"], out["plan"]):
+    if stage("facts", _facts, out["prepared"], out["plan"], target, req.options):
         return out
     if stage("source", target.write, out["prepared"], out["facts"], out["plan"],
              req.options):
@@ -125,10 +125,12 @@ def _make_plan(target, req, region):
     return plan
 
 
-def _facts(prepared, plan):
+def _facts(prepared, plan, target=None, options=None):
     slot_names = tuple(plan.arg_names[i] for i in plan.adjoint_args)
-    return analysis.analyze(prepared.kernel, slot_names, plan.returns_value,
-                            **dict(prepared.analysis))
+    policy = dict(prepared.analysis)
+    if target is not None and target.policy is not None:
+        policy.update(target.policy(options or {}))
+    return analysis.analyze(prepared.kernel, slot_names, plan.returns_value, **policy)
 
 
 # ---- printing the stages ---------------------------------------------------------------

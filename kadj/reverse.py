@@ -27,9 +27,12 @@ from dataclasses import dataclass
 from numba.core import types
 
 from . import adj_ir as A
+from . import ir
 from .adj_naming import Naming
+from .checkpoint_reverse import CheckpointedLoops
 from .errors import DifferentiationError
 from .forward_sweep import ForwardSweep
+from .memory_liveness import MemoryLiveness
 from .printer import Syntax, render
 from .reverse_sweep import ReverseSweep
 from .simplify import simplify
@@ -52,13 +55,14 @@ class AdjointSource:
     param_names: tuple
 
 
-class Writer(Naming, ForwardSweep, ReverseSweep):
+class Writer(Naming, MemoryLiveness, CheckpointedLoops, ForwardSweep, ReverseSweep):
     """Builds the adjoint IR of one kernel (``build``); :func:`kadj.printer.render`
     prints it with the target's ``syntax``.  The sweeps place nodes by indentation
     depth (:class:`adj_ir.Builder`); each node placed goes through the target's
     ``lowerings`` first (functions ``(writer, node) -> node | None``)."""
     syntax = Syntax()
     lowerings = (refuse_barriers,)   # lowerings of nodes as they are placed
+    intrinsics = None                # the target's Intrinsics table (kadj.targets.base)
 
     def __init__(self, kernel, an, slot_args, returns_value, fname):
         self.k = kernel
@@ -79,6 +83,9 @@ class Writer(Naming, ForwardSweep, ReverseSweep):
         self.suppressed = frozenset()
         self.accumulators = {}
         self._last_loc = None
+        self.slot_arrays = []      # checkpoint slots, declared in the prologue
+        self.loop_report = []      # loops reversed from checkpoints
+        self._replay_shared = set()   # shared tiles the replayed loop rewrites
 
     @contextmanager
     def mode(self, **flags):
@@ -92,6 +99,18 @@ class Writer(Naming, ForwardSweep, ReverseSweep):
         finally:
             for k, v in saved.items():
                 setattr(self, k, v)
+
+    # ---- the target's intrinsics in the source ----------------------------------------
+    def bind(self, obj, hint):
+        text = self.intrinsics.name(obj) if self.intrinsics is not None else None
+        return text if text is not None else super().bind(obj, hint)
+
+    def expr(self, e):
+        if self.intrinsics is not None and isinstance(e, ir.Op):
+            text = self.intrinsics.value(e.fn)
+            if text is not None:
+                return text
+        return super().expr(e)
 
     # ---- putting nodes ------------------------------------------------------------
     def put(self, depth, node):
@@ -118,9 +137,15 @@ class Writer(Naming, ForwardSweep, ReverseSweep):
         self.put(depth, A.Comment(f"# {fname}:{loc.line}: {src}".rstrip()))
 
     # ---- the function ------------------------------------------------------------
+    def check(self):
+        """The target's refusals of a kernel it cannot differentiate (none here)."""
+
     def build(self):
         """The adjoint IR of the kernel: an :class:`adj_ir.Function`, tape planned."""
         k, a = self.k, self.a
+        self.check()
+        if a.carried_replay:
+            self.check_replayed_stores()
         self.liveness()
         self.find_single_use()
         params = self.adjoint_params()
@@ -178,7 +203,7 @@ class Writer(Naming, ForwardSweep, ReverseSweep):
             dt = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64"}[kind]
             out.append(A.Assign(f"_tape_{kind}", f"np.empty(1024, {dt})"))
             out.append(A.Assign(f"_sp_{kind}", "0"))
-        return out
+        return out + self.slot_arrays
 
     @property
     def has_retval(self):
@@ -196,14 +221,16 @@ def _source_line(loc):
     return line
 
 
-def build_adjoint(kernel, an, slot_args, returns_value):
+def build_adjoint(kernel, an, slot_args, returns_value, slots=None):
     """The adjoint IR of a CPU kernel, before printing: (Function, Writer); the
-    writer holds the namespace the source needs and its ``syntax``."""
+    writer holds the namespace the source needs and its ``syntax``.  ``slots``: the
+    checkpoint slots of each loop the analysis chose to reverse from checkpoints."""
     w = Writer(kernel, an, slot_args, returns_value, f"{kernel.name}_adjoint")
+    w.slots = slots
     return A.built(simplify(w.build()), "scatter"), w
 
 
-def write_adjoint(kernel, an, slot_args, returns_value):
-    fn, w = build_adjoint(kernel, an, slot_args, returns_value)
+def write_adjoint(kernel, an, slot_args, returns_value, slots=None):
+    fn, w = build_adjoint(kernel, an, slot_args, returns_value, slots)
     return AdjointSource(name=fn.name, source=render(fn, w.syntax), namespace=w.ns,
                          param_names=fn.params)

@@ -155,6 +155,10 @@ def _replayable(loop, a):
         a.tile_owners |= owners
         if not harmless:
             return False
+    # a replayed iteration executes no store into an array but a thread's private
+    # scratch: it could not record the elements overwritten in an array restored later
+    if stored & (a.restore_arrays - a.private_scratch):
+        return False
     if any(isinstance(x, ir.Assign) and isinstance(x.expr, ir.Alloc) for x in inner):
         return False
     return a.carried_replay or not upward_exposed(loop)

@@ -1,55 +1,24 @@
-"""Loops that carry per-thread state, reversed from checkpoints (recursive bisection).
+"""The CUDA part of reversing loops from checkpoints (:mod:`kadj.checkpoint_reverse`).
 
-The state before the loop is checkpoint 0; reversing iteration ``r`` restarts from the
-nearest checkpoint at or below ``r`` and runs forward, leaving new checkpoints at the
-midpoints, then replays iteration ``r`` recording and reverses it.  With ``slots``
-checkpoints this costs O(log n) forward iterations per reversed one while
-n <= 2**slots, and stays exact beyond (longer segments are replayed).  The checkpointed
-state is the loop's carried scalars, the thread's local scratch arrays the loop
-writes, and each thread's own element of shared arrays it rewrites.
+Besides the loop's carried scalars and the thread's local scratch arrays, a CUDA
+thread checkpoints its own element of the shared arrays the loop rewrites (analysis
+``owned_shared``); the block meets at a barrier around restoring them, since other
+threads read them.  Replayed iterations execute their stores into local arrays and into
+the shared tiles the loop rewrites.  Slots are ``cuda.local.array`` s (the writer's
+``local_array``).
 """
 from __future__ import annotations
-
-from numba.core import types
 
 from .. import adj_ir as A
 from .. import ir
 
 
-class CheckpointedLoops:
-    """The part of the CUDA writer that reverses loops from checkpoints."""
+class SharedCheckpoints:
+    """Hooks of :class:`kadj.checkpoint_reverse.CheckpointedLoops` for shared memory."""
 
-    # ---- loops reversed from checkpoints --------------------------------------------
-    def _body(self, s, depth, loop_depth, record):
-        self._last_loc = None
-        with self.mode(kept=set(map(id, ir.walk(s.body))), skip_stores=True,
-                       nopush=not record), \
-                self.b.group(depth, A.Block("replayed iteration")):
-            self.fwd(s.body, depth, loop_depth + 1)
-        self._last_loc = None
-
-    def _slot_type(self, v):
-        t = self.T[v]
-        if isinstance(t, types.Boolean):
-            return types.int8
-        return t
-
-    # ---- per-thread scratch arrays that checkpointed loops write ----------------------
     def replay_store(self, s):
         return self.space.get(s.array.name) == "local" or \
             s.array.name in self._replay_shared
-
-    def _scratch(self, s):
-        """(array, flat size, dtype) of the local arrays loop ``s`` checkpoints."""
-        out = []
-        for name in self.a.checkpoint_arrays.get(s.uid, ()):
-            shape = self.allocs[name].expr.args[0].value
-            dims = shape if isinstance(shape, tuple) else (shape,)
-            size = 1
-            for d in dims:
-                size *= d
-            out.append((name, dims, size, self.T[name].dtype))
-        return out
 
     def _owned(self, s):
         """(array, element text, bounds condition, dtype) of the shared arrays whose
@@ -70,26 +39,16 @@ class CheckpointedLoops:
                         self.T[name].dtype))
         return out
 
-    def _copy_array(self, depth, name, dims, size, line):
-        z = self.fresh("z")
-        self.put(depth, A.For(z, f"range({size})"))
-        self.put(depth + 1, line(z, f"{self.n(name)}[{unravel(z, dims)}]"))
+    def _owned_report(self, owned):
+        return [f"{elem} (each thread its own)" for _, elem, _, _ in owned]
 
-    def _push_arrays(self, s, depth):
+    def _push_owned(self, s, depth):
         for name, elem, cond, dt in self._owned(s):
             kind = self.tape_of(dt)
             self.put(depth, A.Push(kind, f"{elem} if {cond} else {self.zero(dt)}",
                                    once=True))
-        for name, dims, size, dt in self._scratch(s):
-            kind = self.tape_of(dt)
-            z = self.fresh("z")
-            self.put(depth, A.PushArray(kind, size, z, f"{self.n(name)}[{unravel(z, dims)}]"))
 
-    def _pop_arrays(self, s, depth):
-        for name, dims, size, dt in reversed(self._scratch(s)):
-            kind = self.tape_of(dt)
-            z = self.fresh("z")
-            self.put(depth, A.PopArray(kind, size, z, f"{self.n(name)}[{unravel(z, dims)}]"))
+    def _pop_owned(self, s, depth):
         owned = self._owned(s)
         if owned:
             self.put(depth, A.Barrier("nobody reads the shared state now"))
@@ -99,142 +58,16 @@ class CheckpointedLoops:
         if owned:
             self.put(depth, A.Barrier("every thread restored its element"))
 
+    def _save_owned(self, depth, slot, owned, ck_own):
+        for name, elem, cond, dt in owned:  # each thread its own shared element
+            self.put(depth, A.If(cond))
+            self.put(depth + 1, A.Assign(f"{ck_own[name]}[{slot}]", elem))
 
-    def _iteration(self, s, depth, loop_depth, record):
-        """One iteration of loop ``s``'s body; a body that may ``break``/``continue``
-        runs in a one-trip loop that those leave."""
-        if any(isinstance(x, (ir.Break, ir.Continue)) for x in ir.walk_level(s.body)):
-            self.put(depth, A.For(self.fresh('once'), "range(1)"))
-            depth += 1
-        self._body(s, depth, loop_depth, record)
-
-    def _rev_checkpointed(self, s, depth, loop_depth):
-        with self.b.group(depth, A.ReverseLoop("checkpointed", s.uid)):
-            self._rev_checkpointed_body(s, depth, loop_depth)
-
-    def _rev_checkpointed_body(self, s, depth, loop_depth):
-        a = self.a
-        saved_vars = a.replay[s.uid]
-        S = self.slots
-        self.comment(depth, s.loc)
-        if isinstance(s, ir.ForRange):
-            idx = self.n(s.index)
-            lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
-            header = f"for {idx} in range({lo}, {hi}, {st})"
-            trips = self._count_name(s) if self._counted(s) else f"_trips({lo}, {hi}, {st})"
-        else:
-            idx = None
-            header = "while loop"
-            trips = self._count_name(s)
-        self.put(depth, A.Comment(f"# reversed from checkpoints ({S} slots, recursive "
-                                  f"bisection): {header}"))
-        scratch = self._scratch(s)
-        if isinstance(s, ir.ForRange) and self._counted(s) and loop_depth > 0 and \
-                id(s) in self.kept:
-            # (the forward recorded the trip count after the loop: fwd_for)
-            self.pop(depth, self._count_name(s), types.int64)
-        if id(s) in self.kept:
-            for v in reversed(saved_vars):
-                self.pop(depth, self.n(v), self.T[v])
-            self._pop_arrays(s, depth)
-        n, top, cur, r, mid = (self.fresh(x) for x in ("n", "top", "cur", "r", "mid"))
-        ck_it = self.local_array("ck_iter", S, types.int64)
-        ck = {v: self.local_array(f"ck_{self.n(v)}", S, self._slot_type(v))
-              for v in saved_vars}
-        ck_arr = {name: self.local_array(f"ck_{self.n(name)}", (S, size), dt)
-                  for name, dims, size, dt in scratch}
-        owned = self._owned(s)
-        ck_own = {name: self.local_array(f"ck_{self.n(name)}", S, dt)
-                  for name, elem, cond, dt in owned}
-
-        def save(d, slot):
-            for v in saved_vars:
-                self.put(d, A.Assign(f"{ck[v]}[{slot}]", self.n(v)))
-            for name, dims, size, dt in scratch:
-                self._copy_array(d, name, dims, size, lambda z, ref: A.Assign(
-                    f"{ck_arr[name]}[{slot}, {z}]", ref))
-            for name, elem, cond, dt in owned:  # each thread its own shared element
-                self.put(d, A.If(cond))
-                self.put(d + 1, A.Assign(f"{ck_own[name]}[{slot}]", elem))
-
-        def load(d, slot):
-            for v in saved_vars:
-                val = f"{ck[v]}[{slot}]"
-                if isinstance(self.T[v], types.Boolean):
-                    val = f"{val} != 0"
-                self.put(d, A.Assign(self.n(v), val))
-            for name, dims, size, dt in scratch:
-                self._copy_array(d, name, dims, size, lambda z, ref: A.Assign(
-                    ref, f"{ck_arr[name]}[{slot}, {z}]"))
-            if owned:
-                self.put(d, A.Barrier("nobody reads the shared state now"))
-            for name, elem, cond, dt in owned:
-                self.put(d, A.If(cond))
-                self.put(d + 1, A.Assign(elem, f"{ck_own[name]}[{slot}]"))
-            if owned:
-                self.put(d, A.Barrier("every thread restored its element"))
-
-        def set_index(d, k):
-            if idx is not None:
-                self.put(d, A.Assign(idx, _index(lo, k, st)))
-
-        put = self.put
-        put(depth, A.Assign(n, trips))
-        put(depth, A.Assign(top, "0"))
-        put(depth, A.Assign(f"{ck_it}[0]", "0"))
-        save(depth, 0)
-        put(depth, A.For(r, f"range({n} - 1, -1, -1)"))
-        d1, d2, d3 = depth + 1, depth + 2, depth + 3
-        put(d1, A.While(f"{ck_it}[{top}] > {r}"))
-        put(d2, A.Assign(top, "1", "-="))
-        put(d1, A.Assign(cur, f"{ck_it}[{top}]"))
-        load(d1, top)
-        put(d1, A.While(f"{cur} < {r}"))
-        put(d2, A.Assign(mid, f"{cur} + ({r} - {cur} + 1) // 2"))
-        put(d2, A.While(f"{cur} < {mid}"))
-        set_index(d3, cur)
-        self._iteration(s, d3, loop_depth + 1, record=False)
-        put(d3, A.Assign(cur, "1", "+="))
-        put(d2, A.If(f"{mid} < {r} and {top} + 1 < {S}"))
-        put(d3, A.Assign(top, "1", "+="))
-        put(d3, A.Assign(f"{ck_it}[{top}]", cur))
-        save(d3, top)
-        set_index(d1, r)
-        put(d1, A.Comment("# replay this iteration's forward part, recording"))
-        self.open_frame(d1)
-        self._iteration(s, d1, loop_depth, record=True)
-        self.close_frame()
-        with self.mode(kept=set(map(id, ir.walk(s.body)))):
-            self.rev(s.body, d1, loop_depth + 1, frozenset())
-        put(depth, A.Comment("# the state before the loop"))
-        load(depth, 0)
-        self.loop_report.append({
-            "line": getattr(s.loc, "line", None), "loop": header,
-            "carried": [self.n(v) for v in a.checkpoint[s.uid]],
-            "checkpointed": [self.n(v) for v in saved_vars] + [
-                f"{self.n(name)}[{size}]" for name, _, size, _ in scratch] + [
-                f"{elem} (each thread its own)" for _, elem, _, _ in owned],
-            "slots": S,
-            "recompute": f"<= ceil(log2(n)) + 1 forward iterations per reversed one "
-                         f"(amortised) while n <= 2**{S}",
-        })
-
-
-
-def unravel(flat, dims):
-    """Index text of flat element ``flat`` of a C-ordered array of shape ``dims``."""
-    if len(dims) == 1:
-        return flat
-    out = []
-    for k, d in enumerate(dims):
-        stride = 1
-        for e in dims[k + 1:]:
-            stride *= e
-        term = f"{flat} // {stride}" if stride != 1 else flat
-        out.append(f"({term}) % {d}" if k else term)
-    return ", ".join(out)
-
-
-def _index(lo, k, st):
-    base = k if st == "1" else f"{k} * {st}"
-    return base if lo == "0" else f"{lo} + {base}"
+    def _load_owned(self, depth, slot, owned, ck_own):
+        if owned:
+            self.put(depth, A.Barrier("nobody reads the shared state now"))
+        for name, elem, cond, dt in owned:
+            self.put(depth, A.If(cond))
+            self.put(depth + 1, A.Assign(elem, f"{ck_own[name]}[{slot}]"))
+        if owned:
+            self.put(depth, A.Barrier("every thread restored its element"))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..targets.base import Intrinsics
+
 INDEX_FUNCS = {"grid", "gridsize"}
 SPECIAL_REGS = {f"{r}.{c}" for r in ("threadIdx", "blockIdx", "blockDim", "gridDim")
                 for c in "xyz"} | {"warpsize", "laneid"}
@@ -25,3 +27,17 @@ class CudaIntrinsic:
 
     def __repr__(self):
         return "cuda." + self.path
+
+
+def _name(obj):
+    return "cuda." + obj.path if isinstance(obj, CudaIntrinsic) else None
+
+
+def _value(fn):
+    if isinstance(fn, CudaIntrinsic) and fn.path in SPECIAL_REGS:
+        return "cuda." + fn.path
+    return None
+
+
+#: how the adjoint's source names CUDA intrinsics (the CUDA target's table)
+TABLE = Intrinsics(name=_name, value=_value)

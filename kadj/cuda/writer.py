@@ -16,7 +16,8 @@ Each thread of the adjoint kernel replays its forward part, then runs its revers
   the number of values recorded outside loops plus those of one replayed iteration.
   Recording inside a loop that is not replayed is refused.
 - **Loops that carry state** (per-thread time stepping, recurrences) are reversed from
-  checkpoints (:mod:`kadj.cuda.checkpoints`).
+  checkpoints (:mod:`kadj.checkpoint_reverse`, with :mod:`kadj.cuda.checkpoints` for
+  each thread's own element of shared arrays).
 """
 from __future__ import annotations
 
@@ -29,18 +30,24 @@ from ..printer import Syntax, render
 from ..reverse import AdjointSource, Writer
 from ..simplify import simplify
 from . import lower
-from .checkpoints import CheckpointedLoops, unravel
+from ..checkpoint_reverse import unravel
+from .checkpoints import SharedCheckpoints
 from .indexing import ThreadIndex, array_accesses
-from .intrinsics import SPECIAL_REGS, CudaIntrinsic
+from .intrinsics import TABLE, CudaIntrinsic
 from .stores import check_single_writers
 
 DEFAULT_SLOTS = 24
 
 
-class CudaWriter(CheckpointedLoops, Writer):
+class CudaWriter(SharedCheckpoints, Writer):
     syntax = Syntax(barrier="cuda.syncthreads()", atomic_add="cuda.atomic.add")
     lowerings = (lower.barriers, lower.accumulate)
     merge_repeated_loads = True   # one atomic per element and thread, not per load
+    intrinsics = TABLE            # cuda.<path> in the source (the CUDA target's table)
+    # memory policy of the forward sweep's liveness (kadj.memory_liveness)
+    declares_allocations = True   # local/shared arrays are declared up front
+    kernel_returns = False
+    entry_state_live = True       # not an unset register at a loop's entry
 
     def __init__(self, kernel, an, slot_args, fname, slots=DEFAULT_SLOTS, cells=None):
         self.cells = dict(cells or {})
@@ -68,80 +75,8 @@ class CudaWriter(CheckpointedLoops, Writer):
         self.scalar_report = {}
         self.uniform_acc = {}       # (array, constant index) -> local accumulator
         self.uniform_report = {}
-        self._replay_shared = set()   # shared tiles the replayed loop rewrites
-
-    # ---- rendering ----------------------------------------------------------------
-    def bind(self, obj, hint):
-        if isinstance(obj, CudaIntrinsic):
-            return "cuda." + obj.path
-        return super().bind(obj, hint)
-
-    def expr(self, e):
-        if isinstance(e, ir.Op) and isinstance(e.fn, CudaIntrinsic) and \
-                e.fn.path in SPECIAL_REGS:
-            return "cuda." + e.fn.path
-        return super().expr(e)
-
-    def liveness(self):
-        # the forward sweep writes a shared/local array only if it later reads values
-        # of it that the reverse sweep needs (an in-place sum needs none)
-        a = self.a
-        self._live_arrays = set()
-        # read again in the reverse sweep: recomputed loads, replayed iterations
-        for stmts in a.recompute.values():
-            self._live_arrays |= ir.loaded_arrays(stmts)
-        for x in ir.walk(self.k.body):
-            if isinstance(x, (ir.ForRange, ir.Loop)) and x.uid in a.replay:
-                self._live_arrays |= ir.loaded_arrays(x.body)
-        while True:
-            self.keep_barriers = any(self.space.get(v) == "shared"
-                                     for v in self._live_arrays)
-            super().liveness()
-            loaded = {x.expr.array.name for x in ir.walk(self.k.body)
-                      if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Load) and
-                      id(x) in self.kept}
-            if loaded <= self._live_arrays:
-                break
-            self._live_arrays |= loaded
-        # a kernel returns nothing: its returns (and branches holding only them) have
-        # nothing to do in the forward sweep
-        for x in ir.walk(self.k.body):
-            if isinstance(x, ir.Return) or (
-                    isinstance(x, ir.Assign) and isinstance(x.expr, ir.Alloc)):
-                self.kept.discard(id(x))  # (arrays are declared up front)
-        changed = True
-        while changed:
-            changed = False
-            for x in ir.walk(self.k.body):
-                if isinstance(x, ir.If) and id(x) in self.kept and not any(
-                        id(y) in self.kept for y in ir.walk(x.then + x.orelse)
-                        if not isinstance(y, ir.If)):
-                    self.kept.discard(id(x))
-                    changed = True
-
-    def _live(self, stmts, live, ctx):
-        # what the forward saves at a loop's entry (pushed state, checkpoint 0) is read
-        # there, even where the loop's own updates of it are dead (a cell overwritten
-        # after the loop): it must hold its value, not an unset (NaN) register
-        a = self.a
-        for s in reversed(stmts):
-            live = super()._live((s,), live, ctx)
-            if isinstance(s, (ir.ForRange, ir.Loop)) and id(s) in self.kept:
-                live = live | set(a.loop_saved.get(s.uid, ())) | set(
-                    a.replay.get(s.uid, ()))
-        return live
-
-    def _stmt_needed(self, s):
-        if isinstance(s, ir.Store) and s.array.name in self.cells:
-            return False  # later reads use the cell (kadj.cuda.cells)
-        if isinstance(s, ir.Store) and s.array.name in self.space:
-            return s.array.name in self._live_arrays
-        return super()._stmt_needed(s)
 
     # ---- shared and local arrays, barriers -----------------------------------------
-    def alloc(self, s, depth):
-        pass  # declared at the top of the adjoint kernel (tape_init_nodes)
-
     def _alloc_nodes(self):
         nodes = []
         tid = nthreads = None
@@ -203,49 +138,6 @@ class CudaWriter(CheckpointedLoops, Writer):
             nodes.append(A.Assign(name, f"cuda.local.array({size}, {dt})"))
         return nodes + self._alloc_nodes() + lower.uniform_init_nodes(self)
 
-    def fwd_for(self, s, depth, loop_depth):
-        if s.uid in self.a.checkpoint and not self.nopush:
-            self._push_arrays(s, depth)
-        super().fwd_for(s, depth, loop_depth)
-
-    def fwd_loop(self, s, depth, loop_depth):
-        if s.uid not in self.a.checkpoint:
-            return super().fwd_loop(s, depth, loop_depth)
-        self.comment(depth, s.loc)
-        if not self.nopush:
-            self._push_arrays(s, depth)
-        for v in self.a.replay[s.uid]:
-            self.push(depth, self.n(v), self.T[v])
-        cnt = self._count_name(s)
-        self.put(depth, A.Assign(cnt, "0"))
-        self.put(depth, A.Comment("# (not recorded here: reversed from checkpoints)"))
-        self.put(depth, A.While("True", primal=True))
-        self.put(depth + 1, A.Assign(cnt, "1", "+="))
-        with self.mode(nopush=True):
-            self.fwd(s.body, depth + 1, loop_depth + 1)
-
-    def _rev_for(self, s, depth, loop_depth):
-        self._with_shared_replays(s, depth, lambda: super(CudaWriter, self)._rev_for(
-            s, depth, loop_depth) if s.uid not in self.a.checkpoint else
-            self._rev_checkpointed(s, depth, loop_depth))
-
-    def rev_loop(self, s, depth, loop_depth):
-        self._with_shared_replays(s, depth, lambda: super(CudaWriter, self).rev_loop(
-            s, depth, loop_depth) if s.uid not in self.a.checkpoint else
-            self._rev_checkpointed(s, depth, loop_depth))
-
-    def _with_shared_replays(self, s, depth, reverse):
-        """Reverse loop ``s``; when its replayed iterations rewrite shared memory, the
-        block meets at a barrier before (threads may still be reading what the first
-        replay overwrites) and after (what follows reads it again)."""
-        shared = set(self.a.replay_shared.get(s.uid, ()))
-        with self.mode(_replay_shared=self._replay_shared | shared):
-            if shared:
-                self.put(depth, A.Barrier("before replays rewrite shared memory"))
-            reverse()
-            if shared:
-                self.put(depth, A.Barrier("after them"))
-
     # ---- checks -------------------------------------------------------------------
     def check(self):
         a, k = self.a, self.k
@@ -280,10 +172,6 @@ class CudaWriter(CheckpointedLoops, Writer):
             if isinstance(x, ir.Store) and x.array.name in arrays:
                 return x.loc
         return None
-
-    def build(self):
-        self.check()
-        return super().build()
 
     def report(self):
         arrays = {}

@@ -12,6 +12,36 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 TAPE_POLICIES = ("growable", "bounded")
+DEFAULT_CHECKPOINTS = 24     # checkpoint slots per loop when checkpoints=True
+
+
+def checkpoint_slots(value):
+    """The number of checkpoint slots that ``checkpoints=value`` asks for: a positive
+    int, or True for the default (:data:`DEFAULT_CHECKPOINTS`)."""
+    if value is True:
+        return DEFAULT_CHECKPOINTS
+    try:
+        slots = int(value)
+    except (TypeError, ValueError):
+        slots = 0
+    if value is False or slots < 1 or slots != value:
+        raise ValueError("checkpoints must be a positive number of slots (or True for "
+                         f"the default, {DEFAULT_CHECKPOINTS}), not {value!r}")
+    return slots
+
+
+@dataclass(frozen=True)
+class Intrinsics:
+    """How a target's intrinsics appear in the adjoint's source.
+
+    name:   object -> the text naming that callable intrinsic (``cuda.grid``), or None
+            for an object that is not one of the target's intrinsics.
+    value:  callable of an ``Op`` -> the text of that intrinsic read as a value, without
+            a call (a special register: ``cuda.threadIdx.x``), or None.
+    """
+
+    name: Callable
+    value: Callable
 
 
 @dataclass(frozen=True)
@@ -38,6 +68,10 @@ class Target:
     returns_values: may a kernel return a float (the loss)?
     tape:           "growable" (a heap tape that grows) or "bounded" (per-thread slots).
     accumulation:   how adjoint contributions are added ("plain", "atomic", ...).
+    intrinsics:     an :class:`Intrinsics` table, or None (no intrinsics).
+    policy:         options -> further keyword arguments of the analysis (a CPU
+                    kernel's ``checkpoints=`` asks for loops that carry state to be
+                    reversed from checkpoints: ``carried_replay``).
     """
 
     name: str
@@ -57,6 +91,8 @@ class Target:
     returns_values: bool = True
     tape: str = "growable"
     accumulation: str = "plain"
+    policy: Callable = None
+    intrinsics: Intrinsics = None
 
     def __post_init__(self):
         if self.tape not in TAPE_POLICIES:

@@ -5,11 +5,16 @@ no preparation rewrite; the adjoint is written by :func:`kadj.reverse.write_adjo
 saved in kadj's disk cache and compiled by numba with the kernel's own options (and
 numba's own disk cache).  The tape of a reversed loop is a heap array that grows
 ("growable"); adjoint contributions are plain ``+=`` ("plain").
+
+Option ``checkpoints`` (default None: off): with ``checkpoints=N`` (or True: 24), loops
+whose iterations carry state and would record a tape growing with their trip count
+(a per-element time loop, a recurrence) are reversed from N checkpoints of their state
+(:mod:`kadj.checkpoint_reverse`), as on a GPU: the analysis' ``carried_replay`` policy.
 """
 from __future__ import annotations
 
 from .. import codegen, frontend, reverse, structurize
-from .base import CompiledAdjoint, Prepared, Target, Written
+from .base import CompiledAdjoint, Prepared, Target, Written, checkpoint_slots
 
 _JIT_OPTIONS_KEPT = ("fastmath", "error_model", "boundscheck", "nogil")
 
@@ -38,10 +43,20 @@ def _prepare(kernel, plan):
     return Prepared(kernel)
 
 
+def _check_option(kernel_name, option, value):
+    return checkpoint_slots(value)      # the only option besides wrt
+
+
+def _policy(options):
+    """``checkpoints=N``: loops that carry state are reversed from checkpoints."""
+    return {"carried_replay": True} if options.get("checkpoints") else {}
+
+
 def _write(prepared, facts, plan, options):
     slot_names = tuple(plan.arg_names[i] for i in plan.adjoint_args)
     return Written(reverse.write_adjoint(prepared.kernel, facts, slot_names,
-                                         plan.returns_value))
+                                         plan.returns_value,
+                                         slots=options.get("checkpoints")))
 
 
 def _compile(written, plan, typed, key, request):
@@ -64,4 +79,5 @@ CPU = Target(
     kernel_class="kadj.kernel:DifferentiatedKernel",
     typeof=_typeof, jit_options=jit_options, type_kernel=_type_kernel,
     structurize=structurize.structurize, prepare=_prepare, write=_write, compile=_compile,
-    load=_load, options={}, returns_values=True, tape="growable", accumulation="plain")
+    load=_load, options={"checkpoints": None}, check_option=_check_option,
+    returns_values=True, tape="growable", accumulation="plain", policy=_policy)

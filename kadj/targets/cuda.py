@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from numba.core import types
 
 from .. import codegen, ir
-from .base import Prepared, Target, Written
+from ..cuda.intrinsics import TABLE as _INTRINSICS
+from .base import DEFAULT_CHECKPOINTS, Prepared, Target, Written, checkpoint_slots
 
 _JIT_OPTIONS_KEPT = ("fastmath", "debug", "lineinfo", "opt")
-DEFAULT_CHECKPOINTS = 24     # kadj.cuda.writer.DEFAULT_SLOTS (checked in tests)
+# DEFAULT_CHECKPOINTS: kadj.cuda.writer.DEFAULT_SLOTS (checked in tests)
 
 
 @dataclass(frozen=True)
@@ -96,10 +97,7 @@ def jit_options(dispatcher):
 
 def _check_option(kernel_name, option, value):
     if option == "checkpoints":
-        slots = int(value)
-        if slots < 1:
-            raise ValueError("checkpoints must be a positive number of slots")
-        return slots
+        return checkpoint_slots(value)
     return bool(value)
 
 
@@ -215,4 +213,4 @@ CUDA = Target(
     prepare=_prepare, write=_write, compile=_compile, load=_load,
     options={"checkpoints": DEFAULT_CHECKPOINTS, "gather": True},
     check_option=_check_option, returns_values=False, tape="bounded",
-    accumulation="atomic")
+    accumulation="atomic", intrinsics=_INTRINSICS)

@@ -1,0 +1,310 @@
+"""Loops that carry state, reversed from checkpoints (recursive bisection), any target.
+
+A target whose tape must stay bounded (``checkpoints=N``: a GPU thread's tape always,
+a CPU kernel's when asked) lets the analysis replay loops whose iterations carry state
+(``carried_replay``): a per-element time loop ``for t in range(T): v = f(v)``, a
+recurrence.  The forward sweep runs such a loop without recording; the reverse sweep
+reverses it from checkpoints of its carried state:
+
+The state before the loop is checkpoint 0; reversing iteration ``r`` restarts from the
+nearest checkpoint at or below ``r`` and runs forward, leaving new checkpoints at the
+midpoints, then replays iteration ``r`` recording and reverses it.  With ``slots``
+checkpoints this costs O(log n) forward iterations per reversed one while
+n <= 2**slots, and stays exact beyond (longer segments are replayed).  The tape holds
+one iteration's values at a time, whatever the trip count.  The checkpointed state is
+the loop's carried scalars and the private scratch arrays the loop writes; a target
+adds its own state (:mod:`kadj.cuda.checkpoints`: each thread's own element of shared
+arrays) through the ``_owned`` hooks.  Slots are arrays of ``slots`` entries the
+target declares in the adjoint's prologue (``local_array``: ``np.empty`` here).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from numba.core import types
+
+from . import adj_ir as A
+from . import ir
+from .errors import DifferentiationError
+
+
+class CheckpointedLoops:
+    """The part of a writer that reverses loops from checkpoints (``a.checkpoint``)."""
+
+    slots = None           # checkpoint slots per loop (the target's ``checkpoints``)
+
+    # ---- which loops: the analysis' checkpoint facts --------------------------------
+    def fwd_for(self, s, depth, loop_depth):
+        if s.uid in self.a.checkpoint and not self.nopush:
+            self._push_arrays(s, depth)
+        super().fwd_for(s, depth, loop_depth)
+
+    def fwd_loop(self, s, depth, loop_depth):
+        if s.uid not in self.a.checkpoint:
+            return super().fwd_loop(s, depth, loop_depth)
+        self.comment(depth, s.loc)
+        if not self.nopush:
+            self._push_arrays(s, depth)
+        for v in self.a.replay[s.uid]:
+            self.push(depth, self.n(v), self.T[v])
+        cnt = self._count_name(s)
+        self.put(depth, A.Assign(cnt, "0"))
+        self.put(depth, A.Comment("# (not recorded here: reversed from checkpoints)"))
+        self.put(depth, A.While("True", primal=True))
+        self.put(depth + 1, A.Assign(cnt, "1", "+="))
+        with self.mode(nopush=True):
+            self.fwd(s.body, depth + 1, loop_depth + 1)
+
+    def _rev_for(self, s, depth, loop_depth):
+        with self._shared_replays(s, depth):
+            if s.uid in self.a.checkpoint:
+                self._rev_checkpointed(s, depth, loop_depth)
+            else:
+                super()._rev_for(s, depth, loop_depth)
+
+    def rev_loop(self, s, depth, loop_depth):
+        with self._shared_replays(s, depth):
+            if s.uid in self.a.checkpoint:
+                self._rev_checkpointed(s, depth, loop_depth)
+            else:
+                super().rev_loop(s, depth, loop_depth)
+
+    @contextmanager
+    def _shared_replays(self, s, depth):
+        """Reverse loop ``s`` inside the ``with``; when its replayed iterations rewrite
+        arrays shared by a block of threads (analysis ``replay_shared``: never on a
+        CPU), the block meets at a barrier before (threads may still be reading what
+        the first replay overwrites) and after (what follows reads it again)."""
+        shared = set(self.a.replay_shared.get(s.uid, ()))
+        with self.mode(_replay_shared=self._replay_shared | shared):
+            if shared:
+                self.put(depth, A.Barrier("before replays rewrite shared memory"))
+            yield
+            if shared:
+                self.put(depth, A.Barrier("after them"))
+
+    def check_replayed_stores(self):
+        """A replayed iteration does not execute stores into arrays (they hold their
+        final contents), so it cannot record the elements they overwrite: a replayed
+        loop that overwrites array elements its adjoint needs is refused."""
+        a = self.a
+        for x in ir.walk(self.k.body):
+            if not (isinstance(x, (ir.ForRange, ir.Loop)) and x.uid in a.replay):
+                continue
+            for y in ir.walk(x.body):
+                if isinstance(y, ir.Store) and y.array.name in a.restore_arrays and \
+                        not self.replay_store(y):
+                    raise DifferentiationError(
+                        f"a loop reversed from checkpoints overwrites elements of "
+                        f"'{y.array.name}' whose earlier values its adjoint needs",
+                        kernel=self.k.name, loc=y.loc,
+                        construct="array overwritten in a checkpointed loop",
+                        remedy="write new values into a separate array (double "
+                               "buffering), or differentiate without checkpoints=")
+
+    # ---- slots ------------------------------------------------------------------------
+    def local_array(self, hint, size, dtype):
+        """A slot array declared in the adjoint's prologue (``slot_arrays``)."""
+        name = self.fresh(hint)
+        self.slot_arrays.append(A.Assign(name, f"np.empty({size!r}, np.{dtype})"))
+        return name
+
+    def _slot_type(self, v):
+        t = self.T[v]
+        if isinstance(t, types.Boolean):
+            return types.int8
+        return t
+
+    # ---- state besides the carried scalars ------------------------------------------
+    def _scratch(self, s):
+        """(array, dims, flat size, dtype) of the private scratch arrays loop ``s``
+        checkpoints."""
+        out = []
+        for name in self.a.checkpoint_arrays.get(s.uid, ()):
+            shape = self.allocs[name].expr.args[0].value
+            dims = shape if isinstance(shape, tuple) else (shape,)
+            size = 1
+            for d in dims:
+                size *= d
+            out.append((name, dims, size, self.T[name].dtype))
+        return out
+
+    def _owned(self, s):
+        """(array, element text, condition, dtype) of the elements of shared state
+        that loop ``s`` checkpoints besides its own (none here: a target's hook)."""
+        return []
+
+    def _push_owned(self, s, depth):
+        pass
+
+    def _pop_owned(self, s, depth):
+        pass
+
+    def _save_owned(self, depth, slot, owned, ck_own):
+        pass
+
+    def _load_owned(self, depth, slot, owned, ck_own):
+        pass
+
+    def _copy_array(self, depth, name, dims, size, line):
+        z = self.fresh("z")
+        self.put(depth, A.For(z, f"range({size})"))
+        self.put(depth + 1, line(z, f"{self.n(name)}[{unravel(z, dims)}]"))
+
+    def _push_arrays(self, s, depth):
+        self._push_owned(s, depth)
+        for name, dims, size, dt in self._scratch(s):
+            kind = self.tape_of(dt)
+            z = self.fresh("z")
+            self.put(depth, A.PushArray(kind, size, z, f"{self.n(name)}[{unravel(z, dims)}]"))
+
+    def _pop_arrays(self, s, depth):
+        for name, dims, size, dt in reversed(self._scratch(s)):
+            kind = self.tape_of(dt)
+            z = self.fresh("z")
+            self.put(depth, A.PopArray(kind, size, z, f"{self.n(name)}[{unravel(z, dims)}]"))
+        self._pop_owned(s, depth)
+
+    # ---- the reversed loop ----------------------------------------------------------
+    def _body(self, s, depth, loop_depth, record):
+        self._last_loc = None
+        with self.mode(kept=set(map(id, ir.walk(s.body))), skip_stores=True,
+                       nopush=not record), \
+                self.b.group(depth, A.Block("replayed iteration")):
+            self.fwd(s.body, depth, loop_depth + 1)
+        self._last_loc = None
+
+    def _iteration(self, s, depth, loop_depth, record):
+        """One iteration of loop ``s``'s body; a body that may ``break``/``continue``
+        runs in a one-trip loop that those leave."""
+        if any(isinstance(x, (ir.Break, ir.Continue)) for x in ir.walk_level(s.body)):
+            self.put(depth, A.For(self.fresh('once'), "range(1)"))
+            depth += 1
+        self._body(s, depth, loop_depth, record)
+
+    def _rev_checkpointed(self, s, depth, loop_depth):
+        if self.slots is None:
+            raise AssertionError("a loop to reverse from checkpoints, but no slots")
+        with self.b.group(depth, A.ReverseLoop("checkpointed", s.uid)):
+            self._rev_checkpointed_body(s, depth, loop_depth)
+
+    def _rev_checkpointed_body(self, s, depth, loop_depth):
+        a = self.a
+        saved_vars = a.replay[s.uid]
+        S = self.slots
+        self.comment(depth, s.loc)
+        if isinstance(s, ir.ForRange):
+            idx = self.n(s.index)
+            lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
+            header = f"for {idx} in range({lo}, {hi}, {st})"
+            trips = self._count_name(s) if self._counted(s) else f"_trips({lo}, {hi}, {st})"
+        else:
+            idx = None
+            header = "while loop"
+            trips = self._count_name(s)
+        self.put(depth, A.Comment(f"# reversed from checkpoints ({S} slots, recursive "
+                                  f"bisection): {header}"))
+        scratch = self._scratch(s)
+        if isinstance(s, ir.ForRange) and self._counted(s) and loop_depth > 0 and \
+                id(s) in self.kept:
+            # (the forward recorded the trip count after the loop: fwd_for)
+            self.pop(depth, self._count_name(s), types.int64)
+        if id(s) in self.kept:
+            for v in reversed(saved_vars):
+                self.pop(depth, self.n(v), self.T[v])
+            self._pop_arrays(s, depth)
+        n, top, cur, r, mid = (self.fresh(x) for x in ("n", "top", "cur", "r", "mid"))
+        ck_it = self.local_array("ck_iter", S, types.int64)
+        ck = {v: self.local_array(f"ck_{self.n(v)}", S, self._slot_type(v))
+              for v in saved_vars}
+        ck_arr = {name: self.local_array(f"ck_{self.n(name)}", (S, size), dt)
+                  for name, dims, size, dt in scratch}
+        owned = self._owned(s)
+        ck_own = {name: self.local_array(f"ck_{self.n(name)}", S, dt)
+                  for name, elem, cond, dt in owned}
+
+        def save(d, slot):
+            for v in saved_vars:
+                self.put(d, A.Assign(f"{ck[v]}[{slot}]", self.n(v)))
+            for name, dims, size, dt in scratch:
+                self._copy_array(d, name, dims, size, lambda z, ref: A.Assign(
+                    f"{ck_arr[name]}[{slot}, {z}]", ref))
+            self._save_owned(d, slot, owned, ck_own)
+
+        def load(d, slot):
+            for v in saved_vars:
+                val = f"{ck[v]}[{slot}]"
+                if isinstance(self.T[v], types.Boolean):
+                    val = f"{val} != 0"
+                self.put(d, A.Assign(self.n(v), val))
+            for name, dims, size, dt in scratch:
+                self._copy_array(d, name, dims, size, lambda z, ref: A.Assign(
+                    ref, f"{ck_arr[name]}[{slot}, {z}]"))
+            self._load_owned(d, slot, owned, ck_own)
+
+        def set_index(d, k):
+            if idx is not None:
+                self.put(d, A.Assign(idx, _index(lo, k, st)))
+
+        put = self.put
+        put(depth, A.Assign(n, trips))
+        put(depth, A.Assign(top, "0"))
+        put(depth, A.Assign(f"{ck_it}[0]", "0"))
+        save(depth, 0)
+        put(depth, A.For(r, f"range({n} - 1, -1, -1)"))
+        d1, d2, d3 = depth + 1, depth + 2, depth + 3
+        put(d1, A.While(f"{ck_it}[{top}] > {r}"))
+        put(d2, A.Assign(top, "1", "-="))
+        put(d1, A.Assign(cur, f"{ck_it}[{top}]"))
+        load(d1, top)
+        put(d1, A.While(f"{cur} < {r}"))
+        put(d2, A.Assign(mid, f"{cur} + ({r} - {cur} + 1) // 2"))
+        put(d2, A.While(f"{cur} < {mid}"))
+        set_index(d3, cur)
+        self._iteration(s, d3, loop_depth + 1, record=False)
+        put(d3, A.Assign(cur, "1", "+="))
+        put(d2, A.If(f"{mid} < {r} and {top} + 1 < {S}"))
+        put(d3, A.Assign(top, "1", "+="))
+        put(d3, A.Assign(f"{ck_it}[{top}]", cur))
+        save(d3, top)
+        set_index(d1, r)
+        put(d1, A.Comment("# replay this iteration's forward part, recording"))
+        self.open_frame(d1)
+        self._iteration(s, d1, loop_depth, record=True)
+        self.close_frame()
+        with self.mode(kept=set(map(id, ir.walk(s.body)))):
+            self.rev(s.body, d1, loop_depth + 1, frozenset())
+        put(depth, A.Comment("# the state before the loop"))
+        load(depth, 0)
+        self.loop_report.append({
+            "line": getattr(s.loc, "line", None), "loop": header,
+            "carried": [self.n(v) for v in a.checkpoint[s.uid]],
+            "checkpointed": [self.n(v) for v in saved_vars] + [
+                f"{self.n(name)}[{size}]" for name, _, size, _ in scratch] +
+            self._owned_report(owned),
+            "slots": S,
+            "recompute": f"<= ceil(log2(n)) + 1 forward iterations per reversed one "
+                         f"(amortised) while n <= 2**{S}",
+        })
+
+    def _owned_report(self, owned):
+        return [elem for _, elem, _, _ in owned]
+
+
+def unravel(flat, dims):
+    """Index text of flat element ``flat`` of a C-ordered array of shape ``dims``."""
+    if len(dims) == 1:
+        return flat
+    out = []
+    for k, d in enumerate(dims):
+        stride = 1
+        for e in dims[k + 1:]:
+            stride *= e
+        term = f"{flat} // {stride}" if stride != 1 else flat
+        out.append(f"({term}) % {d}" if k else term)
+    return ", ".join(out)
+
+
+def _index(lo, k, st):
+    base = k if st == "1" else f"{k} * {st}"
+    return base if lo == "0" else f"{lo} + {base}"
