@@ -57,6 +57,7 @@ class Function(Node):
     doc: str
     prologue: list = field(default_factory=list)
     body: list = field(default_factory=list)
+    temps: object = frozenset()   # names of the kernel's temporaries (simplify may fold)
 
     def children(self):
         return (self.prologue, self.body)
@@ -167,6 +168,7 @@ class Push(Node):
     value: str
     once: bool = False
     loc: object = None
+    note: object = None     # a comment: "save p (overwritten at f.py:19)"
 
 
 @dataclass(eq=False)
@@ -176,6 +178,7 @@ class Pop(Node):
     target: str
     boolean: bool = False
     cond: object = None
+    note: object = None     # a comment: "restore p"
 
 
 @dataclass(eq=False)

@@ -52,8 +52,61 @@ class Naming:
         self.derived = {}
         self.derived_of = {}
         self.counter = 0
+        self.temp_names = set()    # the temporaries' names: simplify may fold them
         for arg in kernel.args:
             self.names[arg] = self.unique(re.sub(r"\W", "_", arg) or "arg")
+        self.name_temporaries(kernel)
+
+    @staticmethod
+    def is_temporary(var):
+        """Whether ``var`` is a Numba temporary (``$...``, or an inlined helper's)."""
+        helper = re.match(r"^(?P<fn>[A-Za-z_]\w*?)_v\d+_(?P<rest>[\w.]+)$", var)
+        return var.startswith("$") or bool(helper and helper.group("rest").startswith("_v"))
+
+    def name_temporaries(self, kernel):
+        """Names after what they hold, handed out once, in source order: a temporary
+        loaded from ``u[i]`` is ``u_i``; one stored into ``u_new[i]`` is ``u_new_i``
+        (its adjoint ``adj_u_new_i``).  Only plain indices (a kernel variable or a
+        small non-negative literal) give a name; any other temporary stays ``t<n>``,
+        and so does one whose name a kernel variable has."""
+        user = {re.sub(r"\W", "_", v).strip("_") for v in kernel.types
+                if not self.is_temporary(v)}
+        user |= {re.sub(r"\W", "_", v).strip("_") for s in ir.walk(kernel.body)
+                 for v in [getattr(s, "target", None) or getattr(s, "index", None)]
+                 if isinstance(v, str) and not self.is_temporary(v)}
+        stmts = list(ir.walk(kernel.body))
+        loaded = {s.expr.array.name for s in stmts
+                  if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load)}
+        stores = [s.array.name for s in stmts if isinstance(s, ir.Store)]
+        for s in stmts:
+            # an element the kernel both reads and writes holds different values in
+            # turn: its temporaries keep t<n>
+            if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and \
+                    s.expr.array.name not in stores:
+                self._name_after(s.target, s.expr.array, s.expr.index, user)
+            elif isinstance(s, ir.Store) and s.accumulate is None and \
+                    isinstance(s.value, ir.Var) and stores.count(s.array.name) == 1 and \
+                    s.array.name not in loaded:
+                self._name_after(s.value.name, s.array, s.index, user)
+
+    def _name_after(self, var, array, index, user):
+        if var in self.names or not self.is_temporary(var) or not index or \
+                self.is_temporary(array.name):
+            return
+        parts = [self.n(array.name)]
+        for x in index:
+            if isinstance(x, ir.Var) and not self.is_temporary(x.name):
+                parts.append(self.n(x.name))
+            elif isinstance(x, ir.Const) and type(x.value) in (int, np.int64) and \
+                    0 <= x.value < 100:
+                parts.append(str(int(x.value)))
+            else:
+                return
+        base = "_".join(parts)
+        if len(base) > 20 or base in user or not base.isidentifier():
+            return
+        self.names[var] = self.unique(base)
+        self.temp_names.add(self.names[var])
 
     def unique(self, base):
         """``base``, or ``base_2``, ``base_3``, ...: the first name not yet used."""
@@ -87,6 +140,8 @@ class Naming:
                 base = "v" + base
         name = self.unique(base)
         self.names[var] = name
+        if base.startswith("t") and base[1:].isdigit():
+            self.temp_names.add(name)
         return name
 
     def arr(self, var):

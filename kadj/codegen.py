@@ -24,9 +24,12 @@ module's SHA-256 (a damage check, not a signature) matches the record and the re
 source files are unchanged; anything else regenerates it.
 
 An adjoint of several functions (a CUDA kernel's scatter, gather and zero forms) is one
-entry too (:func:`build_many`, :func:`load_many`): the module imports by name every
-object the sources use (modules, numba types, kadj's helpers), and the record keeps each
-function's span of the module and the data the compiled adjoint needs (its report).
+entry too (:func:`build_many`, :func:`load_many`): the module is the functions' sources
+one after the other, and the record keeps each function's span of the module and the
+data the compiled adjoint needs (its report).
+
+Every source begins with its own imports (:mod:`kadj.source_header`): the module file
+is exactly the source :meth:`adjoint_source` shows.
 
 Adjoints that reference objects a module file cannot name (custom derivative rules,
 global arrays), or whose key is process-local, are kept in memory only.  Without a
@@ -45,11 +48,6 @@ from . import cachedir
 from .cachekey import CACHE_VERSION, cache_key, release, uncovered  # noqa: F401
 from .cachedir import CacheWarning  # noqa: F401  (re-exported)
 from .plan import AdjointPlan
-
-_STANDARD = {"math", "np", "_push", "_sign", "_reserve", "_trips"}
-_HEADER = ("import math\nimport numpy as np\n"
-           "from kadj.runtime_helpers import _push, _sign, _reserve, _trips\n\n\n")
-
 
 def cache_dir():
     """The configured cache directory (whether or not kadj may use it)."""
@@ -104,7 +102,7 @@ def load_cached(key):
         if entry is None:
             return None
         meta, text, module = entry
-        return _plan_of(meta), text[len(_HEADER):], getattr(module, meta["function"]), \
+        return _plan_of(meta), text, getattr(module, meta["function"]), \
             meta.get("report", "")
     except Exception:  # a damaged cache entry is regenerated
         return None
@@ -129,9 +127,8 @@ def build(adj, plan, key, source_files, report="", func_ir=None):
     missed, and the cache directory is usable.
 
     Returns (function, disk_cached)."""
-    extra = set(adj.namespace) - _STANDARD
     missed = uncovered(key, func_ir) if func_ir is not None else ["no typed IR given"]
-    if not extra and _disk_key(key) and not missed:
+    if not adj.namespace and _disk_key(key) and not missed:
         d = cachedir.private_dir()
         if d is not None:
             try:
@@ -149,7 +146,7 @@ def build(adj, plan, key, source_files, report="", func_ir=None):
 
 
 def _write(d, adj, plan, key, source_files, report):
-    text = _HEADER + adj.source
+    text = adj.source
     data = text.encode()
     cachedir.write_entry(d, f"adj_{key}.py", data)
     meta = {"format": CACHE_VERSION, "key": key, "kernel_name": plan.kernel_name,
@@ -181,42 +178,6 @@ def source_files(func_ir):
 
 
 # ---- entries of several functions (a kernel's adjoint in several forms) ----------------
-def _import_lines(namespace):
-    """Module text that binds every name of ``namespace`` to the same object by
-    importing it, or None when some object cannot be named that way (it is not a module,
-    a numba type or a function of a versioned package such as kadj or numba)."""
-    import importlib
-
-    from numba.core import types as nbtypes
-
-    from .cachekey import _VERSIONED, _root
-    lines, types_needed = [], False
-    for name, obj in sorted(namespace.items()):
-        if isinstance(obj, type(sys)):
-            if sys.modules.get(obj.__name__) is not obj or _root(obj.__name__) not in _VERSIONED:
-                return None
-            lines.append(f"import {obj.__name__} as {name}")
-        elif isinstance(obj, nbtypes.Type) and getattr(nbtypes, str(obj), None) == obj:
-            types_needed = True
-            lines.append(f"{name} = _kadj_nbtypes.{obj}")
-        else:
-            module = getattr(obj, "__module__", None)
-            qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
-            if _root(module) not in _VERSIONED or not isinstance(qual, str) or \
-                    "<" in qual or "." in qual:
-                return None
-            try:
-                found = getattr(importlib.import_module(module), qual)
-            except (ImportError, AttributeError):
-                return None
-            if found is not obj:
-                return None
-            lines.append(f"from {module} import {qual} as {name}")
-    if types_needed:
-        lines.insert(0, "from numba.core import types as _kadj_nbtypes")
-    return "\n".join(lines) + "\n\n\n"
-
-
 def _to_json(v):
     """JSON-ready form of ``v`` that keeps tuples, sets and non-string keys."""
     if isinstance(v, dict):
@@ -252,22 +213,17 @@ def build_many(sources, plan, key, source_files, extra, func_ir=None):
     """Python functions for the adjoint ``sources`` (:class:`kadj.reverse.AdjointSource`,
     distinct names), written to the disk cache as one entry, with ``extra`` (JSON-ready
     data: tuples, sets, dicts...) beside them, when the key is disk-safe, ``func_ir``
-    holds no value the key missed, every namespace object can be imported by name and
-    the cache directory is usable.
+    holds no value the key missed, no source needs an object without an importable name
+    and the cache directory is usable.
 
     Returns ({name: function}, disk_cached)."""
     missed = uncovered(key, func_ir) if func_ir is not None else ["no typed IR given"]
-    namespace, clash = {}, False
-    for s in sources:
-        for name, obj in s.namespace.items():
-            clash |= name in namespace and namespace[name] is not obj
-            namespace[name] = obj
-    header = None if clash else _import_lines(namespace)
-    if header is not None and _disk_key(key) and not missed:
+    supplied = any(s.namespace for s in sources)
+    if not supplied and _disk_key(key) and not missed:
         d = cachedir.private_dir()
         if d is not None:
             try:
-                return _write_many(d, sources, plan, key, source_files, extra, header), True
+                return _write_many(d, sources, plan, key, source_files, extra), True
             except (OSError, TypeError) as exc:
                 if isinstance(exc, OSError):
                     cachedir.warn_once(
@@ -296,9 +252,9 @@ def _plan_of(meta):
                        returns_value=meta["returns_value"])
 
 
-def _write_many(d, sources, plan, key, source_files, extra, header):
+def _write_many(d, sources, plan, key, source_files, extra):
     extra_json = _to_json(extra)  # before writing: a value JSON cannot keep is refused
-    text, spans = header, []
+    text, spans = "", []
     for s in sources:
         spans.append([s.name, len(text), len(text) + len(s.source)])
         text += s.source + "\n\n"

@@ -22,22 +22,30 @@ class ForwardSweep:
         self.tapes.add(kind)
         return kind
 
-    def push(self, depth, value_text, t):
+    def push(self, depth, value_text, t, saves=None):
+        """Push ``value_text`` (of type ``t``); ``saves``: the location of the statement
+        about to overwrite it (a ``# save`` comment names its line)."""
         if self.nopush:
             return
         kind = self.tape_of(t)
+        what = value_text
         if not isinstance(t, (types.Float,)):
             value_text = f"int({value_text})"
         frame = self.frames[-1]
         if self.growable_tape:
             self._push_seq += 1
             self.put(depth, A.CapacityCheck(kind=kind, frame=frame, seq=self._push_seq))
-        self.put(depth, A.Push(kind, value_text, loc=self._last_loc))
+        note = None
+        if saves is not None and getattr(saves, "line", None) is not None:
+            where = f"{(saves.filename or '').split('/')[-1]}:{saves.line}"
+            note = f"save {what} (overwritten at {where})"
+        self.put(depth, A.Push(kind, value_text, loc=self._last_loc, note=note))
         frame.counts[kind] = frame.counts.get(kind, 0) + 1
 
-    def pop(self, depth, target_text, t):
+    def pop(self, depth, target_text, t, restores=False):
         self.put(depth, A.Pop(self.tape_of(t), target_text,
-                              boolean=isinstance(t, types.Boolean)))
+                              boolean=isinstance(t, types.Boolean),
+                              note=f"restore {target_text}" if restores else None))
 
     def open_frame(self, depth, trip=None, operands=(), hoist=None, assigned=None,
                    body=(), trip_src=None):
@@ -225,7 +233,7 @@ class ForwardSweep:
                 self.comment(depth, s.loc)
                 if s.target in a.pushed and s.target not in self.suppressed and \
                         id(s) not in a.replay_fresh:
-                    self.push(depth, self.n(s.target), self.T[s.target])
+                    self.push(depth, self.n(s.target), self.T[s.target], saves=s.loc)
                 if isinstance(s.expr, ir.Alloc):
                     self.alloc(s, depth)
                     continue
@@ -236,7 +244,7 @@ class ForwardSweep:
                 self.comment(depth, s.loc)
                 ref = self.elem(self.arr(s.array.name), [self.o(i) for i in s.index])
                 if s.array.name in a.restore_arrays:
-                    self.push(depth, ref, self.T[s.array.name].dtype)
+                    self.push(depth, ref, self.T[s.array.name].dtype, saves=s.loc)
                 op = {"add": "+=", "sub": "-="}.get(s.accumulate, "=")
                 self.put(depth, A.Assign(ref, self.o(s.value), op))
             elif isinstance(s, ir.If):

@@ -95,10 +95,14 @@ class _Printer:
         self.emit(d, f"{target_text(x.target)} = {x.zero}")
 
     def p_Push(self, x, d):
+        if x.note:
+            self.emit(d, f"# {x.note}")
         self.emit(d, f"_tape_{x.kind}[_sp_{x.kind}] = {x.value}")
         self.emit(d, f"_sp_{x.kind} += 1")
 
     def p_Pop(self, x, d):
+        if x.note:
+            self.emit(d, f"# {x.note}")
         self.emit(d, f"_sp_{x.kind} -= 1")
         val = f"_tape_{x.kind}[_sp_{x.kind}]"
         if x.cond is not None:

@@ -94,7 +94,7 @@ class ReverseSweep:
                 out_name = self.fresh("out")
                 self.put(depth, A.Assign(out_name, self.n(v)))
                 if v in a.pushed and v not in recomputed and v not in self.suppressed:
-                    self.pop(depth, self.n(v), self.T[v])
+                    self.pop(depth, self.n(v), self.T[v], restores=True)
                 for target, text in self.contributions(s, g=g, out_name=out_name):
                     op = "=" if self._is_single_adj(target) else "+="
                     self.accumulate(depth, target, op, text)
@@ -118,7 +118,7 @@ class ReverseSweep:
                 self.put(depth, A.Assign(adjv, self.zero(self.T[v])))
         if v in a.pushed and v not in recomputed and v not in self.suppressed and \
                 id(s) not in a.replay_fresh:
-            self.pop(depth, self.n(v), self.T[v])
+            self.pop(depth, self.n(v), self.T[v], restores=True)
 
     def contributions(self, s, g=None, out_name=None):
         """(adjoint target, contribution text) pairs for an active assignment."""
@@ -200,7 +200,7 @@ class ReverseSweep:
         self.consume(depth, ref, self.T[arr].dtype)
         if arr in a.restore_arrays:
             fref = self.elem(self.arr(arr), [self.o(i) for i in s.index])
-            self.pop(depth, fref, self.T[arr].dtype)
+            self.pop(depth, fref, self.T[arr].dtype, restores=True)
 
     # ---- local sums of adjoints -------------------------------------------------------
     def invariant_loads(self, loop):

@@ -115,6 +115,7 @@ _BOOL = re.compile(r"bool\((\w+)\)\Z")
 
 
 def drop_bool_casts(fn):
+    temps = fn.temps
     params = set(fn.params)
     while True:
         occ, path = index(fn)
@@ -122,15 +123,15 @@ def drop_bool_casts(fn):
         for seq in lists(fn):
             for pos in range(1, len(seq)):
                 x, prev = seq[pos], seq[pos - 1]
-                if not (_is_temp_def(x) and _is_temp_def(prev)):
+                if not (_is_temp_def(x, temps) and _is_temp_def(prev, temps)):
                     continue
                 m = _BOOL.match(x.value)
                 if not m or m.group(1) != prev.target or not isinstance(
                         E.parse(prev.value), E.ast.Compare):
                     continue
                 t1, t2 = prev.target, x.target
-                if t1 in params or t2 in params or _defs(occ, t1) != [prev] or \
-                        _defs(occ, t2) != [x]:
+                if t1 in params or t2 in params or _defs(occ, t1, temps) != [prev] or \
+                        _defs(occ, t2, temps) != [x]:
                     continue
                 others = [(r, n) for r, n in occ.get(t2, ()) if n is not x]
                 if any(r != USE for r, _ in others):
@@ -146,19 +147,22 @@ def drop_bool_casts(fn):
             return
 
 
-def _is_temp_def(x):
+def _is_temp_def(x, temps):
+    """``x`` defines a temporary: a ``t<n>`` or a name in ``temps`` (the kernel's
+    temporaries, :attr:`kadj.adj_naming.Naming.temp_names`)."""
     return (isinstance(x, A.Assign) and x.op == "=" and isinstance(x.target, str)
-            and _TEMP.match(x.target) is not None and isinstance(x.value, str))
+            and (_TEMP.match(x.target) is not None or x.target in temps)
+            and isinstance(x.value, str))
 
 
-def _defs(occ, name):
+def _defs(occ, name, temps):
     """The statements that assign ``name`` (or None when some occurrence is of a kind
     that is neither a plain read nor a plain definition)."""
     out = []
     for role, node in occ.get(name, ()):
         if role == USE:
             continue
-        if role == DEF or (role == FIXED and _is_temp_def(node) and node.target == name):
+        if role == DEF or (role == FIXED and _is_temp_def(node, temps) and node.target == name):
             if node not in out:
                 out.append(node)
         else:
@@ -183,6 +187,7 @@ def _adjoint_use(x):
 
 
 def fold_single_uses(fn, width=WIDTH):
+    temps = fn.temps
     params = set(fn.params)
     while True:
         # folds of one round are removed after it (positions stay valid); statements are
@@ -192,13 +197,13 @@ def fold_single_uses(fn, width=WIDTH):
         dropped = set()
         for seq in lists(fn):
             for pos, x in enumerate(seq):
-                if _is_temp_def(x):
+                if _is_temp_def(x, temps):
                     name, accepts = x.target, _primal_use
                 elif _is_adj_def(x):
                     name, accepts = x.target.name, _adjoint_use
                 else:
                     continue
-                if name in params or name in names(x.value) or _defs(occ, name) != [x] \
+                if name in params or name in names(x.value) or _defs(occ, name, temps) != [x] \
                         or not pure(x.value):
                     continue
                 uses = [n for r, n in occ.get(name, ()) if r == USE]
@@ -266,16 +271,17 @@ def inline_index_offsets(fn, width=WIDTH):
     """A temporary holding a name plus or minus an integer (``t4 = i - 1``), read only
     by later statements of its own statement list (primal or adjoint, as a value or an
     element's index), is spelled out in each: ``u[i - 1]``, ``adj_u[i - 1]``."""
+    temps = fn.temps
     params = set(fn.params)
     while True:
         occ, path = index(fn)
         done = False
         for seq in lists(fn):
             for pos, x in enumerate(seq):
-                if not (_is_temp_def(x) and _offset(x.value)):
+                if not (_is_temp_def(x, temps) and _offset(x.value)):
                     continue
                 name = x.target
-                if name in params or name in names(x.value) or _defs(occ, name) != [x]:
+                if name in params or name in names(x.value) or _defs(occ, name, temps) != [x]:
                     continue
                 uses = {id(n): n for r, n in occ.get(name, ()) if r == USE}.values()
                 at = [_where(path, n, seq) for n in uses]

@@ -239,7 +239,7 @@ def _valid_prefix(text):
     lines = text.splitlines(keepends=True)
     for k in range(2 * len(lines) // 3, 0, -1):
         prefix = "".join(lines[:k])
-        if "\ndef " not in prefix:
+        if "\ndef " not in "\n" + prefix:   # the module may begin with the def
             break
         try:
             compile(prefix, "<prefix>", "exec")

@@ -26,8 +26,8 @@ from numba.core import types
 from .. import adj_ir as A
 from .. import ir
 from ..errors import DifferentiationError
-from ..printer import Syntax, render
-from ..reverse import AdjointSource, Writer
+from ..printer import Syntax
+from ..reverse import Writer, adjoint_source
 from ..simplify import simplify
 from . import lower
 from ..checkpoint_reverse import unravel
@@ -217,5 +217,4 @@ def build_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS, cells=None):
 
 def write_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS, cells=None):
     fn, w = build_cuda_adjoint(kernel, an, slot_args, slots=slots, cells=cells)
-    return AdjointSource(name=fn.name, source=render(fn, w.syntax), namespace=w.ns,
-                         param_names=fn.params), w.report(), w
+    return adjoint_source(fn, w.syntax, w.ns), w.report(), w
