@@ -115,36 +115,41 @@ _BOOL = re.compile(r"bool\((\w+)\)\Z")
 
 
 def drop_bool_casts(fn):
+    _repeat(_drop_one_bool_cast, fn)
+
+
+def _drop_one_bool_cast(fn):
     temps = fn.temps
     params = set(fn.params)
-    while True:
-        occ, path = index(fn)
-        done = False
-        for seq in lists(fn):
-            for pos in range(1, len(seq)):
-                x, prev = seq[pos], seq[pos - 1]
-                if not (_is_temp_def(x, temps) and _is_temp_def(prev, temps)):
-                    continue
-                m = _BOOL.match(x.value)
-                if not m or m.group(1) != prev.target or not isinstance(
-                        E.parse(prev.value), E.ast.Compare):
-                    continue
-                t1, t2 = prev.target, x.target
-                if t1 in params or t2 in params or _defs(occ, t1, temps) != [prev] or \
-                        _defs(occ, t2, temps) != [x]:
-                    continue
-                others = [(r, n) for r, n in occ.get(t2, ()) if n is not x]
-                if any(r != USE for r, _ in others):
-                    continue
-                for _, node in others:
-                    rewrite(node, t2, t1)
-                del seq[pos]
-                done = True
-                break
-            if done:
-                break
-        if not done:
-            return
+    occ, path = index(fn)
+    for seq in lists(fn):
+        for pos in range(1, len(seq)):
+            x, prev = seq[pos], seq[pos - 1]
+            if not (_is_temp_def(x, temps) and _is_temp_def(prev, temps)):
+                continue
+            m = _BOOL.match(x.value)
+            if not m or m.group(1) != prev.target or not isinstance(
+                    E.parse(prev.value), E.ast.Compare):
+                continue
+            t1, t2 = prev.target, x.target
+            if t1 in params or t2 in params or _defs(occ, t1, temps) != [prev] or \
+                    _defs(occ, t2, temps) != [x]:
+                continue
+            others = [(r, n) for r, n in occ.get(t2, ()) if n is not x]
+            if any(r != USE for r, _ in others):
+                continue
+            for _, node in others:
+                rewrite(node, t2, t1)
+            del seq[pos]
+            return True
+    return False
+
+
+def _repeat(step, fn, *args):
+    """Run ``step(fn, *args)`` (one rewrite, True when it made one) until it makes none:
+    each rewrite re-indexes the function, so positions and occurrences stay valid."""
+    while step(fn, *args):
+        pass
 
 
 def _is_temp_def(x, temps):
@@ -271,37 +276,35 @@ def inline_index_offsets(fn, width=WIDTH):
     """A temporary holding a name plus or minus an integer (``t4 = i - 1``), read only
     by later statements of its own statement list (primal or adjoint, as a value or an
     element's index), is spelled out in each: ``u[i - 1]``, ``adj_u[i - 1]``."""
+    _repeat(_inline_one_offset, fn, width)
+
+
+def _inline_one_offset(fn, width):
     temps = fn.temps
     params = set(fn.params)
-    while True:
-        occ, path = index(fn)
-        done = False
-        for seq in lists(fn):
-            for pos, x in enumerate(seq):
-                if not (_is_temp_def(x, temps) and _offset(x.value)):
-                    continue
-                name = x.target
-                if name in params or name in names(x.value) or _defs(occ, name, temps) != [x]:
-                    continue
-                uses = {id(n): n for r, n in occ.get(name, ()) if r == USE}.values()
-                at = [_where(path, n, seq) for n in uses]
-                if not uses or None in at or min(at) <= pos or not all(
-                        isinstance(n, (A.Assign, A.Accumulate, A.Consume)) for n in uses):
-                    continue
-                if not _stable(seq, pos + 1, max(at), x.value):
-                    continue
-                applies = [_put_everywhere(n, name, x.value, width) for n in uses]
-                if None in applies:
-                    continue
-                for apply in applies:
-                    apply()
-                del seq[pos]
-                done = True
-                break
-            if done:
-                break
-        if not done:
-            return
+    occ, path = index(fn)
+    for seq in lists(fn):
+        for pos, x in enumerate(seq):
+            if not (_is_temp_def(x, temps) and _offset(x.value)):
+                continue
+            name = x.target
+            if name in params or name in names(x.value) or _defs(occ, name, temps) != [x]:
+                continue
+            uses = {id(n): n for r, n in occ.get(name, ()) if r == USE}.values()
+            at = [_where(path, n, seq) for n in uses]
+            if not uses or None in at or min(at) <= pos or not all(
+                    isinstance(n, (A.Assign, A.Accumulate, A.Consume)) for n in uses):
+                continue
+            if not _stable(seq, pos + 1, max(at), x.value):
+                continue
+            applies = [_put_everywhere(n, name, x.value, width) for n in uses]
+            if None in applies:
+                continue
+            for apply in applies:
+                apply()
+            del seq[pos]
+            return True
+    return False
 
 
 # ---- repeated accumulations into one element ------------------------------------------------
@@ -348,31 +351,28 @@ def _mentioned(y):
 
 def merge_accumulations(fn, width=WIDTH):
     """The first accumulation moves into the later one (its value is read there)."""
-    while True:
-        merged = False
-        for seq in lists(fn):
-            for pos, x in enumerate(seq):
-                if not _plain_acc(x):
-                    continue
-                for at in range(pos + 1, len(seq)):
-                    y = seq[at]
-                    if _plain_acc(y) and y.target.base == x.target.base and \
-                            y.target.index_texts == x.target.index_texts and \
-                            x.target.base not in names(x.value) + names(y.value) and \
-                            pure(x.value) and pure(y.value):
-                        new = E.combine(x.value, "+", y.value)
-                        if new is not None and len(new) <= width and \
-                                _between_ok(seq, pos + 1, at, x, y):
-                            y.value = new
-                            del seq[pos]
-                            merged = True
-                        break
-                if merged:
+    _repeat(_merge_one_accumulation, fn, width)
+
+
+def _merge_one_accumulation(fn, width):
+    for seq in lists(fn):
+        for pos, x in enumerate(seq):
+            if not _plain_acc(x):
+                continue
+            for at in range(pos + 1, len(seq)):
+                y = seq[at]
+                if _plain_acc(y) and y.target.base == x.target.base and \
+                        y.target.index_texts == x.target.index_texts and \
+                        x.target.base not in names(x.value) + names(y.value) and \
+                        pure(x.value) and pure(y.value):
+                    new = E.combine(x.value, "+", y.value)
+                    if new is not None and len(new) <= width and \
+                            _between_ok(seq, pos + 1, at, x, y):
+                        y.value = new
+                        del seq[pos]
+                        return True
                     break
-            if merged:
-                break
-        if not merged:
-            return
+    return False
 
 
 # ---- comments left without their statements ---------------------------------------------------
