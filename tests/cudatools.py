@@ -16,3 +16,29 @@ def nvvm_available():
         return True, ""
     except Exception as exc:  # NVVM/NVRTC missing
         return False, f"numba-cuda cannot compile PTX here: {exc}"
+
+
+def run_sim_cases(script, cases):
+    """Run ``script`` (a file in tests/) with ``cases`` as arguments in a subprocess with
+    NUMBA_ENABLE_CUDASIM=1 set before numba is imported; {case: (status, detail)} from
+    its ``CASE name status detail`` lines.  Fails the test when it reports nothing."""
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here),
+                                         env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, os.path.join(here, script), *cases], env=env,
+                          capture_output=True, text=True, timeout=600)
+    out = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("CASE "):
+            _, name, status, rest = line.split(" ", 3)
+            out[name] = (status, rest)
+    if not out:
+        pytest.fail(f"simulator subprocess failed:\n{proc.stdout}\n{proc.stderr}")
+    return out

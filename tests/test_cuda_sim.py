@@ -1,13 +1,11 @@
 """CUDA gradients in the simulator: tests/cuda_sim_cases.py runs in a subprocess with
 NUMBA_ENABLE_CUDASIM=1 set before numba is imported (this process may already have
 imported numba without it)."""
-import os
-import subprocess
-import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from cudatools import run_sim_cases
+
 CASES = ["heat_step", "laplace2d", "scaled_sin", "pointwise", "with_device_helper",
          "checkpointed_loop", "checkpointed_loop_2_slots",
          "newton_while", "gridstride_time_loop", "nested_carried_loops",
@@ -20,19 +18,7 @@ CASES = ["heat_step", "laplace2d", "scaled_sin", "pointwise", "with_device_helpe
 
 @pytest.fixture(scope="module")
 def sim_results():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE),
-                                         env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "cuda_sim_cases.py"),
-                           *CASES], env=env, capture_output=True, text=True, timeout=600)
-    out = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("CASE "):
-            _, name, status, rest = line.split(" ", 3)
-            out[name] = (status, rest)
-    if not out:
-        pytest.fail(f"simulator subprocess failed:\n{proc.stdout}\n{proc.stderr}")
-    return out
+    return run_sim_cases("cuda_sim_cases.py", CASES)
 
 
 @pytest.mark.parametrize("name", CASES)
