@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from numba.core import compiler, ir
 from numba.core import typed_passes
 from numba.core.compiler import CompilerBase, DefaultPassBuilder, Flags
-from numba.core.compiler_machinery import FunctionPass, register_pass
+from numba.core.compiler_machinery import FunctionPass, PassManager, register_pass
 from numba.core.ir_utils import simplify_CFG
 from numba.core.analysis import compute_cfg_from_blocks
 from numba.core import postproc
@@ -143,10 +143,12 @@ def _untyped_pipeline(state, name="untyped"):
     with-lifting pass."""
     from numba.core.untyped_passes import WithLifting
 
-    pm = DefaultPassBuilder.define_untyped_pipeline(state, name)
-    pm.passes = [(KadjWithBlocks, "kadj: refuse with-blocks") if cls is WithLifting
-                 else (cls, desc) for cls, desc in pm.passes]
-    pm._finalized = False  # the caller adds passes and finalizes
+    numba_pm = DefaultPassBuilder.define_untyped_pipeline(state, name)
+    pm = PassManager(name)   # not finalized: the caller adds passes and finalizes
+    for cls, desc in numba_pm.passes:
+        if cls is WithLifting:
+            cls, desc = KadjWithBlocks, "kadj: refuse with-blocks"
+        pm.add_pass(cls, desc)
     return pm
 
 
@@ -169,6 +171,8 @@ class KadjInlineCallees(FunctionPass):
 
         worker = InlineWorker(state.typingctx, state.targetctx, state.locals,
                               state.pipeline, state.flags, validator=callee_ir_validator)
+        # InlineWorker takes its untyped pipeline only through this attribute (numba
+        # sets it in __init__ and reads it in run_untyped_passes); there is no argument
         worker._compiler_pipeline = _untyped_pipeline
         kernel = _kernel_name(state)
         fir = state.func_ir

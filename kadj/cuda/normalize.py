@@ -63,6 +63,8 @@ def index_by_variables(func_ir, calltypes=None):
                 st.value = nir.Expr.getitem(old.value, old.index_var, old.loc)
                 if old in calltypes:
                     calltypes[st.value] = calltypes.pop(old)
+                # the definitions map is how numba's own rewrite passes keep
+                # get_definition() right after replacing an expression
                 defs = func_ir._definitions.get(st.target.name, [])
                 func_ir._definitions[st.target.name] = [
                     st.value if d is old else d for d in defs]
