@@ -233,6 +233,57 @@ class ReverseLoop(Node):
         return (self.body,)
 
 
+# ---- declarations: target-neutral, lowered by the target (kadj.lowering) -----------------
+@dataclass(eq=False)
+class TapeDecl(Node):
+    """The tape of ``kind`` values (f64 | f32 | i64) and its stack pointer.  ``policy``:
+    "growable" (a heap array that grows: reservations, capacity checks) or "bounded"
+    (sized before the run: ``size`` entries, decided by :func:`kadj.tape_plan.plan_tape`
+    from the pushes)."""
+    kind: str
+    policy: str = "growable"
+    size: object = None
+
+
+@dataclass(eq=False)
+class LocalArray(Node):
+    """A scratch array the adjoint declares in its prologue: ``size`` (an int or a
+    shape tuple) elements of ``dtype`` (a numba type or dtype object; ``hint`` names it
+    in the source when it has no name there), in memory ``space``: "local" (private to
+    the running thread) or "shared" (shared by a block of threads)."""
+    name: str
+    size: object
+    dtype: object
+    space: str = "local"
+    hint: object = None
+
+
+@dataclass(eq=False)
+class ZeroArray(Node):
+    """Every element of the declared array ``name`` (shape ``dims``) set to ``zero``;
+    a shared array is zeroed by its block of threads together."""
+    name: str
+    dims: tuple
+    zero: str
+    space: str = "local"
+
+
+@dataclass(eq=False)
+class LocalSums(Node):
+    """The local sums that the target's accumulation lowering introduced, set to zero."""
+
+
+@dataclass(eq=False)
+class FinishScalar(Node):
+    """The adjoints of the scalar arguments ``names`` added into their 1-element
+    buffers (``adj_<name>_buf[0]``), with the local sums the target's accumulation
+    lowering keeps for array elements every thread adds to."""
+    names: tuple = ()
+
+
+DECLARATIONS = (TapeDecl, LocalArray, ZeroArray, LocalSums, FinishScalar)
+
+
 @dataclass(eq=False)
 class Block(Node):
     """A group of statements at the level of its surroundings (``what`` names it): a

@@ -12,10 +12,13 @@ midpoints, then replays iteration ``r`` recording and reverses it.  With ``slots
 checkpoints this costs O(log n) forward iterations per reversed one while
 n <= 2**slots, and stays exact beyond (longer segments are replayed).  The tape holds
 one iteration's values at a time, whatever the trip count.  The checkpointed state is
-the loop's carried scalars and the private scratch arrays the loop writes; a target
-adds its own state (:mod:`kadj.cuda.checkpoints`: each thread's own element of shared
-arrays) through the ``_owned`` hooks.  Slots are arrays of ``slots`` entries the
-target declares in the adjoint's prologue (``local_array``: ``np.empty`` here).
+the loop's carried scalars, the private scratch arrays the loop writes and, on a GPU,
+each thread's own element of the shared arrays it rewrites (analysis
+``checkpoint_owned``, the element from the target's ``own_element``,
+:mod:`kadj.cuda.checkpoints`): the block meets at a barrier around restoring them,
+since other threads read them.  Slots are arrays of ``slots`` entries the
+target declares in the adjoint's prologue (``local_array``: :class:`adj_ir.LocalArray`
+nodes, ``np.empty`` on a CPU).
 """
 from __future__ import annotations
 
@@ -104,9 +107,10 @@ class CheckpointedLoops:
 
     # ---- slots ------------------------------------------------------------------------
     def local_array(self, hint, size, dtype):
-        """A slot array declared in the adjoint's prologue (``slot_arrays``)."""
+        """A slot array declared in the adjoint's prologue (``slot_arrays``: local
+        arrays, which the target lowers: kadj.lowering)."""
         name = self.fresh(hint)
-        self.slot_arrays.append(A.Assign(name, f"np.empty({size!r}, np.{dtype})"))
+        self.slot_arrays.append(A.LocalArray(name, size, dtype, "local"))
         return name
 
     def _slot_type(self, v):
@@ -130,21 +134,52 @@ class CheckpointedLoops:
         return out
 
     def _owned(self, s):
-        """(array, element text, condition, dtype) of the elements of shared state
-        that loop ``s`` checkpoints besides its own (none here: a target's hook)."""
-        return []
+        """(array, element text, bounds condition, dtype) of the shared arrays whose
+        own element each thread checkpoints for loop ``s`` (analysis
+        ``checkpoint_owned``; the element from the target's ``own_element``)."""
+        out = []
+        for name in self.a.checkpoint_owned.get(s.uid, ()):
+            key = self.ctx.own_element(self, name)
+            parts = [v if kind == "c" else str(v) for kind, v in key]
+            conds = [f"{v} < {self.n(name)}.shape[{k}]"
+                     for k, (kind, v) in enumerate(key) if kind == "c"]
+            elem = f"{self.n(name)}[{', '.join(parts)}]"
+            out.append((name, elem, " and ".join(conds) or "True",
+                        self.T[name].dtype))
+        return out
+
+    def _owned_report(self, owned):
+        return [f"{elem} (each thread its own)" for _, elem, _, _ in owned]
 
     def _push_owned(self, s, depth):
-        pass
+        for name, elem, cond, dt in self._owned(s):
+            kind = self.tape_of(dt)
+            self.put(depth, A.Push(kind, f"{elem} if {cond} else {self.zero(dt)}",
+                                   once=True))
 
     def _pop_owned(self, s, depth):
-        pass
+        owned = self._owned(s)
+        if owned:
+            self.put(depth, A.Barrier("nobody reads the shared state now"))
+        for name, elem, cond, dt in reversed(owned):
+            kind = self.tape_of(dt)
+            self.put(depth, A.Pop(kind, elem, cond=cond))
+        if owned:
+            self.put(depth, A.Barrier("every thread restored its element"))
 
     def _save_owned(self, depth, slot, owned, ck_own):
-        pass
+        for name, elem, cond, dt in owned:  # each thread its own shared element
+            self.put(depth, A.If(cond))
+            self.put(depth + 1, A.Assign(f"{ck_own[name]}[{slot}]", elem))
 
     def _load_owned(self, depth, slot, owned, ck_own):
-        pass
+        if owned:
+            self.put(depth, A.Barrier("nobody reads the shared state now"))
+        for name, elem, cond, dt in owned:
+            self.put(depth, A.If(cond))
+            self.put(depth + 1, A.Assign(elem, f"{ck_own[name]}[{slot}]"))
+        if owned:
+            self.put(depth, A.Barrier("every thread restored its element"))
 
     def _copy_array(self, depth, name, dims, size, line):
         z = self.fresh("z")
@@ -286,9 +321,6 @@ class CheckpointedLoops:
             "recompute": f"<= ceil(log2(n)) + 1 forward iterations per reversed one "
                          f"(amortised) while n <= 2**{S}",
         })
-
-    def _owned_report(self, owned):
-        return [elem for _, elem, _, _ in owned]
 
 
 def unravel(flat, dims):

@@ -210,9 +210,11 @@ class ForwardSweep:
 
     # ---- statements that depend on the target ----------------------------------------
     def replay_store(self, s):
-        """Does a replayed iteration execute this store?  (Not into arrays: they hold
-        their final contents, which the reverse sweep reads.)"""
-        return False
+        """Does a replayed iteration execute this store?  Into the thread's local
+        scratch arrays and the shared tiles the replayed loop rewrites, yes; not into
+        other arrays: they hold their final contents, which the reverse sweep reads."""
+        return self.space.get(s.array.name) == "local" or \
+            s.array.name in self._replay_shared
 
     def alloc(self, s, depth):
         """A scratch array allocated by the kernel, and its adjoint (zeros)."""

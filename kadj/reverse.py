@@ -30,22 +30,14 @@ from . import adj_ir as A
 from . import ir
 from .adj_naming import Naming
 from .checkpoint_reverse import CheckpointedLoops
-from .errors import DifferentiationError
 from .forward_sweep import ForwardSweep
 from .memory_liveness import MemoryLiveness
+from .lowering import HOST_CONTEXT, POLICIES, lower_declarations
 from .printer import Syntax, render
 from .reverse_sweep import ReverseSweep
 from .simplify import simplify
 from .source_header import self_contained
 from .tape_plan import plan_tape
-
-
-def refuse_barriers(w, node):
-    """A CPU kernel has no block of threads to meet."""
-    if isinstance(node, A.Barrier):
-        raise DifferentiationError("barriers exist only in GPU kernels", kernel=w.k.name,
-                                   loc=node.loc, construct="barrier")
-    return node
 
 
 @dataclass(frozen=True)
@@ -68,15 +60,19 @@ def adjoint_source(fn, syntax, ns):
 
 
 class Writer(Naming, MemoryLiveness, CheckpointedLoops, ForwardSweep, ReverseSweep):
-    """Builds the adjoint IR of one kernel (``build``); :func:`kadj.printer.render`
-    prints it with the target's ``syntax``.  The sweeps place nodes by indentation
-    depth (:class:`adj_ir.Builder`); each node placed goes through the target's
-    ``lowerings`` first (functions ``(writer, node) -> node | None``)."""
+    """Builds the adjoint IR of one kernel (``build``) for any target; the target's
+    :class:`kadj.lowering.Context` gives its policies, lowerings and state.  The sweeps
+    place nodes by indentation depth (:class:`adj_ir.Builder`); each node placed goes
+    through the context's ``lowerings`` first (functions ``(writer, node) -> node |
+    None``); the declaration nodes are lowered after the build (:mod:`kadj.lowering`).
+    :func:`kadj.printer.render` prints the IR with the context's ``syntax``."""
     syntax = Syntax()
-    lowerings = (refuse_barriers,)   # lowerings of nodes as they are placed
-    intrinsics = None                # the target's Intrinsics table (kadj.targets.base)
 
-    def __init__(self, kernel, an, slot_args, returns_value, fname):
+    def __init__(self, kernel, an, slot_args, returns_value, fname, context=HOST_CONTEXT):
+        self.ctx = context
+        for policy in POLICIES:
+            setattr(self, policy, getattr(context, policy))
+        self.state = context.state
         self.k = kernel
         self.a = an
         self.T = kernel.types
@@ -84,6 +80,10 @@ class Writer(Naming, MemoryLiveness, CheckpointedLoops, ForwardSweep, ReverseSwe
         self.returns_value = returns_value
         self.fname = fname
         self.init_names(kernel, fname)
+        self.ns.update(context.namespace)
+        self.allocs = {x.target: x for x in ir.walk(kernel.body)
+                       if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Alloc)}
+        self._live_arrays = set()
         self.b = A.Builder()
         self.body = self.b.targets[1]   # the function's body
         self.tapes = set()
@@ -118,6 +118,10 @@ class Writer(Naming, MemoryLiveness, CheckpointedLoops, ForwardSweep, ReverseSwe
         return text if text is not None else super().bind(obj, hint)
 
     def expr(self, e):
+        for hook in self.ctx.expressions:
+            text = hook(self, e)
+            if text is not None:
+                return text
         if self.intrinsics is not None and isinstance(e, ir.Op):
             text = self.intrinsics.value(e.fn)
             if text is not None:
@@ -150,7 +154,9 @@ class Writer(Naming, MemoryLiveness, CheckpointedLoops, ForwardSweep, ReverseSwe
 
     # ---- the function ------------------------------------------------------------
     def check(self):
-        """The target's refusals of a kernel it cannot differentiate (none here)."""
+        """The target's refusals of a kernel it cannot differentiate."""
+        for check in self.ctx.checks:
+            check(self)
 
     def build(self):
         """The adjoint IR of the kernel: an :class:`adj_ir.Function`, tape planned."""
@@ -169,13 +175,11 @@ class Writer(Naming, MemoryLiveness, CheckpointedLoops, ForwardSweep, ReverseSwe
         self.put(1, A.Comment("# ---- reverse sweep ----"))
         self._last_loc = None
         self.rev(k.body, 1, loop_depth=0)
-        self.finish_scalar_adjoints([
-            name for name in self.slot_args
-            if not isinstance(self.T.get(name), types.Array) and name in a.varied])
+        self.put(1, A.FinishScalar(self.scalar_adjoints()))
         self.put(1, A.Return("_retval" if self.has_retval else "None"))
         prologue = [A.Assign(self.arr(name), f"{self.n(name)}.copy()")
                     for name in sorted(a.work_arrays)]
-        prologue += self.tape_init_nodes()
+        prologue += self.declarations()
         for v in sorted(sorted(a.varied), key=self.n):  # unnamed ones: in a fixed order
             if isinstance(self.T.get(v), types.Float) and v not in self.single_use:
                 prologue.append(A.Assign(self.adj_var(v), self.zero(self.T[v])))
@@ -189,7 +193,7 @@ class Writer(Naming, MemoryLiveness, CheckpointedLoops, ForwardSweep, ReverseSwe
         fn = A.Function(self.fname, tuple(params),
                         f"Adjoint of {k.name}: forward sweep, then reverse sweep "
                         f"(generated by kadj).", prologue, main, temps=self.temp_names)
-        plan_tape([fn], self.growable_tape)
+        self.tape_size = plan_tape([fn], self.growable_tape, k.name)
         return fn
 
     def adjoint_params(self):
@@ -203,19 +207,45 @@ class Writer(Naming, MemoryLiveness, CheckpointedLoops, ForwardSweep, ReverseSwe
             params.append("adj_return")
         return params
 
-    def finish_scalar_adjoints(self, names):
-        """Add the adjoints of scalar arguments into their 1-element buffers."""
-        for name in names:
-            buf = A.AdjElem(name, (), self.adj_buf(name), ("0",))
-            self.accumulate(1, buf, "+=", self.cast(self.adj(name), self.T[name]))
+    def scalar_adjoints(self):
+        """The scalar arguments whose adjoints go into their buffers at the end."""
+        return tuple(name for name in self.slot_args
+                     if not isinstance(self.T.get(name), types.Array) and
+                     name in self.a.varied)
 
-    def tape_init_nodes(self):
+    def declarations(self):
+        """The prologue's declaration nodes, lowered by the target
+        (:mod:`kadj.lowering`): the tapes, the checkpoint slots, the kernel's own
+        scratch arrays when the target declares them up front (``space``; a block
+        zeroes a shared array's adjoint together, then meets), the local sums."""
+        policy = "growable" if self.growable_tape else "bounded"
+        out = [A.TapeDecl(kind, policy) for kind in sorted(self.tapes)]
+        out += self.slot_arrays
+        if self.declares_allocations:
+            out += self._allocations()
+        return out + [A.LocalSums()]
+
+    def _allocations(self):
         out = []
-        for kind in sorted(self.tapes):
-            dt = {"f64": "np.float64", "f32": "np.float32", "i64": "np.int64"}[kind]
-            out.append(A.Assign(f"_tape_{kind}", f"np.empty(1024, {dt})"))
-            out.append(A.Assign(f"_sp_{kind}", "0"))
-        return out + self.slot_arrays
+        shared = False
+        for name, s in self.allocs.items():
+            shape, dtype = s.expr.args
+            space = self.space[name]
+            shp = shape.value
+
+            def decl(n):
+                return A.LocalArray(n, shp, dtype.value, space, dtype.name or "dtype")
+            if name in self.a.loaded or name in self.a.varied_arrays:
+                out.append(decl(self.n(name)))
+            if name not in self.a.varied_arrays:
+                continue
+            adj = self.adj(name)
+            dims = shp if isinstance(shp, tuple) else (shp,)
+            out += [decl(adj), A.ZeroArray(adj, dims, self.zero(self.T[name].dtype), space)]
+            shared = shared or space == "shared"
+        if shared:
+            out.append(A.Barrier())
+        return out
 
     @property
     def has_retval(self):
@@ -233,13 +263,19 @@ def _source_line(loc):
     return line
 
 
-def build_adjoint(kernel, an, slot_args, returns_value, slots=None):
+def build_adjoint(kernel, an, slot_args, returns_value, slots=None, lowered=True):
     """The adjoint IR of a CPU kernel, before printing: (Function, Writer); the
     writer holds the namespace the source needs and its ``syntax``.  ``slots``: the
-    checkpoint slots of each loop the analysis chose to reverse from checkpoints."""
+    checkpoint slots of each loop the analysis chose to reverse from checkpoints.
+    ``lowered=False``: the IR as the reverse pass built it, its declaration nodes not
+    yet lowered (:mod:`kadj.lowering`) nor simplified."""
     w = Writer(kernel, an, slot_args, returns_value, f"{kernel.name}_adjoint")
     w.slots = slots
-    return A.built(simplify(w.build()), "scatter"), w
+    fn = w.build()
+    if not lowered:
+        return fn, w
+    fn = lower_declarations(fn, w, w.ctx.declarations)
+    return A.built(simplify(fn), "scatter"), w
 
 
 def write_adjoint(kernel, an, slot_args, returns_value, slots=None):

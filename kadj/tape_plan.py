@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 from . import adj_ir as A
 from . import ir
+from .errors import DifferentiationError
+from .lowering import GROWABLE_START
 
 _ARITH = {operator.add: "+", operator.sub: "-", operator.mul: "*"}
 
@@ -178,9 +180,12 @@ class FramePlanner:
         return None
 
 
-def plan_tape(nodes, growable):
+def plan_tape(nodes, growable, kernel_name=None):
     """Decide every reservation and capacity check of an adjoint IR whose frames are
-    planned.  A bounded (statically sized) tape reserves nothing."""
+    planned, and the size of each tape declared (:class:`adj_ir.TapeDecl`).  A bounded
+    (statically sized) tape reserves nothing: its size is :func:`bounded_tape`'s, which
+    this returns ({kind: entries}; {} for a growable tape)."""
+    sizes = {} if growable else bounded_tape(nodes, kernel_name)
     for x in A.walk(nodes):
         if isinstance(x, A.Reserve):
             if not growable:
@@ -192,3 +197,49 @@ def plan_tape(nodes, growable):
                 x.amounts = fr.amounts if not fr.absorbed and fr.hoist is None else {}
         elif isinstance(x, A.CapacityCheck):
             x.needed = growable and check_needed(x.frame, x.seq)
+        elif isinstance(x, A.TapeDecl):
+            x.size = GROWABLE_START if growable else sizes.get(x.kind, 1)
+    return sizes
+
+
+def bounded_tape(nodes, kernel_name):
+    """The bounded per-thread tape: {kind: entries} for the pushes of ``nodes``.  A
+    push runs, before the tape is popped back, as many times as the product of the
+    constant trip counts of the kernel's loops around it since the replayed iteration
+    it belongs to (if any); a loop without a constant trip count around a push makes
+    the tape unbounded, which a GPU thread cannot have."""
+    sizes = {}
+
+    def add(kind, n):
+        sizes[kind] = sizes.get(kind, 0) + n
+
+    def visit(seq, m):
+        for x in seq:
+            if isinstance(x, A.Push):
+                if x.once:
+                    add(x.kind, 1)
+                elif m is None:
+                    raise DifferentiationError(
+                        "a loop overwrites values its adjoint needs, and this loop cannot "
+                        "be reversed from checkpoints (a while loop, a break/continue, a "
+                        "nested loop that records values, or an array both read and "
+                        "written in it); a GPU thread's tape must be bounded",
+                        kernel=kernel_name, loc=x.loc,
+                        construct="unbounded tape in a loop",
+                        remedy="use `for ... in range(...)` loops without break, keep "
+                               "inner loops free of overwritten values, or assign each "
+                               "value once")
+                else:
+                    add(x.kind, m)
+            elif isinstance(x, A.PushArray):
+                add(x.kind, x.size)
+            elif isinstance(x, A.Block) and x.what == "replayed iteration":
+                visit(x.body, 1)
+            elif isinstance(x, (A.For, A.While)) and x.primal:
+                trip = x.trip if isinstance(x, A.For) else None
+                visit(x.body, None if m is None or trip is None else m * trip)
+            else:
+                for body in x.children():
+                    visit(body, m)
+    visit(nodes, 1)
+    return sizes

@@ -25,7 +25,7 @@ import numpy as np
 
 from kadj.testing import check_grad
 
-TAPE_START = 1024                      # entries of a fresh tape (kadj/reverse.py)
+TAPE_START = 1024                      # entries of a fresh tape (GROWABLE_START in kadj/lowering.py)
 CAPACITIES = tuple(TAPE_START << k for k in range(6))       # 1024 ... 32768
 MAX_PUSHES = 2 * CAPACITIES[-1]        # generic sizes stop here (tapes grow 6 times)
 # odd sizes, primes, powers of two and their neighbours, large ones

@@ -167,8 +167,8 @@ def test_cuda_stencil_accumulations_lowered_to_atomics_and_plain():
     assert how["u"] == ["atomic", "atomic"]   # neighbours' elements: other threads add
     assert how["w"] == ["plain"]              # the thread's own element
     assert src.count("cuda.atomic.add(adj_u,") == 2
-    from kadj.cuda.writer import CudaWriter
-    assert_printed(fn, CudaWriter.syntax, src)
+    from kadj.cuda.context import SYNTAX
+    assert_printed(fn, SYNTAX, src)
     report = k.adjoint_report(*CUDA_ARGS["scaled_stencil"](None))
     assert report["atomics"] >= 2 and report["plain_accumulations"] == 1
 
@@ -238,7 +238,7 @@ def test_show_prints_the_adjoint_ir_stage(tmp_path, capsys):
 
 
 def test_bounded_tape_sizes_from_the_loops_around_each_push():
-    from kadj.cuda.lower import bounded_tape
+    from kadj.tape_plan import bounded_tape
     fn = A.Function("f_adjoint", (), "doc", body=[
         A.Push("f64", "a"),                                    # once per thread
         A.For("k", "range(0, 3, 1)", primal=True, trip=3, body=[

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 from numba.core import types
 
+from dataclasses import dataclass, field
+
 from .. import adj_ir as A
 from .. import ir
-from ..reverse import adjoint_source
+from ..lowering import lower_declarations
+from ..reverse import Writer, adjoint_source
 from ..simplify import simplify
 from ..tape_plan import plan_tape
 from . import lower
-from .writer import CudaWriter
+from .context import SCATTER, SYNTAX, cuda_context
 
 
 def gather_plan(kernel, an, writer):
@@ -35,10 +38,11 @@ def gather_plan(kernel, an, writer):
 
     ``perm[k]`` is the launch dimension indexing the array's dimension k; ``offsets``
     the set of offset vectors (one entry per launch dimension) of its loads."""
-    index = writer.index
+    st = writer.state
+    index = st.index
     if any(isinstance(s, (ir.Barrier,)) for s in ir.walk(kernel.body)):
         return None, "the kernel uses barriers"
-    if writer.allocs:
+    if st.allocs:
         return None, "the kernel allocates shared or local arrays"
     if an.replay or an.restore_arrays or an.checkpoint:
         return None, "a loop of the adjoint is replayed or restores arrays"
@@ -54,12 +58,12 @@ def gather_plan(kernel, an, writer):
         return None, why
     for s in ir.walk(kernel.body):
         if isinstance(s, ir.Store) and (
-                s.accumulate or writer.classes.get(s.array.name) is None or
-                writer.classes[s.array.name].cls != "private"):
+                s.accumulate or st.classes.get(s.array.name) is None or
+                st.classes[s.array.name].cls != "private"):
             if s.array.name in an.varied_arrays:
                 return None, f"'{s.array.name}' is not written at the thread's own element"
     plan = {}
-    for name, c in writer.classes.items():
+    for name, c in st.classes.items():
         if c.cls != "neighbour" or name in an.stored:
             continue
         perm, offsets = None, set()
@@ -128,136 +132,150 @@ def _thread_ids_elsewhere(kernel, index):
     return ""
 
 
-class GatherWriter(CudaWriter):
-    """Writes the gather kernel (``mode="gather"``) or the kernel that consumes the
-    stored elements' adjoints (``mode="zero"``)."""
+@dataclass(eq=False)
+class GatherState:
+    """The gather form's part of the CUDA state (``CudaState.gather``), read by the
+    lowering :func:`kadj.cuda.lower.gather` and by :func:`coordinate`."""
+    plan: dict              # array -> (perm, offsets) (gather_plan)
+    form: str               # "gather" | "zero"
+    index: object           # the kernel's ThreadIndex
+    roots: dict             # id(expression) -> dimension of the thread coordinate
+    pass_offset: tuple = ()
+    acc: dict = field(default_factory=dict)     # array -> its local sum (A.Local)
+    sinks: dict = field(default_factory=dict)   # scalar argument -> its adjoint's name
 
-    lowerings = (lower.gather, lower.barriers, lower.accumulate)
-
-    def __init__(self, kernel, an, slot_args, fname, plan, mode, cells=None):
-        super().__init__(kernel, an, slot_args, fname, cells=cells)
-        self.plan, self.form = plan, mode
-        self.pass_offset = None
-        self.acc = {}
-        self._coord_roots = self._roots()
-
-    def _roots(self):
-        """{id(expr): dimension} of the expressions that produce thread coordinates."""
-        out = {}
-        for s in ir.walk(self.k.body):
-            if isinstance(s, ir.Assign) and s.target in self.index.coord:
-                e = s.expr
-                if not (isinstance(e, ir.Copy) and isinstance(e.src, ir.Var) and
-                        e.src.name in self.index.coord):
-                    out[id(e)] = self.index.coord[s.target]
-        return out
-
-    def expr(self, e):
-        d = self._coord_roots.get(id(e))
-        if d is not None:
-            off = self.pass_offset[d]
-            return f"_p{d}" if off == 0 else (f"_p{d} - {off}" if off > 0 else
-                                              f"_p{d} + {-off}")
-        return super().expr(e)
-
-    def _offsets(self, target):
+    def offsets(self, target):
         """The offset of each index position of an access."""
         return [self.index.coord_offset(x)[1] for x in target.index]
 
-    def _offset_of(self, target):
+    def offset_of(self, target):
         vec = [0] * self.index.ndim
         for x in target.index:
             d, off = self.index.coord_offset(x)
             vec[d] = off
         return tuple(vec)
 
-    def finish_scalar_adjoints(self, names):
-        if self.form == "gather":
-            super().finish_scalar_adjoints(names)
 
-    def build(self):
-        self.check()
-        k, a = self.k, self.a
-        self.liveness()
-        self.find_single_use()
-        self._sinks = {n: self.adj(n) for n in self.slot_args
-                       if not isinstance(self.T.get(n), types.Array)}
-        params = self.adjoint_params()
-        nd = self.index.ndim
-        ps = ", ".join(f"_p{d}" for d in range(nd))
-        gs = ", ".join(f"_g{d}" for d in range(nd))
-        what = ("gather form: each thread collects its own elements' adjoints"
-                if self.form == "gather" else
-                "consumes the incoming adjoints of the elements the kernel wrote")
-        fn = A.Function(self.fname, tuple(params),
-                        f"Adjoint of {k.name}, {what} (generated by kadj).",
-                        body=self.body, temps=self.temp_names)
-        self.put(1, A.Assign(ps, f"cuda.grid({nd})"))
-        self.put(1, A.Assign(gs, f"cuda.gridsize({nd})"))
-        prologue = self.put(1, A.Block("prologue"))  # the tape: known once written
-        passes = [tuple([0] * nd)]
-        if self.form == "gather":
-            for name in sorted(self.plan):
-                self.acc[name] = A.Local(self.fresh(f"acc_{self.n(name)}"), name)
-                self.put(1, A.Assign(self.acc[name], self.zero(self.T[name].dtype)))
-            passes += sorted({o for _, offs in self.plan.values() for o in offs} -
-                             set(passes))
-        inits = []  # (block, pass) of the adjoints' initialisations
-        for n_pass, off in enumerate(passes):
-            self.pass_offset = off
-            depth = 1
-            if any(off):
-                self.put(1, A.Comment(f"# the thread at offset {off} back: its adjoint's "
-                                      f"contribution to this thread's elements"))
-                conds = " and ".join(f"0 <= _p{d} - {o} < _g{d}" if o >= 0 else
-                                     f"0 <= _p{d} + {-o} < _g{d}"
-                                     for d, o in enumerate(off) if o)
-                self.put(1, A.If(conds))
-                depth = 2
-            else:
-                self.put(1, A.Comment("# this thread"))
-            inits.append((self.put(depth, A.Block("adjoint initialisations")), n_pass))
-            self._last_loc = None
-            self.open_frame(depth)
-            self.fwd(k.body, depth, loop_depth=0)
-            self.close_frame()
-            self._last_loc = None
-            self.rev(k.body, depth, loop_depth=0)
-        self.pass_offset = tuple([0] * nd)
-        if self.form == "gather":
-            for name in sorted(self.plan):
-                perm, _ = self.plan[name]
-                bounds = " and ".join(f"_p{d} < {self.n(name)}.shape[{kk}]"
-                                      for kk, d in enumerate(perm))
-                self.put(1, A.If(bounds))
-                target = A.AdjElem(name, (), self.adj(name),
-                                   tuple(f"_p{d}" for d in perm))
-                self.put(2, A.Accumulate(target, "+=", self.acc[name].name, "plain"))
-            self.finish_scalar_adjoints([
-                n for n in self.slot_args
-                if not isinstance(self.T.get(n), types.Array) and n in a.varied])
-        self.put(1, A.Return("None"))
-        for block, n_pass in inits:
-            # the scalar arguments' adjoints come from the own pass only
-            block.body += [A.Assign(self.adj_var(v), self.zero(self.T[v]))
-                           for v in sorted(sorted(a.varied), key=self.n)
-                           if isinstance(self.T.get(v), types.Float) and
-                           v not in self.single_use and (n_pass == 0 or v not in self._sinks)]
-        prologue.body += self.tape_init_nodes() + [
-            A.Assign(self.n(v), self.zero(self.T.get(v)))
-            for v in sorted(self.declare, key=self.n)]
-        from ..runtime_helpers import _trips
-        self.ns["_trips"] = _trips
-        plan_tape([fn], self.growable_tape)
-        return fn
+def _roots(kernel, index):
+    """{id(expr): dimension} of the expressions that produce thread coordinates."""
+    out = {}
+    for s in ir.walk(kernel.body):
+        if isinstance(s, ir.Assign) and s.target in index.coord:
+            e = s.expr
+            if not (isinstance(e, ir.Copy) and isinstance(e.src, ir.Var) and
+                    e.src.name in index.coord):
+                out[id(e)] = index.coord[s.target]
+    return out
 
 
-def build_gather(kernel, an, slot_args, plan, mode, cells=None):
+def coordinate(w, e):
+    """A thread coordinate's expression, in a pass: the coordinate of the thread at
+    the pass's offset back from this one (``_p0 - 1``); None for other expressions."""
+    g = w.state.gather
+    d = g.roots.get(id(e))
+    if d is None:
+        return None
+    off = g.pass_offset[d]
+    return f"_p{d}" if off == 0 else (f"_p{d} - {off}" if off > 0 else f"_p{d} + {-off}")
+
+
+def gather_writer(kernel, an, slot_args, plan, mode, cells=None):
+    """The writer of the gather kernel (``mode="gather"``) or of the kernel that
+    consumes the stored elements' adjoints (``mode="zero"``)."""
+    ctx = cuda_context(kernel, an, cells, lowerings=(lower.gather,) + SCATTER,
+                       expressions=(coordinate,))
+    index = ctx.state.index
+    ctx.state.gather = GatherState(plan, mode, index, _roots(kernel, index))
+    return Writer(kernel, an, slot_args, False, f"{kernel.name}_adjoint_{mode}", ctx)
+
+
+def build_passes(w):
+    """The adjoint IR of the gather or zero kernel: one pass per offset (the own pass
+    first), each the thread's forward and reverse sweeps with the coordinates of the
+    thread that far back (:func:`coordinate`), its accumulations kept or dropped by
+    the lowering :func:`kadj.cuda.lower.gather`."""
+    g = w.state.gather
+    w.check()
+    k, a = w.k, w.a
+    w.liveness()
+    w.find_single_use()
+    g.sinks = {n: w.adj(n) for n in w.slot_args
+               if not isinstance(w.T.get(n), types.Array)}
+    params = w.adjoint_params()
+    nd = g.index.ndim
+    ps = ", ".join(f"_p{d}" for d in range(nd))
+    gs = ", ".join(f"_g{d}" for d in range(nd))
+    what = ("gather form: each thread collects its own elements' adjoints"
+            if g.form == "gather" else
+            "consumes the incoming adjoints of the elements the kernel wrote")
+    fn = A.Function(w.fname, tuple(params),
+                    f"Adjoint of {k.name}, {what} (generated by kadj).",
+                    body=w.body, temps=w.temp_names)
+    w.put(1, A.Assign(ps, f"cuda.grid({nd})"))
+    w.put(1, A.Assign(gs, f"cuda.gridsize({nd})"))
+    prologue = w.put(1, A.Block("prologue"))  # the tape: known once written
+    passes = [tuple([0] * nd)]
+    if g.form == "gather":
+        for name in sorted(g.plan):
+            g.acc[name] = A.Local(w.fresh(f"acc_{w.n(name)}"), name)
+            w.put(1, A.Assign(g.acc[name], w.zero(w.T[name].dtype)))
+        passes += sorted({o for _, offs in g.plan.values() for o in offs} - set(passes))
+    inits = []  # (block, pass) of the adjoints' initialisations
+    for n_pass, off in enumerate(passes):
+        g.pass_offset = off
+        depth = 1
+        if any(off):
+            w.put(1, A.Comment(f"# the thread at offset {off} back: its adjoint's "
+                               f"contribution to this thread's elements"))
+            conds = " and ".join(f"0 <= _p{d} - {o} < _g{d}" if o >= 0 else
+                                 f"0 <= _p{d} + {-o} < _g{d}"
+                                 for d, o in enumerate(off) if o)
+            w.put(1, A.If(conds))
+            depth = 2
+        else:
+            w.put(1, A.Comment("# this thread"))
+        inits.append((w.put(depth, A.Block("adjoint initialisations")), n_pass))
+        w._last_loc = None
+        w.open_frame(depth)
+        w.fwd(k.body, depth, loop_depth=0)
+        w.close_frame()
+        w._last_loc = None
+        w.rev(k.body, depth, loop_depth=0)
+    g.pass_offset = tuple([0] * nd)
+    if g.form == "gather":
+        for name in sorted(g.plan):
+            perm, _ = g.plan[name]
+            bounds = " and ".join(f"_p{d} < {w.n(name)}.shape[{kk}]"
+                                  for kk, d in enumerate(perm))
+            w.put(1, A.If(bounds))
+            target = A.AdjElem(name, (), w.adj(name), tuple(f"_p{d}" for d in perm))
+            w.put(2, A.Accumulate(target, "+=", g.acc[name].name, "plain"))
+        w.put(1, A.FinishScalar(w.scalar_adjoints()))
+    w.put(1, A.Return("None"))
+    for block, n_pass in inits:
+        # the scalar arguments' adjoints come from the own pass only
+        block.body += [A.Assign(w.adj_var(v), w.zero(w.T[v]))
+                       for v in sorted(sorted(a.varied), key=w.n)
+                       if isinstance(w.T.get(v), types.Float) and
+                       v not in w.single_use and (n_pass == 0 or v not in g.sinks)]
+    prologue.body += w.declarations() + [
+        A.Assign(w.n(v), w.zero(w.T.get(v))) for v in sorted(w.declare, key=w.n)]
+    from ..runtime_helpers import _trips
+    w.ns["_trips"] = _trips
+    w.tape_size = plan_tape([fn], w.growable_tape, k.name)
+    return fn
+
+
+def build_gather(kernel, an, slot_args, plan, mode, cells=None, lowered=True):
     """The adjoint IR of the gather kernel (``mode="gather"``) or of the kernel that
-    consumes the stored elements' adjoints (``mode="zero"``): (Function, writer)."""
-    w = GatherWriter(kernel, an, slot_args, f"{kernel.name}_adjoint_{mode}", plan, mode,
-                     cells=cells)
-    return A.built(simplify(w.build()), mode), w
+    consumes the stored elements' adjoints (``mode="zero"``): (Function, writer).
+    ``lowered=False``: its declaration nodes left as built, not simplified."""
+    w = gather_writer(kernel, an, slot_args, plan, mode, cells=cells)
+    fn = build_passes(w)
+    if not lowered:
+        return fn, w
+    fn = lower_declarations(fn, w, w.ctx.declarations)
+    return A.built(simplify(fn), mode), w
 
 
 def write_gather(kernel, an, slot_args, plan, cells=None):
@@ -265,5 +283,5 @@ def write_gather(kernel, an, slot_args, plan, cells=None):
     out = []
     for mode in ("gather", "zero"):
         fn, w = build_gather(kernel, an, slot_args, plan, mode, cells=cells)
-        out.append(adjoint_source(fn, w.syntax, w.ns))
+        out.append(adjoint_source(fn, SYNTAX, w.ns))
     return tuple(out)

@@ -1,10 +1,12 @@
-"""Lowerings of the adjoint IR for CUDA: how a GPU thread's accumulations run.
+"""Lowerings of the adjoint IR for CUDA: how a GPU thread's accumulations run, and
+how the declaration nodes are spelled on a GPU.
 
-A lowering is a function ``(writer, node) -> node | None`` that the writer applies to
-each node as it is placed (``Writer.put``); it rewrites the nodes it is about (an
-:class:`adj_ir.Accumulate` not yet decided, a :class:`adj_ir.Consume`) and returns the
-others unchanged; None drops the node.  They run at placement, not after the sweep,
-because a local sum's name is handed out in the order the sweep meets it.
+A placement lowering is a function ``(writer, node) -> node | None`` that the writer
+applies to each node as it is placed (``Writer.put``); it rewrites the nodes it is
+about (an :class:`adj_ir.Accumulate` not yet decided, a :class:`adj_ir.Consume`) and
+returns the others unchanged; None drops the node.  They run at placement, not after
+the sweep, because a local sum's name is handed out in the order the sweep meets it.
+They read and fill the build's :class:`kadj.cuda.context.CudaState` (``w.state``).
 
 - :func:`accumulate`: the accumulation policy.  Per adjoint array, from its index
   expressions (:mod:`kadj.cuda.indexing`): plain ``+=`` for thread-private arrays;
@@ -15,11 +17,19 @@ because a local sum's name is handed out in the order the sweep meets it.
 - :func:`gather`: the gather form's passes (kadj.cuda.gather): a pass keeps only the
   contributions to this thread's own elements, summed in a local; the zero form keeps
   only the consumes.
+
+The declaration lowerings (:data:`DECLARATIONS`, applied by
+:func:`kadj.lowering.lower_declarations` after the build): :func:`block_sum` for
+:class:`adj_ir.FinishScalar`, :func:`local_tape` (a bounded tape is a
+``cuda.local.array``), :func:`local_array` (``cuda.local`` / ``cuda.shared`` arrays),
+:func:`zero_array` (a shared array zeroed by the block together), :func:`local_sums`.
 """
 from __future__ import annotations
 
+from numba.core import types
+
 from .. import adj_ir as A
-from ..errors import DifferentiationError
+from ..checkpoint_reverse import unravel
 
 THREAD_ID = ("cuda.threadIdx.x + cuda.blockDim.x * (cuda.threadIdx.y + cuda.blockDim.y * "
         "cuda.threadIdx.z)")
@@ -31,21 +41,21 @@ def accumulate(w, node):
     t = node.target
     if not (isinstance(t, A.AdjElem) and node.op == "+="):
         return node
-    arr = t.array
-    if arr in w.private_arrays:
-        w.plain_sites[arr] = w.plain_sites.get(arr, 0) + 1
+    arr, st = t.array, w.state
+    if arr in st.private_arrays:
+        st.plain_sites[arr] = st.plain_sites.get(arr, 0) + 1
         node.how = "plain"
         return node
-    key = tuple(w.index.canonical(x) for x in t.index)
-    if w.classes.get(arr) is not None and w.classes[arr].cls == "uniform" and \
-            w.space.get(arr) is None and all(k and k[0] == "k" for k in key):
+    key = tuple(st.index.canonical(x) for x in t.index)
+    if st.classes.get(arr) is not None and st.classes[arr].cls == "uniform" and \
+            st.space.get(arr) is None and all(k and k[0] == "k" for k in key):
         values = tuple(k[1] for k in key)
-        acc = w.uniform_acc.get((arr, values))
+        acc = st.uniform_acc.get((arr, values))
         if acc is None:
             acc = w.fresh(f"adj_{w.n(arr)}_" + "_".join(map(str, values)))
-            w.uniform_acc[(arr, values)] = acc
+            st.uniform_acc[(arr, values)] = acc
         return A.Accumulate(A.Local(acc, arr, values), "+=", node.value, "local")
-    w.atomic_sites[arr] = w.atomic_sites.get(arr, 0) + 1
+    st.atomic_sites[arr] = st.atomic_sites.get(arr, 0) + 1
     node.how = "atomic"
     return node
 
@@ -59,24 +69,25 @@ def barriers(w, node):
 
 
 def gather(w, node):
+    g = w.state.gather
     if isinstance(node, A.Consume):
-        return node if w.form == "zero" else None
+        return node if g.form == "zero" else None
     if not isinstance(node, A.Accumulate) or node.how is not None:
         return node
     t = node.target
-    own = not any(w.pass_offset)
+    own = not any(g.pass_offset)
     elem = isinstance(t, A.AdjElem)
-    sink = isinstance(t, A.AdjVar) and t.var in w._sinks
-    if w.form == "zero":
+    sink = isinstance(t, A.AdjVar) and t.var in g.sinks
+    if g.form == "zero":
         return None if elem or sink else node
-    if elem and t.array in w.plan:
-        off = w._offset_of(t)
-        if off == w.pass_offset:
-            return A.Accumulate(w.acc[t.array], "+=", node.value, "local")
+    if elem and t.array in g.plan:
+        off = g.offset_of(t)
+        if off == g.pass_offset:
+            return A.Accumulate(g.acc[t.array], "+=", node.value, "local")
         if own and any(o < 0 for o in off):
             # an index below zero wraps around (x[-1] is the last element): no thread
             # gathers that element from here, so add it directly
-            cond = " or ".join(f"{x} < 0" for x, o in zip(t.index_texts, w._offsets(t))
+            cond = " or ".join(f"{x} < 0" for x, o in zip(t.index_texts, g.offsets(t))
                                if o < 0)
             return A.If(cond, then=[A.Accumulate(t, "+=", node.value, "atomic")])
         return None
@@ -85,19 +96,22 @@ def gather(w, node):
     return node
 
 
-def block_sum(w, names):
-    """Add the adjoints every thread adds to (scalar arguments ``names``, uniform
-    elements) over the block first: each thread adds its share into one of 32
-    shared-memory slots (lane ``tid % 32``, so a warp's threads hit distinct banks),
-    then thread 0 adds the block's total with one global atomic."""
+def block_sum(w, node):
+    """The lowering of :class:`adj_ir.FinishScalar`: the adjoints every thread adds to
+    (scalar arguments ``node.names``, uniform elements) are summed over the block
+    first: each thread adds its share into one of 32 shared-memory slots (lane
+    ``tid % 32``, so a warp's threads hit distinct banks), then thread 0 adds the
+    block's total with one global atomic."""
+    names = node.names
     # (local value, dtype, buffer, index, what) of every sum to reduce over the block
     sinks = [(w.cast(w.adj(n), w.T[n]), w.T[n], w.adj_buf(n), "0", n) for n in names]
-    for (arr, values), acc in w.uniform_acc.items():
+    for (arr, values), acc in w.state.uniform_acc.items():
         idx = values[0] if len(values) == 1 else "(" + ", ".join(map(str, values)) + ")"
         sinks.append((acc, w.T[arr].dtype, w.adj(arr), str(idx), arr))
     if not sinks:
-        return
-    put = w.put
+        return []
+    out = []
+    put = A.Builder(out).put
     put(1, A.Comment("# ---- adjoints every thread adds to: summed over the block, one "
                      "atomic per block ----"))
     tid = w.fresh("tid")
@@ -111,9 +125,9 @@ def block_sum(w, names):
         put(2, A.Assign(f"{red}[{tid}]", w.zero(dt)))
         how = "block-reduced: 32 shared-memory slots, one global atomic per block"
         if what in names:
-            w.scalar_report[what] = how
+            w.state.scalar_report[what] = how
         else:
-            w.uniform_report[f"{what}[{idx.strip('()')}]"] = how
+            w.state.uniform_report[f"{what}[{idx.strip('()')}]"] = how
     put(1, A.Barrier())
     for red, (value, dt, buf, idx, what) in zip(reds, sinks):
         put(1, A.Accumulate(A.AdjElem(what, (), red, (f"{tid} % 32",)), "+=", value,
@@ -129,52 +143,60 @@ def block_sum(w, names):
         put(2, A.For(lane, f"range(1, {used})"))
         put(3, A.Assign(total, f"{red}[{lane}]", "+="))
         put(2, A.Accumulate(A.AdjElem(what, (), buf, (idx,)), "+=", total, "atomic"))
-        w.atomic_sites[what] = w.atomic_sites.get(what, 0) + 1
-
-
-def bounded_tape(nodes, kernel_name):
-    """The bounded per-thread tape: {kind: entries} for the pushes of ``nodes``.  A
-    push runs, before the tape is popped back, as many times as the product of the
-    constant trip counts of the kernel's loops around it since the replayed iteration
-    it belongs to (if any); a loop without a constant trip count around a push makes
-    the tape unbounded, which a GPU thread cannot have."""
-    sizes = {}
-
-    def add(kind, n):
-        sizes[kind] = sizes.get(kind, 0) + n
-
-    def visit(seq, m):
-        for x in seq:
-            if isinstance(x, A.Push):
-                if x.once:
-                    add(x.kind, 1)
-                elif m is None:
-                    raise DifferentiationError(
-                        "a loop overwrites values its adjoint needs, and this loop cannot "
-                        "be reversed from checkpoints (a while loop, a break/continue, a "
-                        "nested loop that records values, or an array both read and "
-                        "written in it); a GPU thread's tape must be bounded",
-                        kernel=kernel_name, loc=x.loc,
-                        construct="unbounded tape in a loop",
-                        remedy="use `for ... in range(...)` loops without break, keep "
-                               "inner loops free of overwritten values, or assign each "
-                               "value once")
-                else:
-                    add(x.kind, m)
-            elif isinstance(x, A.PushArray):
-                add(x.kind, x.size)
-            elif isinstance(x, A.Block) and x.what == "replayed iteration":
-                visit(x.body, 1)
-            elif isinstance(x, (A.For, A.While)) and x.primal:
-                trip = x.trip if isinstance(x, A.For) else None
-                visit(x.body, None if m is None or trip is None else m * trip)
-            else:
-                for body in x.children():
-                    visit(body, m)
-    visit(nodes, 1)
-    return sizes
+        w.state.atomic_sites[what] = w.state.atomic_sites.get(what, 0) + 1
+    return out
 
 
 def uniform_init_nodes(w):
     """The local sums of uniform elements, zeroed in the prologue."""
-    return [A.Assign(acc, w.zero(w.T[arr].dtype)) for (arr, _), acc in w.uniform_acc.items()]
+    return [A.Assign(acc, w.zero(w.T[arr].dtype))
+            for (arr, _), acc in w.state.uniform_acc.items()]
+
+
+def local_tape(w, node):
+    """A bounded tape: a ``cuda.local.array`` of the size :func:`kadj.tape_plan.plan_tape`
+    found for this kind."""
+    assert node.policy == "bounded", node
+    dt = {"f64": types.float64, "f32": types.float32, "i64": types.int64}[node.kind]
+    return [A.Assign(f"_tape_{node.kind}", f"cuda.local.array({node.size}, "
+                                           f"{w.bind(dt, str(dt))})"),
+            A.Assign(f"_sp_{node.kind}", "0")]
+
+
+def local_array(w, node):
+    dt = w.bind(node.dtype, node.hint or str(node.dtype))
+    return [A.Assign(node.name, f"cuda.{node.space}.array({node.size!r}, {dt})")]
+
+
+def zero_array(w, node):
+    """Each thread zeroes a local array; the block zeroes a shared one together, each
+    thread every ``nthreads``-th element from its own (the barrier after the
+    declarations, :meth:`kadj.reverse.Writer.declarations`, waits for all)."""
+    size = 1
+    for d in node.dims:
+        size *= d
+    z = w.fresh("z")
+    out = []
+    if node.space == "shared":
+        ids = w.state.block_ids
+        if ids is None:
+            ids = w.state.block_ids = (w.fresh("tid"), w.fresh("nthreads"))
+            out.append(A.Assign(ids[0], THREAD_ID))
+            out.append(A.Assign(ids[1], "cuda.blockDim.x * cuda.blockDim.y * "
+                                        "cuda.blockDim.z"))
+        loop = A.For(z, f"range({ids[0]}, {size}, {ids[1]})")
+    else:
+        loop = A.For(z, f"range({size})")
+    loop.body.append(A.Assign(f"{node.name}[{unravel(z, node.dims)}]", node.zero))
+    return out + [loop]
+
+
+def local_sums(w, node):
+    """The local sums of uniform elements, zeroed in the prologue."""
+    return uniform_init_nodes(w)
+
+
+#: the CUDA target's lowerings of the declaration nodes (kadj.lowering)
+DECLARATIONS = {"FinishScalar": block_sum, "TapeDecl": local_tape,
+                "LocalArray": local_array, "ZeroArray": zero_array,
+                "LocalSums": local_sums}

@@ -138,7 +138,7 @@ def _write(prepared, facts, plan, options):
     slot_names = tuple(plan.arg_names[i] for i in plan.adjoint_args)
     adj, report, writer = write_cuda_adjoint(kernel, facts, slot_names,
                                              slots=options["checkpoints"], cells=cells)
-    index = writer.index
+    index = writer.state.index
     extra = {"dims": (tuple(index.block_dims), tuple(index.grid_dims)), "gather": None}
     forms = {}
     if not options["gather"]:

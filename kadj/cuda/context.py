@@ -1,0 +1,112 @@
+"""The CUDA target's part in building one adjoint: a :class:`kadj.lowering.Context`.
+
+The writer is the target-neutral :class:`kadj.reverse.Writer`; what makes its adjoint a
+GPU thread's is data and functions handed to it here:
+
+- the state (:class:`CudaState`) its lowerings read and fill: the thread indexing
+  (:class:`kadj.cuda.indexing.ThreadIndex`), the memory space of each array the kernel
+  allocates, the class of each adjoint array (private, neighbour, uniform, ...), the
+  accumulations written (for the adjoint report, :func:`kadj.cuda.writer.report`);
+- the lowerings (:mod:`kadj.cuda.lower`): accumulation policy, barriers, bounded tape,
+  ``cuda.local`` / ``cuda.shared`` arrays, the block sum of scalar adjoints;
+- the refusals (:func:`check`) and the policies of the forward sweep's liveness.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import ir
+from ..errors import DifferentiationError
+from ..lowering import Context
+from ..printer import Syntax
+from . import lower
+from .checkpoints import own_element
+from .indexing import ThreadIndex, array_accesses
+from .intrinsics import TABLE, CudaIntrinsic
+from .stores import check_single_writers
+
+SYNTAX = Syntax(barrier="cuda.syncthreads()", atomic_add="cuda.atomic.add")
+SCATTER = (lower.barriers, lower.accumulate)
+
+
+@dataclass(eq=False)
+class CudaState:
+    """What the CUDA lowerings of one build read (the first fields) and fill."""
+    cells: dict             # arrays updated in place at the thread's own element
+    index: ThreadIndex
+    allocs: dict            # array -> the kernel's allocation statement
+    space: dict             # array -> "local" | "shared"
+    classes: dict           # adjoint array -> its class (kadj.cuda.indexing)
+    private_arrays: set
+    atomic_sites: dict = field(default_factory=dict)   # array -> atomics written
+    plain_sites: dict = field(default_factory=dict)    # array -> plain accumulations
+    scalar_report: dict = field(default_factory=dict)
+    uniform_acc: dict = field(default_factory=dict)    # (array, index) -> local sum
+    uniform_report: dict = field(default_factory=dict)
+    block_ids: object = None    # (tid, nthreads) names, once a shared array is zeroed
+    gather: object = None       # the gather form's passes (kadj.cuda.gather)
+
+
+def cuda_state(kernel, an, cells=None):
+    index = ThreadIndex(kernel, an.assign_count)
+    allocs = {x.target: x for x in ir.walk(kernel.body)
+              if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Alloc)}
+    space = {name: x.expr.fn.path.split(".")[0] for name, x in allocs.items()
+             if isinstance(x.expr.fn, CudaIntrinsic)}
+    classes = {name: index.classify(name, idxs, space.get(name, "global"))
+               for name, idxs in array_accesses(kernel).items()
+               if name in an.varied_arrays}
+    return CudaState(dict(cells or {}), index, allocs, space, classes,
+                     {n for n, c in classes.items() if c.cls == "private"})
+
+
+def cuda_context(kernel, an, cells=None, lowerings=SCATTER, expressions=()):
+    """The context of one CUDA build: scatter-form lowerings unless given others
+    (the gather form's, with its coordinate substitution ``expressions``)."""
+    from numba import cuda
+    state = cuda_state(kernel, an, cells)
+    return Context(syntax=SYNTAX, lowerings=lowerings, declarations=lower.DECLARATIONS,
+                   intrinsics=TABLE, expressions=expressions, checks=(check,),
+                   own_element=own_element, growable_tape=False,
+                   merge_repeated_loads=True,   # one atomic per element and thread
+                   declares_allocations=True,   # local/shared arrays: in the prologue
+                   kernel_returns=False,
+                   entry_state_live=True,       # not an unset register at loop entry
+                   space=state.space, namespace={"cuda": cuda}, state=state)
+
+
+def check(w):
+    """The CUDA target's refusals of a kernel it cannot differentiate."""
+    a, k, st = w.a, w.k, w.state
+    if a.work_arrays:
+        names = ", ".join(sorted(a.work_arrays))
+        raise DifferentiationError(
+            f"the kernel both reads and writes the array(s) {names} at elements other "
+            "threads may touch (in-place updates are supported only at the thread's "
+            "own element, x[i] with i from cuda.grid)", kernel=k.name,
+            loc=_first_store(k, a.work_arrays), construct="array read and written",
+            remedy="write the result into a separate output array")
+    restore = {x for x in a.restore_arrays if st.space.get(x) != "local"}
+    if restore:
+        raise DifferentiationError(
+            "the adjoint would need earlier contents of overwritten arrays "
+            f"({', '.join(sorted(restore))}): values read from them are "
+            "overwritten later in the kernel and the reverse sweep cannot recompute "
+            "them", kernel=k.name, loc=_first_store(k, restore),
+            construct="overwritten array",
+            remedy="write new values into a separate array (double buffering) "
+                   "instead of overwriting ones still needed")
+    other = sorted(v for v in a.scratch_arrays if v not in st.space)
+    if other:
+        raise DifferentiationError(
+            f"array allocation ({', '.join(other)}) inside a CUDA kernel",
+            kernel=k.name, construct="array allocation",
+            remedy="use cuda.local.array or cuda.shared.array")
+    check_single_writers(k, st.index, st.space, a)
+
+
+def _first_store(kernel, arrays):
+    for x in ir.walk(kernel.body):
+        if isinstance(x, ir.Store) and x.array.name in arrays:
+            return x.loc
+    return None
