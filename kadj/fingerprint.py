@@ -16,12 +16,14 @@ Kinds: NumPy arrays and the CUDA simulator's arrays (their wrapped host array) a
 hashed on the host as above.  Numba device arrays and CuPy arrays (any object with
 ``__cuda_array_interface__``, read through ``numba.cuda.as_cuda_array``) are hashed on
 their device by :func:`device_fingerprint`; other objects get None (not checked).
+:func:`device_print` computes the same hash on the device and leaves it there (a
+:class:`kadj.Tape` compares such prints on the device, :mod:`kadj.tape_checks`).
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fingerprint", "device_fingerprint"]
+__all__ = ["device_fingerprint", "device_print", "fingerprint"]
 
 SMALL = 4096       # arrays up to this many bytes are fingerprinted by their bytes
 _hash = None
@@ -94,19 +96,46 @@ def device_fingerprint(a):
 
     Cost: one hash kernel over the array (plus a contiguous device copy first when
     the array is strided or its start is not 8-byte aligned) on the default stream,
-    and one synchronous 16-byte copy to the host.  Work on user streams created
-    blocking (numba's and CuPy's defaults) is ordered before it by the legacy default
-    stream."""
+    and one synchronous 16-byte copy to the host (:func:`device_print` makes none).
+    Work on user streams created blocking (numba's and CuPy's defaults) is ordered
+    before it by the legacy default stream."""
+    from numba import cuda
+    from . import device_ops
+    shape, dtype, raw = _words(a, cuda.default_stream())
+    if raw is None:
+        return shape, dtype, 0, 0
+    return (shape, dtype) + device_ops.hash_words(raw)
+
+
+def device_print(a, stream=None):
+    """The fingerprint of device array ``a``'s contents kept on its device: a pooled
+    device array of two uint64, the lanes of :func:`device_fingerprint`'s hash,
+    computed by a kernel enqueued on ``stream`` (the default stream without it);
+    nothing is copied to the host and nothing waits (strided arrays of more than 4
+    dimensions excepted: they are copied through the host)."""
+    from numba import cuda
+    from . import buffer_pool, device_ops
+    if stream is None:
+        stream = cuda.default_stream()
+    out = buffer_pool.zeros((2,), np.uint64, stream)
+    _, _, raw = _words(a, stream)
+    if raw is not None:
+        device_ops.hash_into(raw, out, stream)
+    return out
+
+
+def _words(a, stream):
+    """(shape, dtype str, the bytes of ``a`` in C order as a 1-D uint8 device array
+    whose start is 8-byte aligned, or None when empty)."""
     from numba import cuda
     from . import device_ops
     d = a if hasattr(a, "copy_to_host") else cuda.as_cuda_array(a)
-    head = (tuple(d.shape), d.dtype.str)
+    shape, dtype = tuple(d.shape), d.dtype.str
     if d.size == 0:
-        return head + (0, 0)
+        return shape, dtype, None
     inner = getattr(d, "_ary", None)              # a CUDA simulator array
     ptr = inner.ctypes.data if isinstance(inner, np.ndarray) \
         else d.__cuda_array_interface__["data"][0]
     if not d.is_c_contiguous() or ptr % 8:
-        d = device_ops.contiguous(d)
-    raw = d.reshape(d.size).view(np.uint8)
-    return head + device_ops.hash_words(raw)
+        d = device_ops.contiguous(d, stream)
+    return shape, dtype, d.reshape(d.size).view(np.uint8)

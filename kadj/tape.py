@@ -47,15 +47,19 @@ records are recorded one at a time, in the order they get the lock.
 Unrecorded changes.  Python code between launches (``u[0] = 0``, an FFT) is
 invisible to the tape unless recorded with :meth:`Tape.record_custom` (or
 :func:`kadj.custom_step`) with its own adjoint.  To catch the silent wrong gradient an
-unrecorded change would give, the tape keeps a fingerprint (:mod:`kadj.fingerprint`)
-of each tracked array's newest contents, taken when a recorded launch writes it or
-first sees it, compares it at the next launch that passes the array and at
-``backward``, and ``backward`` then raises :class:`DifferentiationError` naming the
-array.  Device arrays other than the simulator's are not checked;
+unrecorded change would give, the tape keeps a fingerprint of each tracked array's
+newest contents and compares it at the next launch that passes the array and at
+``backward`` (:mod:`kadj.tape_checks`).  A change to a host array makes ``backward``
+raise :class:`DifferentiationError` naming the array.  Device arrays are compared on
+their device, so that recording and ``backward`` neither copy to the host nor wait:
+a change fills the device gradients with NaN, and the named error is raised by
+``tape.check()`` (which waits), by ``tape.grad`` once the backward has completed on
+the device, and by calls that return host results.
 ``Tape(check_unrecorded_changes=False)`` turns the check off.
 
-Modules.  This module holds the tape's activation and recording; the bookkeeping of
-array versions, copies and fingerprints is :mod:`kadj.tape_versions`, the lookup of
+Modules.  This module holds the tape's recording and results; which tapes are active
+in which thread is :mod:`kadj.tape_threads`, the bookkeeping of array versions and
+copies :mod:`kadj.tape_versions`, the fingerprints :mod:`kadj.tape_checks`, the lookup of
 tracked arrays by identity and by memory span :mod:`kadj.tape_index`, and the replay
 :mod:`kadj.tape_backward`.  Recording and replaying a launch cost a few microseconds of
 Python each, independent of the number of launches and arrays on the tape.
@@ -68,106 +72,24 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 from . import arrays
 from . import tape_report
+from . import tape_threads
 from .custom import CustomStep
 from .errors import DifferentiationError
 from .tape_backward import Backward, stream_count as _stream_count
+from .tape_checks import Checks, Prints
 from .tape_index import ArrayIndex
-from .tape_versions import Launch, Prints, Versions
+from .tape_threads import TapeError, active, check_unrecorded, swapped_stack
+from .tape_versions import Launch, Versions
 
 __all__ = ["Launch", "ScalarGrad", "Tape", "TapeError", "active", "check_unrecorded",
-           "custom_step"]
+           "custom_step", "swapped_stack"]
 
-
-class TapeError(DifferentiationError):
-    """A tape used in a way that would lose launches: entered twice, entered in two
-    threads at once, or an array it recorded touched by a launch it cannot see."""
-
-
-_local = threading.local()         # .stack: the tapes active in this thread, in order
-_registry_lock = threading.Lock()
-_entered = {}                      # every active tape in the process -> its thread
 _serials = itertools.count()       # a total order of tapes, to take their locks in
-
-
-def _stack():
-    if not hasattr(_local, "stack"):
-        _local.stack = []
-    return _local.stack
-
-
-def active():
-    """The innermost active :class:`Tape` of this thread, or None."""
-    stack = _stack()
-    return stack[-1] if stack else None
-
-
-@contextmanager
-def swapped_stack(tapes):
-    """Make ``tapes`` (objects with ``record``) this thread's active tapes for a while:
-    :func:`kadj.checkpointed_loop` runs steps unrecorded by the tapes around it."""
-    saved = _stack()
-    _local.stack = list(tapes)
-    try:
-        yield
-    finally:
-        _local.stack = saved
-
-
-def check_unrecorded(kernel, args):
-    """Refuse an unrecorded launch that a tape active in another thread would miss.
-
-    Called by a differentiated kernel launched while no tape is active in its
-    thread: raises :class:`TapeError` when an array argument is (or overlaps) an
-    array that a tape active in another thread has recorded.  Costs nothing while no
-    tape is active anywhere.
-    """
-    if _entered:
-        _check_other_threads(kernel, tuple(args), ())
-
-
-def _check_other_threads(kernel, args, recording):
-    """Refuse the launch if it touches an array recorded by an active tape that is
-    not among ``recording`` (the tapes this launch is recorded on)."""
-    here = threading.current_thread()
-    with _registry_lock:
-        for tape in [t for t, thread in _entered.items() if not thread.is_alive()]:
-            del _entered[tape]   # entered by a thread that ended without leaving it
-        others = [(t, thread) for t, thread in _entered.items()
-                  if thread is not here and all(t is not r for r in recording)]
-    for tape, owner in others:
-        index = tape._index
-        if not len(index):
-            continue
-        for i, arg in enumerate(args):
-            for a in arrays.arrays_in(arg):
-                if index.touches(a):
-                    raise _unseen_launch_error(kernel, i, a, owner, here)
-
-
-def _others_entered(recording):
-    """Is a tape that is not among ``recording`` active (in any thread)?"""
-    return any(all(t is not r for r in recording) for t in tuple(_entered))
-
-
-def _unseen_launch_error(kernel, i, a, owner, here):
-    name = getattr(kernel, "__name__", type(kernel).__name__)
-    names = tuple(getattr(kernel, "arg_names", ()))
-    arg = names[i] if i < len(names) else f"#{i}"
-    return TapeError(
-        f"Kernel '{name}' was launched in thread '{here.name}' with argument "
-        f"'{arg}' ({arrays.describe(a)}), an array that the kadj.Tape active in thread "
-        f"'{owner.name}' has recorded; that tape does not see launches from other "
-        "threads, so its gradient would silently miss this one, and the launch was "
-        f"not run. Launch the kernel in thread '{owner.name}' inside the tape's "
-        "'with' block, or record it on that tape explicitly with "
-        "tape.record(kernel, args); if the launch must stay unrecorded (it only "
-        "reads the array and its results never reach the tape), call "
-        f"{name}.forward(...) instead.")
 
 
 def _serialized(method):
@@ -177,17 +99,6 @@ def _serialized(method):
         with self._lock:
             return method(self, *args, **kwargs)
     return locked
-
-
-def _recording(tape):
-    """The tapes a launch recorded on ``tape`` goes on: ``tape`` and every tape
-    active in the calling thread, in a fixed order (the order their locks are
-    taken in, so that two threads never wait on each other)."""
-    tapes = list(_stack())
-    if all(t is not tape for t in tapes):
-        tapes.append(tape)
-    tapes.sort(key=lambda t: t._serial)
-    return tapes
 
 
 @dataclass(frozen=True)
@@ -200,7 +111,7 @@ class ScalarGrad:
     value: float
 
 
-class Tape(Versions, Backward):
+class Tape(Versions, Checks, Backward):
     """Records kernel launches and computes gradients through the whole sequence.
 
     Example::
@@ -215,8 +126,9 @@ class Tape(Versions, Backward):
     ``copy_inputs=False`` makes the tape refuse, instead of copying, a launch that
     would overwrite an array that a recorded adjoint still needs.
     ``check_unrecorded_changes=False`` skips the fingerprints that detect changes made
-    to recorded arrays outside recorded launches (about 50 us per MB of array
-    arguments per launch, and per MB of tracked arrays at ``backward``).
+    to recorded arrays outside recorded launches (on the host about 50 us per MB of
+    array arguments per launch, and per MB of tracked arrays at ``backward``; device
+    arrays are checked on their device, without waiting: :meth:`check`).
     ``streams=k`` runs the backward of CUDA launches on ``k`` streams
     (:meth:`schedule`); CPU launches run in order.
     """
@@ -232,50 +144,12 @@ class Tape(Versions, Backward):
     # ------------------------------------------------------------- activation
 
     def __enter__(self):
-        here = threading.current_thread()
-        with _registry_lock:
-            owner = _entered.get(self)
-            if owner is not None and owner.is_alive():
-                raise self._entered_error(owner, here)
-            _entered[self] = here
-        _stack().append(self)
+        tape_threads.enter(self)
         return self
 
     def __exit__(self, *exc_info):
-        stack = _stack()
-        with _registry_lock:
-            if _entered.get(self) is threading.current_thread():
-                del _entered[self]
-        innermost = bool(stack) and stack[-1] is self
-        for j in range(len(stack) - 1, -1, -1):
-            if stack[j] is self:
-                del stack[j]
-                break
-        else:
-            raise TapeError(
-                "This tape is not active in this thread, so it cannot be exited "
-                "here; leave a tape in the thread that entered it.")
-        if not innermost:
-            raise TapeError(
-                "Tapes were exited in a different order than they were entered; "
-                "nest 'with tape:' blocks instead of calling __enter__ and __exit__.")
+        tape_threads.leave(self)
         return False
-
-    @staticmethod
-    def _entered_error(owner, here):
-        if owner is here:
-            return TapeError(
-                "This tape is already active in this thread; a tape cannot be "
-                "entered again while it is recording. A launch is recorded on every "
-                "tape active in its thread, so the outer 'with tape:' block already "
-                "records a nested block's launches: use a new kadj.Tape() for the "
-                "nested block, or none.")
-        return TapeError(
-            f"This tape is already active in thread '{owner.name}' and cannot be "
-            f"entered in thread '{here.name}' as well: a tape records the launches "
-            "of the one thread that entered it, in order. Use one kadj.Tape() per "
-            "thread, or record a launch of this thread on that tape explicitly with "
-            "tape.record(kernel, args).")
 
     def __repr__(self):
         with self._lock:
@@ -310,11 +184,11 @@ class Tape(Versions, Backward):
         """
         args = tuple(args)
         plan = kernel.adjoint_plan(*args)
-        stack = _stack()
+        stack = tape_threads.stack()
         if len(stack) == 1 and stack[0] is self:
             with self._lock:                 # the common case: one tape, its thread
                 return _record_on((self,), kernel, args, config, plan, run)
-        tapes = _recording(self)
+        tapes = tape_threads.recording(self)
         with ExitStack() as held:
             for tape in tapes:
                 held.enter_context(tape._lock)
@@ -357,7 +231,8 @@ class Tape(Versions, Backward):
 
         On a tape of CUDA launches on device arrays, the buffers are allocated, zeroed
         and accumulated on the device, and ``backward`` copies nothing to the host and
-        does not wait for the device.
+        does not wait for the device, the check for unrecorded changes included (a
+        change to a device array fills its gradients with NaN; :meth:`check`).
         """
         self._backward(loss, seeds, wrt, streams)
 
@@ -400,6 +275,8 @@ class Tape(Versions, Backward):
                 f"arrays and scalars it listed, and not this array's "
                 f"({arrays.describe(x)}); add it to wrt=, or call tape.zero() and "
                 "tape.backward(...) without wrt= for every gradient.")
+        if self._flag is not None:       # NumPy results wait for the device's checks
+            self._raise_known(wait=arrays.kind(x) == "host")
         g = self._grads.get(key)
         shape = tuple(x.shape)
         if g is None:
@@ -407,6 +284,16 @@ class Tape(Versions, Backward):
         if arrays.kind(g) == arrays.kind(x) and arrays.kind(g) != "host":
             return arrays.copy(g)           # stays on the device
         return arrays.like(x, arrays.to_host(g).reshape(shape).copy())
+
+    @_serialized
+    def check(self):
+        """Wait for the device and raise :class:`DifferentiationError`, naming the
+        array, if a recorded array was changed outside the recorded launches: the
+        comparisons made so far (at each recorded launch and each ``backward``) of
+        the arrays' contents with their fingerprints.  Does nothing when none failed
+        or when ``check_unrecorded_changes=False``.  (See :mod:`kadj.tape_checks` for
+        when the other methods raise the error without waiting.)"""
+        self._check_all()
 
     @_serialized
     def saw(self, x):
@@ -430,6 +317,8 @@ class Tape(Versions, Backward):
                 "The tape has no gradients yet; call tape.backward(...) before "
                 "tape.scalar_grads().")
         self._fold_scalars()
+        if self._flag is not None:
+            self._raise_known(wait=True)
         return tuple(
             ScalarGrad(index, self._launches[index].plan.kernel_name,
                        self._launches[index].arg_name(i), float(value))
@@ -472,7 +361,7 @@ class Tape(Versions, Backward):
         """Forget the recorded launches, the arrays' copies and the gradients."""
         self._launches = []
         self._arrays = {}
-        self._unrecorded = None          # the first unrecorded change detected
+        self._reset_checks()             # the check for unrecorded changes
         self._snapshot_bytes = 0
         self._peak_bytes = 0
         for loop in getattr(self, "_loops", ()):
@@ -489,9 +378,10 @@ class Tape(Versions, Backward):
 
 def _record_on(tapes, kernel, args, config, plan, run):
     """Record one launch on ``tapes`` (their locks held) and run it unless not ``run``."""
-    if _entered and not (len(tapes) == 1 and len(_entered) == 1 and tapes[0] in _entered) \
-            and _others_entered(tapes):
-        _check_other_threads(kernel, args, tapes)
+    entered = tape_threads.entered
+    if entered and not (len(tapes) == 1 and len(entered) == 1 and tapes[0] in entered) \
+            and tape_threads.others_entered(tapes):
+        tape_threads.check_other_threads(kernel, args, tapes)
     if len(tapes) == 1:
         return _record_one(tapes[0], kernel, args, config, plan, run)
     # every tape checks the launch before any of them changes

@@ -59,6 +59,7 @@ class Backward:
             for launch in reversed(launches):
                 self._replay(launch, buffers, scalars)
         self._store(buffers, scalars, requested)
+        self._finish_checks()
 
     def _schedule(self, streams, wrt, loss, seeds):
         count = self.streams if streams is None else stream_count(streams)

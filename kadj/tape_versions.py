@@ -1,6 +1,6 @@
 """Versions of the arrays a :class:`kadj.Tape` records: which launch read which
-contents, the copies kept for the adjoints, and the fingerprints that detect
-unrecorded changes.
+contents, and the copies kept for the adjoints (the fingerprints that detect
+unrecorded changes are :mod:`kadj.tape_checks`).
 
 :class:`Versions` is the part of :class:`kadj.Tape` that checks a launch against the
 tape (:meth:`Versions._prepare`, which changes nothing), commits it (tracks its new
@@ -19,7 +19,6 @@ import numpy as np
 
 from . import arrays, tape_report
 from .errors import DifferentiationError
-from .fingerprint import fingerprint
 
 __all__ = ["Launch", "Versions"]
 
@@ -106,39 +105,6 @@ class Pending:
 
     def __init__(self, launch, new, copies, entries):
         self.launch, self.new, self.copies, self.entries = launch, new, copies, entries
-
-
-class Prints:
-    """The fingerprints of one launch's array arguments, each computed once for all
-    the tapes recording it: before the launch, and after it for the written ones."""
-
-    __slots__ = ("args", "pre", "post", "changed")
-
-    def __init__(self, args):
-        self.args = args
-        self.pre = {}
-        self.post = {}
-        self.changed = frozenset()
-
-    def before(self, i):
-        pre = self.pre.get(i)
-        if pre is None:
-            a = self.args[i]
-            pre = fingerprint(a)
-            for j, b in enumerate(self.args):
-                if b is a:
-                    self.pre[j] = pre
-        return pre
-
-    def written(self, written):
-        self.changed = written
-
-    def after(self, i):
-        post = self.post.get(i)
-        if post is None:
-            post = self.post[i] = fingerprint(self.args[i]) if i in self.changed \
-                else self.before(i)
-        return post
 
 
 # the types of values that are certainly not arrays and hold none
@@ -230,51 +196,6 @@ class Versions:
         return DifferentiationError(
             head + " The tape was created with copy_inputs=False, so it keeps no "
             "copies: use kadj.Tape() to let it copy, or write into a different array.")
-
-    # -- fingerprints of unrecorded changes
-    def _verify(self, pending, prints):
-        """Compare the launch's tracked arrays with their fingerprints; note the first
-        change made outside recorded launches (``backward`` raises it)."""
-        if self._unrecorded is not None:
-            return
-        for i, tracked in enumerate(pending.entries):
-            if tracked is not None and tracked.fingerprint is not None and \
-                    prints.before(i) != tracked.fingerprint:
-                self._unrecorded = self._changed_error(
-                    tracked, f"at {pending.launch.describe()}")
-                return
-
-    def _refresh(self, pending, prints):
-        """Fingerprint the newest contents of the arrays the launch wrote or showed
-        the tape first."""
-        written = pending.launch.plan.written
-        for i, tracked in enumerate(pending.entries):
-            if tracked is not None and (i in written or tracked.fingerprint is None):
-                tracked.fingerprint = prints.after(i)
-
-    def _check_fingerprints(self):
-        if self.check_unrecorded_changes and self._unrecorded is None:
-            for tracked in self._arrays.values():
-                if tracked.fingerprint is not None and \
-                        fingerprint(tracked.array) != tracked.fingerprint:
-                    self._unrecorded = self._changed_error(
-                        tracked, "at tape.backward(), after the last recorded launch")
-                    break
-        if self._unrecorded is not None:
-            raise self._unrecorded
-
-    def _changed_error(self, tracked, where):
-        launch = self._launches[tracked.last[0]]
-        return DifferentiationError(
-            f"Argument '{launch.arg_name(tracked.last[1])}' of {launch.describe()} "
-            f"({arrays.describe(tracked.array)}) was changed outside the recorded "
-            f"launches after that launch (detected {where}). The tape sees only "
-            "recorded launches and would treat the change as the identity, giving a "
-            "wrong gradient. Record the change with its adjoint, with "
-            "tape.record_custom(forward, adjoint, reads=..., writes=...) "
-            "(kadj.custom_step inside kadj.checkpointed_loop), or make it on a copy "
-            "of the array and pass the copy to later launches; then record the "
-            "sequence again.")
 
     # -- committing and registering
     def _commit(self, pending, copies):

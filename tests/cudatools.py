@@ -18,10 +18,12 @@ def nvvm_available():
         return False, f"numba-cuda cannot compile PTX here: {exc}"
 
 
-def run_sim_cases(script, cases):
+def run_sim_cases(script, cases, env=None, simulator=True):
     """Run ``script`` (a file in tests/) with ``cases`` as arguments in a subprocess with
-    NUMBA_ENABLE_CUDASIM=1 set before numba is imported; {case: (status, detail)} from
-    its ``CASE name status detail`` lines.  Fails the test when it reports nothing."""
+    NUMBA_ENABLE_CUDASIM=1 set before numba is imported (unset instead when not
+    ``simulator``: on a GPU), and the variables of ``env`` added; {case: (status,
+    detail)} from its ``CASE name status [detail]`` lines.  Fails the test when a case
+    reports nothing."""
     import os
     import subprocess
     import sys
@@ -29,16 +31,22 @@ def run_sim_cases(script, cases):
     import pytest
 
     here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here),
-                                         env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, os.path.join(here, script), *cases], env=env,
-                          capture_output=True, text=True, timeout=600)
+    full = dict(os.environ, **(env or {}))
+    if simulator:
+        full["NUMBA_ENABLE_CUDASIM"] = "1"
+    else:
+        full.pop("NUMBA_ENABLE_CUDASIM", None)
+    full["PYTHONPATH"] = os.pathsep.join([os.path.dirname(here),
+                                          full.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, os.path.join(here, script), *cases],
+                          env=full, capture_output=True, text=True, timeout=600)
     out = {}
     for line in proc.stdout.splitlines():
         if line.startswith("CASE "):
-            _, name, status, rest = line.split(" ", 3)
-            out[name] = (status, rest)
-    if not out:
-        pytest.fail(f"simulator subprocess failed:\n{proc.stdout}\n{proc.stderr}")
+            _, name, status, rest = (line + " ").split(" ", 3)
+            out[name] = (status, rest.strip())
+    missing = [c for c in cases if c not in out]
+    if not out or missing:
+        pytest.fail(f"subprocess did not report {missing or 'any case'}:\n"
+                    f"{proc.stdout}\n{proc.stderr}")
     return out

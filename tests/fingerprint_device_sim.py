@@ -1,5 +1,6 @@
 """Device fingerprints (kadj.fingerprint.device_fingerprint, the hash kernel of
-kadj.device_ops) in the CUDA simulator: run with NUMBA_ENABLE_CUDASIM=1 by
+kadj.device_ops) and a tape's checks for unrecorded changes on the device
+(kadj.tape_checks) in the CUDA simulator: run with NUMBA_ENABLE_CUDASIM=1 by
 tests/test_fingerprint_device.py; prints one line "CASE <name> OK|FAIL <detail>" per
 case."""
 import sys
@@ -9,9 +10,9 @@ import numpy as np
 from numba import cuda
 
 import kadj
-from kadj import tape_versions
 from kadj.errors import DifferentiationError
 from kadj.fingerprint import device_fingerprint, fingerprint
+from sim_counters import Counters, device_checks, pending_events
 
 # the simulator runs the uint64 hash on NumPy scalars, which warn on (intended) wrapping
 warnings.filterwarnings("ignore", message="overflow encountered", category=RuntimeWarning)
@@ -157,11 +158,12 @@ def total(u, out):
 N = 8
 
 
-def tape_sequence(change):
+def tape_sequence(change, checked=True):
+    """scale(u0 -> u); change(u); scale(u -> v); total(v -> out), on device arrays."""
     d_u0 = cuda.to_device(np.linspace(0.5, 1.5, N))
-    d_u, d_v, out = (cuda.to_device(np.zeros(N)) for _ in range(3))
+    d_u, d_v = cuda.to_device(np.zeros(N)), cuda.to_device(np.zeros(N))
     out = cuda.to_device(np.zeros(1))
-    with kadj.Tape() as tape:
+    with kadj.Tape(check_unrecorded_changes=checked) as tape:
         scale[1, N](d_u0, d_u, 0.5)
         change(d_u)
         scale[1, N](d_u, d_v, 0.5)
@@ -169,46 +171,106 @@ def tape_sequence(change):
     return tape, d_u0, out
 
 
-def tape_detects(device):
-    """A change between two recorded launches on device arrays makes backward raise,
-    naming the array; with ``device`` the tape's fingerprints of the simulator's
-    arrays are computed by the device kernel (as on a GPU), else on the host."""
-    saved = tape_versions.fingerprint
-    calls = []
-    if device:
-        def counted(a):
-            calls.append(a)
-            return device_fingerprint(a)
-        tape_versions.fingerprint = counted
+def want_grad():
+    u0 = np.linspace(0.5, 1.5, N)
+    return 0.5 * 2 * (0.5 * u0 * u0) * (0.5 * 2 * u0)      # d/du0 sum(a (a u0^2)^2)
+
+
+def set_u0(d):
+    d[0] = 5.0                  # an unrecorded change of a recorded device array
+
+
+def raises(call, *needles):
     try:
+        call()
+    except DifferentiationError as exc:
+        msg = str(exc)
+    else:
+        raise AssertionError(f"{call} did not raise")
+    for needle in needles:
+        assert needle in msg, (needle, msg)
+    return msg
+
+
+def tape_device_checks():
+    """The device path (as on a GPU): recording and backward copy nothing to the host
+    and never synchronise; unchanged arrays give the exact gradient; a change
+    between launches or after the last one raises the named error once the (here
+    synchronous) device is done."""
+    with device_checks():
+        with Counters() as c:
+            tape, d_u0, out = tape_sequence(lambda d: None)
+            tape.backward(out)
+            g = tape.grad(d_u0)
+        assert c.copies == 0 and c.syncs == 0, \
+            f"{c.copies} copies to the host, {c.syncs} synchronisations"
+        assert tape._flag is not None, "the device path was not taken"
+        g = g.copy_to_host()
+        assert np.allclose(g, want_grad(), rtol=1e-12, atol=0), (g, want_grad())
+        tape.check()                                        # nothing changed
+        assert tape.scalar_grads(), "no scalar gradients"
+        # a change between launches: named at once by grad (the event is complete)
+        with Counters() as c:
+            tape, d_u0, out = tape_sequence(set_u0)
+            tape.backward(out)
+        assert c.copies == 0 and c.syncs == 0, "the backward waited for the device"
+        where = ("'v' of launch #0 (kernel 'scale')", "detected at launch #1",
+                 "filled with NaN", "record_custom")
+        raises(lambda: tape.grad(d_u0), *where)
+        raises(tape.check, *where)
+        raises(lambda: tape.backward(out), *where)           # sticky until reset()
+        # a change after the last launch: found by backward's comparisons
         tape, d_u0, out = tape_sequence(lambda d: None)
+        out[0] = 1.0
+        tape.backward(out)
+        raises(tape.check, "after the last recorded launch", "'out' of launch #2")
+        raises(tape.scalar_grads, "after the last recorded launch")
+    return 0.0
+
+
+def tape_device_pending():
+    """While the device has not finished (events not complete): the gradients of a
+    changed sequence read NaN, tape.grad does not wait, tape.check() waits and raises;
+    once complete, tape.grad raises.  Without the check the gradient is plausible and
+    wrong, which is what the check prevents."""
+    with device_checks():
+        tape, d_u0, out = tape_sequence(set_u0)
+        with pending_events():
+            with Counters() as c:
+                tape.backward(out)
+                g = tape.grad(d_u0)
+            assert c.copies == 0 and c.syncs == 0, "backward or grad waited"
+            g = g.copy_to_host()
+            assert np.isnan(g).all(), f"not poisoned: {g}"
+            raises(tape.check, "'v' of launch #0 (kernel 'scale')",
+                   "detected at launch #1")
+        tape, d_u0, out = tape_sequence(set_u0)
+        with pending_events():
+            tape.backward(out)
+        raises(lambda: tape.grad(d_u0), "'v' of launch #0 (kernel 'scale')")
+        tape.reset()
+        tape.check()                                        # reset() forgets it
+        tape, d_u0, out = tape_sequence(set_u0, checked=False)
         tape.backward(out)
         g = tape.grad(d_u0).copy_to_host()
-        u0 = np.linspace(0.5, 1.5, N)
-        want = 0.5 * 2 * (0.5 * u0 * u0) * (0.5 * 2 * u0)      # d/du0 sum(a (a u0^2)^2)
-        assert np.allclose(g, want, rtol=1e-12), (g, want)
-        tape, _, out = tape_sequence(
-            lambda d: d[3:4].copy_to_device(np.array([5.0])))
-        try:
-            tape.backward(out)
-        except DifferentiationError as exc:
-            msg = str(exc)
-        else:
-            raise AssertionError("the unrecorded change was not detected")
-        assert "'v' of launch #0 (kernel 'scale')" in msg, msg
-        assert "detected at launch #1" in msg and "record_custom" in msg, msg
-        tape, _, out = tape_sequence(lambda d: None)
-        out[0:1].copy_to_device(np.array([1.0]))             # after the last launch
-        try:
-            tape.backward(out)
-        except DifferentiationError as exc:
-            assert "after the last recorded launch" in str(exc), str(exc)
-        else:
-            raise AssertionError("the change after the last launch was not detected")
-    finally:
-        tape_versions.fingerprint = saved
-    assert bool(calls) == device, f"{len(calls)} device fingerprints taken"
-    return float(len(calls))
+        assert np.all(np.isfinite(g)) and not np.allclose(g, want_grad()), g
+    return 0.0
+
+
+def tape_host_fingerprints():
+    """By default the simulator's arrays (host memory) are fingerprinted on the host:
+    backward raises at once, naming the array."""
+    tape, d_u0, out = tape_sequence(lambda d: None)
+    tape.backward(out)
+    assert np.allclose(tape.grad(d_u0).copy_to_host(), want_grad(), rtol=1e-12)
+    assert tape._flag is None, "the device path was taken"
+    tape, _, out = tape_sequence(set_u0)
+    raises(lambda: tape.backward(out), "'v' of launch #0 (kernel 'scale')",
+           "detected at launch #1", "record_custom")
+    tape, _, out = tape_sequence(lambda d: None)
+    out[0] = 1.0
+    raises(lambda: tape.backward(out), "after the last recorded launch")
+    return 0.0
 
 
 def main(names):
@@ -216,8 +278,9 @@ def main(names):
              "permutations": permutations,
              "strided_and_misaligned": strided_and_misaligned,
              "interface_objects": interface_objects,
-             "tape_device_fingerprints": lambda: tape_detects(True),
-             "tape_host_fingerprints": lambda: tape_detects(False)}
+             "tape_device_checks": tape_device_checks,
+             "tape_device_pending": tape_device_pending,
+             "tape_host_fingerprints": tape_host_fingerprints}
     for name in names or cases:
         try:
             err = cases[name]()

@@ -11,6 +11,7 @@ from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 import kadj
 from kadj import tape_graph
 from kadj.cuda_api import CudaDifferentiatedKernel
+from sim_counters import Counters, device_checks
 
 
 @kadj.differentiate
@@ -45,13 +46,13 @@ RNG = np.random.default_rng(0)
 U0, W0 = RNG.random(N), RNG.random(N)
 
 
-def run(u0, w0, dev, streams=1, steps=3):
+def run(u0, w0, dev, streams=1, steps=3, checked=True):
     """Two fields advanced in alternation; product(u, u, w) passes u twice."""
     mk = cuda.to_device if dev else (lambda a: np.array(a, copy=True))
     us = [mk(u0)] + [mk(np.zeros(N)) for _ in range(steps)]
     ws = [mk(w0)] + [mk(np.zeros(N)) for _ in range(steps)]
     t, out = mk(np.zeros(N)), mk(np.zeros(1))
-    with kadj.Tape(streams=streams) as tape:
+    with kadj.Tape(streams=streams, check_unrecorded_changes=checked) as tape:
         for k in range(steps):
             step[2, 8](us[k], us[k + 1], 0.2)
             step[2, 8](ws[k], ws[k + 1], 0.3)
@@ -67,36 +68,6 @@ def fd_grad(which, eps=1e-6):
     x0 = U0 if which == 0 else W0
     return np.array([(f(x0 + eps * e) - f(x0 - eps * e)) / (2 * eps)
                      for e in np.eye(N)])
-
-
-class Counters:
-    """Counts device-to-host copies and synchronisations while active."""
-
-    def __enter__(self):
-        self.copies = self.syncs = 0
-        self.saved = (FakeCUDAArray.copy_to_host, cuda.synchronize,
-                      sim_api.stream.synchronize)
-        host, sync, ssync = self.saved
-
-        def copy_to_host(arr, *a, **k):
-            self.copies += 1
-            return host(arr, *a, **k)
-
-        def synchronize():
-            self.syncs += 1
-            return sync()
-
-        def stream_sync(s):
-            self.syncs += 1
-            return ssync(s)
-        FakeCUDAArray.copy_to_host = copy_to_host
-        cuda.synchronize = synchronize
-        sim_api.stream.synchronize = stream_sync
-        return self
-
-    def __exit__(self, *exc):
-        (FakeCUDAArray.copy_to_host, cuda.synchronize,
-         sim_api.stream.synchronize) = self.saved
 
 
 def device_resident(streams):
@@ -131,6 +102,27 @@ def device_resident(streams):
     assert c.copies == 0, "a device seed went through the host"
     assert np.allclose(tape.grad(us[0]).copy_to_host(), 2 * gu, rtol=1e-12)
     return err
+
+
+def device_resident_checked():
+    """With the check for unrecorded changes on, taken on the device (as on a GPU):
+    recording, backward and grad make no copy to the host and no synchronisation,
+    and the gradients are those of the unchecked tape, exactly."""
+    with device_checks():
+        with Counters() as c:
+            tape, us, ws, out = run(U0, W0, True, steps=2)
+            tape.backward(out)
+            gu, gw = tape.grad(us[0]), tape.grad(ws[0])
+        assert tape._flag is not None, "the device path was not taken"
+    assert c.copies == 0 and c.syncs == 0, \
+        f"{c.copies} copies to the host and {c.syncs} synchronisations"
+    tape.check()
+    plain, pus, pws, pout = run(U0, W0, True, steps=2, checked=False)
+    plain.backward(pout)
+    for g, x in ((gu, pus[0]), (gw, pws[0])):
+        g, want = g.copy_to_host(), plain.grad(x).copy_to_host()
+        assert np.array_equal(g, want) and np.abs(want).max() > 0, (g, want)
+    return 0.0
 
 
 def add_into_case():
@@ -228,6 +220,7 @@ def check_happens_before(log, nodes, launches):
 def main(names):
     cases = {"device_resident_one_stream": lambda: device_resident(1),
              "device_resident_two_streams": lambda: device_resident(2),
+             "device_resident_checked": device_resident_checked,
              "add_into_on_device": add_into_case,
              "streams_in_simulator": streams_case}
     for name in names or cases:

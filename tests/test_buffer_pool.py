@@ -6,10 +6,11 @@ GPU they run on the GPU instead (scripts/gpu_check.sh).  Each case prints
 "CASE <name> OK|FAIL <detail>".
 """
 import os
-import subprocess
 import sys
 
 import pytest
+
+from cudatools import run_sim_cases
 
 HERE = os.path.abspath(__file__)
 CASES = ["second_backward_reuses", "reuse_across_tapes", "reused_buffers_are_zero",
@@ -17,24 +18,8 @@ CASES = ["second_backward_reuses", "reuse_across_tapes", "reused_buffers_are_zer
 GPU = os.environ.get("KADJ_BUFFER_POOL_GPU") == "1"
 
 
-def run_cases(cases, **env_extra):
-    env = dict(os.environ, **env_extra)
-    if GPU:
-        env.pop("NUMBA_ENABLE_CUDASIM", None)
-    else:
-        env["NUMBA_ENABLE_CUDASIM"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(HERE)),
-                                         env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, HERE, *cases], env=env, capture_output=True,
-                          text=True, timeout=600)
-    out = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("CASE "):
-            _, name, status, rest = (line + " ").split(" ", 3)
-            out[name] = (status, rest)
-    if set(out) != set(cases):
-        pytest.fail(f"subprocess failed:\n{proc.stdout}\n{proc.stderr}")
-    return out
+def run_cases(cases, **env):
+    return run_sim_cases(os.path.basename(HERE), cases, env, simulator=not GPU)
 
 
 @pytest.fixture(scope="module")

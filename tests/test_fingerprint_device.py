@@ -1,35 +1,23 @@
 """Fingerprints of device arrays are computed on the device (a hash kernel): equal for
 equal contents, different after any single-element change or a swap, through strides
-and misaligned starts; a tape of CUDA launches detects an unrecorded change between
-launches.  Run in the CUDA simulator (a subprocess with NUMBA_ENABLE_CUDASIM=1,
+and misaligned starts; a tape of CUDA launches checks for unrecorded changes on the
+device without copying to the host or waiting, fills the gradients with NaN when an
+array was changed, and raises the named error from tape.check(), from tape.grad()
+once the device is done, and from the calls that return host results.  Run in the
+CUDA simulator (a subprocess with NUMBA_ENABLE_CUDASIM=1,
 tests/fingerprint_device_sim.py)."""
-import os
-import subprocess
-import sys
-
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from cudatools import run_sim_cases
+
 CASES = ["equal_contents", "single_changes", "permutations", "strided_and_misaligned",
-         "interface_objects", "tape_device_fingerprints", "tape_host_fingerprints"]
+         "interface_objects", "tape_device_checks", "tape_device_pending",
+         "tape_host_fingerprints"]
 
 
 @pytest.fixture(scope="module")
 def results():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE),
-                                         env.get("PYTHONPATH", "")])
-    script = os.path.join(HERE, "fingerprint_device_sim.py")
-    proc = subprocess.run([sys.executable, script, *CASES], env=env,
-                          capture_output=True, text=True, timeout=600)
-    out = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("CASE "):
-            _, name, status, rest = line.split(" ", 3)
-            out[name] = (status, rest)
-    if set(out) != set(CASES):
-        pytest.fail(f"simulator subprocess failed:\n{proc.stdout}\n{proc.stderr}")
-    return out
+    return run_sim_cases("fingerprint_device_sim.py", CASES)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -52,3 +40,22 @@ def test_hash_kernel_compiles_for_a_gpu():
     for ndim, kernel in device_ops._GATHER.items():
         cuda.compile_ptx(kernel.py_func, (types.Array(types.float32, ndim, "A"),
                                           types.float32[::1]), cc=(9, 0))
+
+
+def test_check_kernels_compile_for_a_gpu():
+    """The compare, poison and publish kernels of a tape's change flag compile to PTX:
+    one 64-bit atomic max in the compare, no atomics elsewhere."""
+    from numba import cuda, types
+
+    from kadj import device_ops
+    ptx, _ = cuda.compile_ptx(device_ops._compare.py_func,
+                              (types.uint64[::1], types.uint64[::1], types.int64[::1],
+                               types.int64), cc=(9, 0))
+    assert ptx.count("atom.global.max.s64") == 1, ptx
+    for dtype in (types.float64, types.float32):
+        ptx, _ = cuda.compile_ptx(device_ops._poison.py_func,
+                                  (dtype[::1], types.int64[::1]), cc=(9, 0))
+        assert "atom" not in ptx and "st.global" in ptx
+    ptx, _ = cuda.compile_ptx(device_ops._publish.py_func,
+                              (types.int64[::1], types.int64[::1]), cc=(9, 0))
+    assert "st.global.u64" in ptx or "st.global.b64" in ptx, ptx

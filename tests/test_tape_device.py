@@ -1,32 +1,21 @@
 """Device-resident backward: in the CUDA simulator (a subprocess with
 NUMBA_ENABLE_CUDASIM=1, tests/tape_sim_cases.py), a tape of launches on device arrays
-runs its backward with no device-to-host copy and no synchronisation, tape.grad returns
-device arrays, and the gradients equal the host tape's and finite differences."""
-import os
-import subprocess
-import sys
-
+runs its backward with no device-to-host copy and no synchronisation -- with the check
+for unrecorded changes on (the device path: fingerprints compared on the device) and
+off -- tape.grad returns device arrays, and the gradients equal the host tape's and
+finite differences."""
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from cudatools import run_sim_cases
+
 CASES = ["device_resident_one_stream", "device_resident_two_streams",
-         "add_into_on_device"]
+         "device_resident_checked", "add_into_on_device"]
 
 
 def run_cases(cases):
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(HERE),
-                                         env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "tape_sim_cases.py"),
-                           *cases], env=env, capture_output=True, text=True, timeout=600)
-    out = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("CASE "):
-            _, name, status, rest = line.split(" ", 3)
-            out[name] = (status, rest)
-    if set(out) != set(cases):
-        pytest.fail(f"simulator subprocess failed:\n{proc.stdout}\n{proc.stderr}")
-    return out
+    """Run cases of tests/tape_sim_cases.py in the simulator (tests/test_tape_streams.py
+    runs its own through this too)."""
+    return run_sim_cases("tape_sim_cases.py", cases)
 
 
 @pytest.fixture(scope="module")
