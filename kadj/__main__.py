@@ -21,8 +21,9 @@
     ifs), ``plan`` (the adjoint's argument layout), ``prepared`` (the region tree after
     the target's rewrites, and the analysis policy), ``facts`` (what the analysis found:
     active values, what each reversed loop records, recomputes or replays),
-    ``adjoint-ir`` (the adjoint IR of every form of the adjoint, before printing) or
-    ``source`` (every form of the adjoint, without the disk cache).  The kernel may be
+    ``adjoint-ir`` (the adjoint IR of every form of the adjoint, before printing),
+    ``source`` (every form of the adjoint, without the disk cache) or ``tangent`` (the
+    forward-mode function ``kernel.jvp`` runs, CPU kernels only).  The kernel may be
     an ``@njit`` or a ``@cuda.jit`` one (no GPU needed).
 """
 from __future__ import annotations
@@ -277,7 +278,7 @@ def main(argv=None):
     p.add_argument("--args", help="example arguments, a Python expression (np in scope)")
     p.add_argument("--wrt", help="comma-separated inputs to differentiate (default: all floats)")
     p.add_argument("--stage", choices=("typed", "region", "plan", "prepared", "facts",
-                                       "adjoint-ir", "source"),
+                                       "adjoint-ir", "source", "tangent"),
                    help="print this stage of the pipeline instead of the adjoint")
     p.set_defaults(run=show)
 

@@ -275,6 +275,20 @@ class DifferentiatedKernel:
             return False   # a damaged disk cache: adjoint() compiles without it
         return True
 
+    # ---- forward mode ---------------------------------------------------------------
+    def jvp(self, *args, **kwargs):
+        """Forward mode: ``k.jvp(*forward_args, *tangents)`` (:mod:`kadj.jvp_call`).  Runs
+        the forward and updates each tangent (the adjoint's slots, ``dot_<name>=`` by
+        keyword) in place, from the pre-call state's tangent to the post-call state's;
+        a kernel returning a float returns ``(value, tangent)``."""
+        from . import jvp_call
+        return jvp_call.run(self, args, kwargs)
+
+    def jvp_source(self, *example_args):
+        """The generated tangent (forward-mode) function as Python source text."""
+        from . import jvp_call
+        return jvp_call.source(self, example_args)
+
     def _uncached(self, comp):
         fresh = dataclasses.replace(
             comp, function=codegen.jit(comp.function.py_func, False, self._options())[0],

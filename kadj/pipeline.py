@@ -22,6 +22,7 @@ the stages.  :data:`RUNS` counts how often each stage ran in this process.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import io
 
 from . import analysis, codegen, ir
@@ -117,6 +118,22 @@ def compile(target, req):
     return stages(target, req, req.arg_types, until="compiled", key=key)["compiled"]
 
 
+def tangent_stages(target, req):
+    """Forward mode's stages (``kernel.jvp``, :mod:`kadj.jvp_call`): the adjoint's up
+    to the facts, then "tangent", the tangent function's source (:mod:`kadj.tangent`).  The
+    options that only shape the reverse pass (checkpoints) are left out."""
+    from . import tangent
+    tangent.check_target(target, req.name)
+    req = dataclasses.replace(req, options={k: None for k in req.options})
+    out = stages(target, req, req.arg_types, until="facts")
+    plan = out["plan"]
+    RUNS["tangent"] += 1
+    out["tangent"] = tangent.write_tangent(
+        out["prepared"].kernel, out["facts"],
+        tuple(plan.arg_names[i] for i in plan.adjoint_args), plan.returns_value)
+    return out
+
+
 def _make_plan(target, req, region):
     plan = _plan.build_plan(req.name, req.arg_names, req.wrt, region, req.arg_types)
     if plan.returns_value and not target.returns_values:
@@ -134,7 +151,8 @@ def _facts(prepared, plan, target=None, options=None):
 
 
 # ---- printing the stages ---------------------------------------------------------------
-SHOWN = ("typed", "region", "plan", "prepared", "facts", "adjoint-ir", "source")
+SHOWN = ("typed", "region", "plan", "prepared", "facts", "adjoint-ir", "source",
+         "tangent")
 
 
 def show(target, kernel, arg_types, stage, wrt=None, options=None):
@@ -143,6 +161,10 @@ def show(target, kernel, arg_types, stage, wrt=None, options=None):
         raise ValueError(f"stage must be one of {', '.join(SHOWN)}, not {stage!r}")
     if stage == "adjoint-ir":
         return _adjoint_ir_text(target, kernel, arg_types, wrt, options)
+    if stage == "tangent":
+        req = kernel if isinstance(kernel, Request) else \
+            request(target, kernel, arg_types, wrt, options)
+        return tangent_stages(target, req)["tangent"].source
     out = stages(target, kernel, arg_types, wrt, options, until=stage)
     value = out[stage]
     if stage == "typed":

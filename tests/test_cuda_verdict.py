@@ -209,6 +209,10 @@ TEST_FILE_ARGS = {
         "cuda_tiled_dot": [r.random(16), r.random(4), np.zeros(16)],
         "cuda_local_stages": [r.random(16), np.zeros(16)],
         "cuda_square_own": [r.random(16)]},
+    "test_lowerings": lambda m, r: {
+        "logistic": m._logistic_args(),
+        "tile_sum": [r.random(16), np.zeros(1)],
+        "heat1d": [r.random(16), np.zeros(16), 0.1]},
     "test_singular": lambda m, r: {"cuda_families": [r.random(9), r.random(9),
                                                      np.zeros(9)],
                                    "cuda_ptx_families": [r.random(9), r.random(9),

@@ -142,7 +142,8 @@ def test_every_stage_prints(stage):
     assert isinstance(text, str) and text.strip()
     expect = {"typed": "u_new", "region": "for i in range(1,", "plan": "adj_alpha",
               "prepared": "kernel heat(u, u_new, alpha):", "facts": "alpha",
-              "adjoint-ir": "", "source": "def heat_adjoint("}[stage]
+              "adjoint-ir": "", "source": "def heat_adjoint(",
+              "tangent": "def heat_jvp("}[stage]
     assert expect in text
     if stage == "region":
         assert text.startswith("kernel heat(u, u_new, alpha):")

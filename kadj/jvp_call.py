@@ -1,0 +1,151 @@
+"""Forward mode of a differentiated CPU kernel: ``kernel.jvp(...)`` and
+``kernel.jvp_source()``.
+
+The tangent function (:mod:`kadj.tangent`) is built on the adjoint's own stages up to
+the analysis facts, then the "tangent" stage writes it
+(:func:`kadj.pipeline.tangent_stages`); it is
+compiled and cached on disk like an adjoint (:mod:`kadj.codegen`), under a key that
+differs from the adjoint's.
+
+Call: ``kernel.jvp(*forward_args, *tangents)``; the tangent slots are the adjoint's
+(``.adjoint``: the ``wrt`` inputs plus every written floating-point array), in argument
+order, also by keyword as ``dot_<name>=``.  The forward runs (arguments change as in a
+forward call); each tangent array holds, on entry, the tangent of its argument's state
+before the call and, on return, of its state after it.  A scalar's tangent is a
+1-element array, read only.  A kernel returning a float returns ``(value, tangent)``.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from . import codegen, pipeline, rules, validate
+from .errors import DifferentiationError
+from .tangent import check_target
+from .targets.base import CompiledAdjoint
+
+MODE = "jvp"        # the part of the disk-cache key that tells a tangent from an adjoint
+
+
+def cache_key(target, req):
+    options = dict(req.jit_options)
+    options.update((k, v) for k, v in req.options.items() if v is not None)
+    options["mode"] = MODE
+    return codegen.cache_key(req.py_func, req.arg_types, req.wrt, options, target.name)
+
+
+def compile(target, req):
+    """The compiled tangent function of ``req``: from the disk cache when an entry
+    matches, else built (and written to the cache when it may be)."""
+    check_target(target, req.name)
+    req = dataclasses.replace(req, options={k: None for k in req.options})
+    key = cache_key(target, req)
+    cached = codegen.load_cached(key)
+    if cached is not None:
+        pipeline.RUNS["loaded"] += 1
+        plan, source, pyfn, _report = cached
+        return CompiledAdjoint(plan, source, *codegen.jit(pyfn, True, req.jit_options))
+    out = pipeline.tangent_stages(target, req)
+    src, typed = out["tangent"], out["typed"]
+    files = codegen.source_files(typed.func_ir)
+    pyfn, disk = codegen.build(src, out["plan"], key, files, func_ir=typed.func_ir)
+    return CompiledAdjoint(out["plan"], src.source,
+                           *codegen.jit(pyfn, disk, req.jit_options))
+
+
+# ---- the kernel object's side ---------------------------------------------------------
+class _TangentPlan:
+    """The adjoint plan seen with the tangents' names (``dot_<name>``), for the buffer
+    checks of :mod:`kadj.validate`."""
+
+    def __init__(self, plan):
+        self._plan = plan
+        self.arg_names, self.written = plan.arg_names, plan.written
+        self.adjoint_args = plan.adjoint_args
+
+    def adjoint_names(self):
+        return tuple("dot_" + self.arg_names[i] for i in self.adjoint_args)
+
+
+def compiled(kernel, fwd):
+    """The compiled tangent function of ``kernel`` for the forward arguments ``fwd``,
+    kept on the kernel per argument types (rebuilt when the rule table changes)."""
+    check_target(kernel.target, kernel.__name__)
+    arg_types = kernel._arg_types(fwd)
+    cache = kernel.__dict__.setdefault("_jvp_cache", {})
+    key = (rules.generation(), arg_types)
+    hit = cache.get(key)
+    if hit is None:
+        hit = compile(kernel.target, kernel.request(arg_types))
+        cache[key] = hit
+    kernel._jvp_last = hit
+    return hit
+
+
+def split_call(call, kernel, args, kwargs):
+    """(forward arguments, tangents in slot order, plan) of ``kernel.jvp(...)``."""
+    names = kernel.arg_names
+    n = len(names)
+    fwd_kw = {k: v for k, v in kwargs.items() if k in names}
+    dot_kw = {k: v for k, v in kwargs.items() if k not in names}
+    for k in dot_kw:
+        if not (k.startswith("dot_") and k[4:] in names):
+            raise TypeError(f"{call} got an unexpected keyword argument '{k}'; it takes "
+                            f"the forward arguments {names} and then their tangents "
+                            f"({', '.join('dot_' + m for m in names)}, for those that "
+                            "have one).")
+    if len(args) > n and fwd_kw:
+        raise TypeError(f"{call} got forward argument(s) {tuple(fwd_kw)} by keyword after "
+                        f"{len(args)} positional arguments; pass the forward arguments "
+                        "first, then the tangents.")
+    fwd = validate.bind(call, names, kernel.py_func.__defaults__ or (), args[:n], fwd_kw)
+    comp = compiled(kernel, fwd)
+    plan = _TangentPlan(comp.plan)
+    expected = plan.adjoint_names()
+    positional = tuple(args[n:])
+    if len(positional) > len(expected):
+        raise TypeError(f"{call} expects {len(expected)} tangent argument(s) {expected} "
+                        f"after the forward arguments, got {len(positional)}.")
+    tangents = list(positional)
+    for name in expected[len(positional):]:
+        if name not in dot_kw:
+            raise TypeError(f"{call} is missing tangent argument(s) "
+                            f"{expected[len(positional):]}; it expects {expected}.")
+        tangents.append(dot_kw.pop(name))
+    if dot_kw:
+        raise TypeError(f"{call}: {tuple(dot_kw)} are not tangent slots (given twice, or "
+                        f"not a differentiated floating-point argument); the tangents are "
+                        f"{expected}.")
+    validate.check_adjoint_call(call, plan, fwd, tuple(tangents), host=True)
+    return comp, fwd, tuple(tangents)
+
+
+def run(kernel, args, kwargs):
+    """``kernel.jvp(*args, **kwargs)``."""
+    from . import tape as _tape
+    call = f"{kernel.__name__}.jvp"
+    if _tape.active() is not None:
+        raise DifferentiationError(
+            f"{call} ran while a kadj.Tape records; forward mode needs no tape, and a "
+            "forward the tape does not see would make its gradient wrong",
+            kernel=kernel.__name__, construct="jvp inside a Tape",
+            remedy="call jvp outside the `with kadj.Tape()` block")
+    comp, fwd, tangents = split_call(call, kernel, args, kwargs)
+    result = comp.function(*fwd, *tangents)
+    if comp.plan.returns_value:
+        value, tangent = result
+        return value, tangent
+    return result
+
+
+def source(kernel, example_args):
+    """The tangent function's source for these arguments (or the last one built)."""
+    if example_args:
+        return compiled(kernel, kernel.complete_args(example_args)).source
+    last = getattr(kernel, "_jvp_last", None)
+    if last is None:
+        raise DifferentiationError(
+            "jvp_source() needs example arguments until the tangent function has been "
+            "compiled once", kernel=kernel.__name__,
+            remedy=f"call {kernel.__name__}.jvp_source(*args) with example arguments")
+    return last.source
+

@@ -1,0 +1,322 @@
+"""Forward mode on the CPU: ``kernel.jvp`` and ``kernel.jvp_source``.
+
+For gallery kernels (kernels/cpu), against independent references:
+
+- the tangents ``jvp`` leaves in its buffers (and the tangent of a returned float) match
+  central finite differences in float64 of the undecorated kernel along the same
+  direction, and ``jvp`` changes the forward arguments exactly as a forward call;
+- the dot-product test between ``jvp`` and ``.adjoint``: ``<J v, w> == <v, J^T w>`` for
+  random ``v`` (tangents of the pre-call state) and ``w`` (cotangents of the post-call
+  state), relative 1e-10 in float64.
+
+A representative subset runs by default (stencils, carried loops, while/break,
+branches, helpers, in-place updates, float32, returned floats); the rest of the gallery
+is marked slow.  Then the call's own rules (launches compose, keyword tangents, wrong
+buffers refused) and a kernel whose construct forward mode refuses with a located error.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import pytest
+
+import kadj
+from kernels.cpu import GALLERY
+
+SEED = 20240707
+DEFAULT = {"heat_step", "heat_steps_scratch", "gauss_seidel_1d", "burgers_step",
+           "heat_step_f32", "linear_recurrence", "rk4_pendulum", "newton_cbrt_converge",
+           "euler_until", "csr_spmv_transpose", "huber_loss", "budget_sum",
+           "first_crossing", "inplace_update_f32", "clip"}
+CASES = [pytest.param(ex, id=ex.name,
+                      marks=() if ex.name in DEFAULT else pytest.mark.slow)
+         for ex in GALLERY]
+
+_KERNELS, _F64 = {}, {}
+
+
+def differentiated(ex):
+    if ex.name not in _KERNELS:
+        _KERNELS[ex.name] = kadj.differentiate(ex.kernel, wrt=ex.wrt)
+    return _KERNELS[ex.name]
+
+
+def float64_kernel(ex):
+    if "float32" not in ex.tags:
+        return ex.kernel
+    if ex.name not in _F64:
+        _F64[ex.name] = numba.njit(ex.kernel.py_func)
+    return _F64[ex.name]
+
+
+def copy_args(args):
+    return tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
+
+
+def to64(a):
+    if isinstance(a, np.ndarray) and a.dtype.kind == "f":
+        return a.astype(np.float64)
+    if isinstance(a, (float, np.floating)):
+        return float(a)
+    return a.copy() if isinstance(a, np.ndarray) else a
+
+
+def directions(args, plan, rng):
+    """A random tangent per slot (arrays shaped like their argument, scalars as
+    1-element arrays), in slot order."""
+    out = []
+    for i in plan.adjoint_args:
+        a = args[i]
+        if isinstance(a, np.ndarray):
+            out.append(rng.standard_normal(a.shape).astype(a.dtype))
+        else:
+            out.append(rng.standard_normal(1).astype(np.asarray(a).dtype))
+    return out
+
+
+def fd_tangents(fn, args, plan, v, rel_eps=1e-6):
+    """Central differences in float64 along ``v``: the post-call state of every array
+    slot, and the returned value (or None)."""
+    base = [to64(a) for a in args]
+    h = rel_eps * max(1.0, max(float(np.max(np.abs(np.asarray(base[i], float))))
+                               for i in plan.adjoint_args))
+
+    def run(sign):
+        a = [x.copy() if isinstance(x, np.ndarray) else x for x in base]
+        for i, d in zip(plan.adjoint_args, v):
+            d64 = np.asarray(d, np.float64)
+            if isinstance(a[i], np.ndarray):
+                a[i] = a[i] + sign * h * d64
+            else:
+                a[i] = a[i] + sign * h * float(d64[0])
+        r = fn(*a)
+        return a, r
+
+    (ap, rp), (am, rm) = run(1.0), run(-1.0)
+    out = {i: (ap[i] - am[i]) / (2 * h) for i in plan.adjoint_args
+           if isinstance(base[i], np.ndarray)}
+    ret = None if rp is None else (float(rp) - float(rm)) / (2 * h)
+    return out, ret
+
+
+def close(got, ref, rtol, what):
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    scale = max(1.0, float(np.max(np.abs(ref))) if ref.size else 1.0)
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol * scale, err_msg=what)
+
+
+@pytest.mark.parametrize("ex", CASES)
+def test_jvp_matches_finite_differences(ex):
+    k = differentiated(ex)
+    args = tuple(ex.make_args(np.random.default_rng(SEED)))
+    plan = k.adjoint_plan(*args)
+    v = directions(args, plan, np.random.default_rng(SEED + 1))
+    ref_fwd = copy_args(args)
+    r_ref = ex.kernel(*ref_fwd)
+    fd, fd_ret = fd_tangents(float64_kernel(ex), args, plan, v)
+
+    run_args, tangents = copy_args(args), [d.copy() for d in v]
+    r = k.jvp(*run_args, *tangents)
+
+    for a, b in zip(run_args, ref_fwd):     # the forward ran, as a forward call
+        np.testing.assert_array_equal(a, b)
+    f32 = "float32" in ex.tags
+    rtol = 2e-3 if f32 else 1e-5
+    for i, d0, d in zip(plan.adjoint_args, v, tangents):
+        name = f"{ex.name}: dot_{plan.arg_names[i]}"
+        assert d.dtype == np.asarray(args[i]).dtype, name
+        if isinstance(args[i], np.ndarray):
+            close(d, fd[i], rtol, name)
+        else:
+            np.testing.assert_array_equal(d, d0, err_msg=name + " (read, not written)")
+    if plan.returns_value:
+        value, tangent = r
+        assert value == r_ref
+        close(tangent, fd_ret, rtol, f"{ex.name}: tangent of the returned value")
+    else:
+        assert r is None
+
+
+@pytest.mark.parametrize("ex", CASES)
+def test_jvp_is_the_transpose_of_the_adjoint(ex):
+    """<J v, w> == <v, J^T w>: jvp and .adjoint are the same linear map, transposed."""
+    k = differentiated(ex)
+    args = tuple(ex.make_args(np.random.default_rng(SEED)))
+    plan = k.adjoint_plan(*args)
+    rng = np.random.default_rng(SEED + 2)
+    v = directions(args, plan, rng)
+    w = directions(args, plan, rng)
+    w_ret = 0.7
+
+    tangents = [d.copy() for d in v]
+    r = k.jvp(*copy_args(args), *tangents)
+    adjoints = [c.copy() for c in w]
+    if plan.returns_value:
+        k.adjoint(*args, *adjoints, adj_return=w_ret)
+    else:
+        k.adjoint(*args, *adjoints)
+
+    def dot(a, b):
+        return float(np.sum(np.asarray(a, np.float64) * np.asarray(b, np.float64)))
+
+    lhs = sum(dot(jv, wi) for jv, wi in zip(tangents, w))    # scalars: J v is v
+    if plan.returns_value:
+        lhs += float(r[1]) * w_ret
+    rhs = sum(dot(vi, jtw) for vi, jtw in zip(v, adjoints))
+    tol = 1e-4 if "float32" in ex.tags else 1e-10
+    scale = max(1.0, sum(abs(dot(a, a)) for a in tangents) ** 0.5 *
+                sum(abs(dot(b, b)) for b in w) ** 0.5)
+    assert abs(lhs - rhs) <= tol * max(abs(lhs), abs(rhs), 1e-3 * scale), \
+        (ex.name, lhs, rhs)
+
+
+# ---- the call ------------------------------------------------------------------------
+@numba.njit
+def _step(u, u_new, alpha):
+    for i in range(1, u.shape[0] - 1):
+        u_new[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+
+
+@numba.njit
+def _chain(x, y, out):
+    """A value overwritten by rules that read their result (exp, sqrt) and by itself,
+    and an array updated in place from its own previous element."""
+    for i in range(x.shape[0]):
+        s = x[i] * y[0]
+        s = s * s
+        s = math.exp(s)
+        s = math.sqrt(s + out[i])
+        out[i] = s
+    for i in range(1, out.shape[0]):
+        out[i] = out[i] * out[i - 1] + 0.5 * out[i]
+
+
+def _fd(fn, args, slots, v, h=1e-6):
+    plus = [a + h * d if i in slots else a.copy() for i, (a, d) in
+            enumerate(zip(args, v))]
+    minus = [a - h * d if i in slots else a.copy() for i, (a, d) in
+             enumerate(zip(args, v))]
+    fn(*plus)
+    fn(*minus)
+    return [(p - m) / (2 * h) for p, m in zip(plus, minus)]
+
+
+def test_overwritten_values_and_in_place_updates():
+    k = kadj.differentiate(_chain)
+    rng = np.random.default_rng(3)
+    x, y, out = rng.uniform(-1, 1, 7), np.array([0.8]), rng.uniform(0.1, 1, 7)
+    v = [rng.standard_normal(7), rng.standard_normal(1), rng.standard_normal(7)]
+    ref = _fd(_chain, (x, y, out), {0, 1, 2}, v)
+    dx, dy, dout = (d.copy() for d in v)
+    k.jvp(x, y, out, dx, dy, dout)
+    close(dout, ref[2], 1e-6, "dot_out")
+    np.testing.assert_array_equal(dx, v[0])   # read-only arrays: tangents unchanged
+    src = k.jvp_source()
+    assert "def _chain_jvp(x, y, out, dot_x, dot_y, dot_out):" in src
+    assert "math.exp(" in src and "dot_out[i] = " in src
+
+
+def test_launches_compose_over_the_same_tangent_buffers():
+    """Two steps ping-ponging between u and w, jvp called in the same order over the
+    same tangent buffers, against finite differences of the two-step map."""
+    k = kadj.differentiate(_step)
+    rng = np.random.default_rng(4)
+    u, w = rng.standard_normal(9), rng.standard_normal(9)
+    alpha = 0.3
+    du, dw, da = rng.standard_normal(9), rng.standard_normal(9), rng.standard_normal(1)
+
+    def two_steps(u, w, alpha):
+        _step(u, w, alpha)
+        _step(w, u, alpha)
+
+    h = 1e-6
+    up, wp, um, wm = u + h * du, w + h * dw, u - h * du, w - h * dw
+    two_steps(up, wp, alpha + h * da[0])
+    two_steps(um, wm, alpha - h * da[0])
+    tu, tw = du.copy(), dw.copy()
+    k.jvp(u, w, alpha, tu, tw, da)
+    k.jvp(w, u, alpha, tw, tu, da)
+    close(tu, (up - um) / (2 * h), 1e-6, "dot_u after two launches")
+    close(tw, (wp - wm) / (2 * h), 1e-6, "dot_w after two launches")
+
+
+def test_tangents_by_keyword_and_checked_buffers():
+    k = kadj.differentiate(_step)
+    u, un = np.linspace(0, 1, 6), np.zeros(6)
+    du, dun = np.ones(6), np.zeros(6)
+    k.jvp(u, un, 0.5, dot_u=du, dot_u_new=dun, dot_alpha=np.zeros(1))
+    np.testing.assert_allclose(dun[1:-1], du[1:-1])      # alpha * (1 - 2 + 1) = 0
+    with pytest.raises(ValueError, match="dot_u_new"):
+        k.jvp(u, un, 0.5, du, np.zeros(5), np.zeros(1))
+    with pytest.raises(ValueError, match="dot_alpha"):
+        k.jvp(u, un, 0.5, du, dun, np.zeros(2))
+    with pytest.raises(TypeError, match="tangent"):
+        k.jvp(u, un, 0.5, du, dun)
+    with pytest.raises(TypeError, match="dot_alpha"):
+        k.jvp(u, un, 0.5, du, dun, dot_alhpa=np.zeros(1))
+
+
+def test_jvp_and_adjoint_are_cached_apart():
+    from kadj import jvp_call, pipeline
+    k = kadj.differentiate(_step)
+    args = (np.zeros(5), np.zeros(5), 0.1)
+    req = k.request(k._arg_types(args))
+    assert jvp_call.cache_key(k.target, req) != pipeline.cache_key(k.target, req)
+    assert "def _step_jvp(" in k.jvp_source(*args)
+    assert "def _step_adjoint(" in k.adjoint_source(*args)
+    assert "def _step_jvp(" in k.show_stage("tangent", *args)
+
+
+@numba.njit
+def _no_rule(x, out):
+    for i in range(x.shape[0]):
+        out[i] = math.gamma(x[i])
+
+
+def test_a_call_without_a_rule_is_refused_with_its_line():
+    k = kadj.differentiate(_no_rule)
+    x, out = np.full(4, 1.5), np.zeros(4)
+    with pytest.raises(kadj.DifferentiationError) as info:
+        k.jvp(x, out, np.ones(4), np.zeros(4))
+    msg = str(info.value)
+    line = _no_rule.py_func.__code__.co_firstlineno + 3
+    assert "'_no_rule'" in msg and f"test_jvp.py:{line}" in msg and "gamma" in msg
+    assert "register_adjoint" in msg
+    np.testing.assert_array_equal(out, 0.0)      # nothing ran
+
+
+@numba.njit
+def _loss(x, w, n):
+    s = 0.0
+    for i in range(n):
+        s += w * math.sin(x[i]) ** 2
+    return s
+
+
+def test_functional_jvp_of_a_function_returning_a_float():
+    x, w = np.linspace(0.1, 1.0, 5), 1.7
+    dx, dw = np.random.default_rng(5).standard_normal(5), -0.4
+    value, tangent = kadj.jvp(_loss, (x, w, 5), (dx, dw, None))
+    assert value == _loss(x, w, 5)
+    ref = float(np.sum(2 * w * np.sin(x) * np.cos(x) * dx) + dw * np.sum(np.sin(x) ** 2))
+    assert abs(tangent - ref) <= 1e-12 * max(1.0, abs(ref))
+    with pytest.raises(TypeError, match="'n' has no tangent"):
+        kadj.jvp(_loss, (x, w, 5), (dx, dw, 1.0))
+
+
+def test_cuda_kernels_are_refused_for_now():
+    from numba import cuda
+
+    @cuda.jit
+    def scale(x):
+        i = cuda.grid(1)
+        if i < x.shape[0]:
+            x[i] = 2.0 * x[i]
+
+    k = kadj.differentiate(scale)
+    x = np.ones(4)
+    with pytest.raises(kadj.DifferentiationError, match="forward mode .* not available"):
+        k.jvp(x, np.ones(4))
+    np.testing.assert_array_equal(x, 1.0)
