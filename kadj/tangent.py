@@ -23,6 +23,7 @@ primal reads.
 """
 from __future__ import annotations
 
+import ast
 import linecache
 
 import numpy as np
@@ -30,10 +31,11 @@ from numba.core import types
 
 from . import adj_ir as A
 from . import ir, ops, rules
-from .adj_naming import Naming
+from .adj_naming import Naming, _strip
 from .errors import DifferentiationError
 from .printer import Syntax, render
 from .reverse import AdjointSource
+from .expr_text import combine, parse
 from .simplify_expr import (drop_bool_casts, drop_orphan_comments, fold_single_uses,
                             inline_index_offsets)
 from .source_header import self_contained
@@ -97,6 +99,12 @@ class TangentWriter(Naming):
                 prologue.append(A.Assign(self.dot(name), f"{self.dot_buf(name)}[0]"))
             else:   # (not differentiated, but reassigned with an active value)
                 prologue.append(A.Assign(self.dot(name), self.zero(t)))
+        # ``return`` of a kernel that returns nothing reads a constant None: say None
+        self.returned_none = set() if self.returns_value else {
+            s.value.name for s in ir.walk(k.body)
+            if isinstance(s, ir.Return) and isinstance(s.value, ir.Var)} - {
+            v for s in ir.walk(k.body) if not isinstance(s, ir.Return)
+            for v in ir.stmt_reads(s)}
         body = self.seq(k.body)
         if not self.returns_value and (not body or not isinstance(body[-1], A.Return)):
             body.append(A.Return("None"))
@@ -159,7 +167,8 @@ class TangentWriter(Naming):
 
     def _ret_text(self, value):
         if not self.returns_value:
-            return "None" if value is None else self.o(value)
+            return "None" if value is None or value.name in self.returned_none \
+                else self.o(value)
         if value is None:
             raise DifferentiationError(
                 "a path of the kernel ends without returning its float value",
@@ -173,6 +182,10 @@ class TangentWriter(Naming):
     def assign(self, s, out):
         v, e = s.target, s.expr
         if v not in self.a.varied:
+            none = e.src if isinstance(e, ir.Copy) else e
+            if v in self.returned_none and isinstance(none, ir.Const) and \
+                    none.value is None:
+                return
             if isinstance(e, ir.Item) and self.active(e.value):
                 self._refuse_item(s)
             out.append(A.Assign(self.n(v), self.expr(e)))
@@ -201,8 +214,17 @@ class TangentWriter(Naming):
     def _sum(self, terms, t):
         if not terms:
             return self.zero(t)
-        return self.cast(" + ".join(terms) if len(terms) == 1 else
-                         "(" + " + ".join(terms) + ")", t)
+        terms = [_strip(x) for x in terms]
+        text = terms[0]
+        for term in terms[1:]:
+            negated = parse(term)
+            if isinstance(negated, ast.UnaryOp) and isinstance(negated.op, ast.USub):
+                inner = term[negated.operand.col_offset:negated.operand.end_col_offset]
+                joined = combine(text, "-", inner)
+            else:
+                joined = combine(text, "+", term)
+            text = joined or f"({text}) + ({term})"
+        return self.cast(text, t)
 
     def terms(self, s, out_name):
         """The tangent terms (texts) of an active assignment, and whether they read the
