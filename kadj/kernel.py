@@ -19,7 +19,8 @@ import numpy as np
 from numba.core import types
 from numba.core.errors import NumbaError
 
-from . import arrays, codegen, pipeline, rules, targets, validate
+from . import arrays, call_cache, codegen, pipeline, rules, tape_threads, targets, \
+    validate
 from .errors import DifferentiationError
 
 
@@ -67,6 +68,7 @@ class DifferentiatedKernel:
         self.options = pipeline.resolve_options(self.target, self.__name__, options)
         self._cache = {}
         self._fast = {}
+        self._calls = {}        # adjoint calls: call_cache.signature -> CallFacts
         self._lock = threading.Lock()
         self._last = None
         self._rules_seen = rules.generation()
@@ -78,7 +80,13 @@ class DifferentiatedKernel:
     def __call__(self, *args, **kwargs):
         if kwargs:
             args = self.complete_args(args, kwargs)
-        return self._forward(args, lambda: self.dispatcher(*args))
+        if tape_threads.entered or tape_threads.active() is not None:
+            return self._forward(args, lambda: self.dispatcher(*args))
+        try:                            # no tape anywhere: nothing to record or check
+            return self.dispatcher(*args)
+        except (NumbaError, NotImplementedError) as exc:
+            raise_clearer(self.__name__, self.arg_names, args, exc)
+            raise
 
     def _forward(self, args, run, config=None):
         """Record the forward on the active tape, or ``run()`` it."""
@@ -152,7 +160,7 @@ class DifferentiatedKernel:
         replaced since): they are rebuilt, with the new rule, when next needed."""
         with self._lock:
             self._rules_seen = rules.generation()
-            self._cache, self._fast = {}, {}
+            self._cache, self._fast, self._calls = {}, {}, {}
 
     def _compiled_slow(self, args):
         arg_types = self._arg_types(args)
@@ -233,11 +241,27 @@ class DifferentiatedKernel:
         after the call, on return the cotangent of its state before the call.  Returns
         the forward's return value (recomputed), if any.  Arguments may also be passed
         by keyword: forward ones by name, adjoints as ``adj_<name>=``.
+
+        The argument checks run in full on the first call of each argument signature;
+        a repeated positional call tests only what the values decide
+        (:mod:`kadj.call_cache`), and anything doubtful gets the full checks.
         """
-        comp, fwd, adjs = self._adjoint_call(args, kwargs)
-        call_args = list(fwd) + list(adjs)
+        comp = None
+        if not kwargs and self._rules_seen == rules.generation():
+            key = call_cache.signature(args)
+            facts = self._calls.get(key) if key is not None else None
+            if facts is not None and facts.accepts(args):
+                comp = self._last = facts.comp
+                call_args = args
+        if comp is None:
+            comp, fwd, adjs = self._adjoint_call(args, kwargs)
+            call_args = fwd + adjs
+            if not kwargs and self._rules_seen == rules.generation():
+                key = call_cache.signature(args)
+                if key is not None:
+                    call_cache.remember(self._calls, key, comp, args)
         if comp.plan.returns_value:
-            call_args.append(float(adj_return))
+            call_args = (*call_args, float(adj_return))
         try:
             return comp.function(*call_args)
         except (pickle.UnpicklingError, EOFError, ValueError) as exc:
@@ -295,6 +319,7 @@ class DifferentiatedKernel:
             disk_cached=False)
         self._cache = {k: (fresh if v is comp else v) for k, v in self._cache.items()}
         self._fast = {k: (fresh if v is comp else v) for k, v in self._fast.items()}
+        self._calls = {}
         self._last = fresh
         return fresh.function
 
@@ -304,10 +329,8 @@ def _fast_key(args):
     writability for arrays; the Python type for scalars), or None."""
     key = []
     for a in args:
-        if isinstance(a, np.ndarray):
-            f = a.flags
-            key.append((a.dtype.str, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable,
-                        f.aligned, type(a) is np.ndarray))
+        if isinstance(a, np.ndarray):   # flags.num: contiguity, writeable, aligned, ...
+            key.append((type(a), a.dtype, a.ndim, a.flags.num))
         elif isinstance(a, (float, int, bool, np.floating, np.integer, np.bool_)):
             key.append(type(a))
         else:
