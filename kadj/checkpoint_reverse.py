@@ -39,16 +39,28 @@ class CheckpointedLoops:
     # ---- which loops: the analysis' checkpoint facts --------------------------------
     def fwd_for(self, s, depth, loop_depth):
         if s.uid in self.a.checkpoint and not self.nopush:
-            self._push_arrays(s, depth)
+            self._push_entry(s, depth)
         super().fwd_for(s, depth, loop_depth)
+
+    def replay_pushes(self, s):
+        if s.uid in self.a.checkpoint:  # (the rest before: _push_entry)
+            return self.replay_saves(s)[1]
+        return super().replay_pushes(s)
+
+    def _push_entry(self, s, depth):
+        """Before checkpointed loop ``s``: the values restored after its reverse, then
+        its scratch arrays (the carried state follows: ``replay_pushes``)."""
+        for v in self.replay_saves(s)[0]:
+            self.push(depth, self.n(v), self.T[v])
+        self._push_arrays(s, depth)
 
     def fwd_loop(self, s, depth, loop_depth):
         if s.uid not in self.a.checkpoint:
             return super().fwd_loop(s, depth, loop_depth)
         self.comment(depth, s.loc)
         if not self.nopush:
-            self._push_arrays(s, depth)
-        for v in self.a.replay[s.uid]:
+            self._push_entry(s, depth)
+        for v in self.replay_pushes(s):
             self.push(depth, self.n(v), self.T[v])
         cnt = self._count_name(s)
         self.put(depth, A.Assign(cnt, "0"))
@@ -225,7 +237,7 @@ class CheckpointedLoops:
 
     def _rev_checkpointed_body(self, s, depth, loop_depth):
         a = self.a
-        saved_vars = a.replay[s.uid]
+        restored, saved_vars = self.replay_saves(s)
         S = self.slots
         self.comment(depth, s.loc)
         if isinstance(s, ir.ForRange):
@@ -311,6 +323,9 @@ class CheckpointedLoops:
             self.rev(s.body, d1, loop_depth + 1, frozenset())
         put(depth, A.Comment("# the state before the loop"))
         load(depth, 0)
+        if id(s) in self.kept:
+            for v in reversed(restored):
+                self.pop(depth, self.n(v), self.T[v])
         self.loop_report.append({
             "line": getattr(s.loc, "line", None), "loop": header,
             "carried": [self.n(v) for v in a.checkpoint[s.uid]],

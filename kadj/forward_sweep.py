@@ -290,7 +290,7 @@ class ForwardSweep:
             self.push(depth, self.n(v), self.T[v])
         replay = s.uid in a.replay and not self.nopush
         if replay:
-            for v in a.replay[s.uid]:
+            for v in self.replay_pushes(s):
                 self.push(depth, self.n(v), self.T[v])
         lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
         self.open_frame(depth, trip=f"_trips({lo}, {hi}, {st})",
@@ -332,6 +332,34 @@ class ForwardSweep:
         self.close_frame()
         if counted and loop_depth > 0:
             self.push(depth, cnt, types.int64)
+
+    def replay_saves(self, s):
+        """The values saved before replayed loop ``s``, as (restored after its reverse,
+        checkpointed): the carried state (analysis ``checkpoint``) and the other values
+        the loop overwrites that the reverse sweep of the rest of the kernel may read.
+        A value the loop defines afresh in every iteration and nothing outside the loop
+        reads or assigns is not saved at all."""
+        cache = self.__dict__.setdefault("_replay_saves", {})
+        if s.uid not in cache:
+            carried = tuple(self.a.checkpoint.get(s.uid, ()))
+            inside = set(map(id, ir.walk(s.body)))
+            outside = set()
+            for x in ir.walk(self.k.body):
+                if id(x) not in inside and x is not s:
+                    outside |= ir.stmt_reads(x)
+                    if isinstance(x, ir.Assign):
+                        outside.add(x.target)
+                    elif isinstance(x, ir.ForRange):
+                        outside.add(x.index)
+            after = tuple(v for v in self.a.replay[s.uid]
+                          if v not in carried and v in outside)
+            cache[s.uid] = (after, carried)
+        return cache[s.uid]
+
+    def replay_pushes(self, s):
+        """What the forward sweep pushes right before replayed loop ``s``, in order."""
+        after, carried = self.replay_saves(s)
+        return after + carried
 
     def _count_name(self, loop):
         key = ("count", loop.uid)

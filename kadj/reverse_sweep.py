@@ -328,7 +328,7 @@ class ReverseSweep:
             with self.mode(kept=set(map(id, ir.walk(s.body)))):  # what the replay recorded
                 self.rev(s.body, depth + 1, loop_depth + 1, frozenset())
             if id(s) in self.kept:  # the forward sweep saved these before the loop
-                for v in reversed(a.replay[s.uid]):
+                for v in reversed(self.replay_pushes(s)):
                     self.pop(depth, self.n(v), self.T[v])
             return
         rec = a.recompute.get(s.uid, ())

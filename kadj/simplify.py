@@ -20,12 +20,16 @@ import re
 
 from . import adj_ir as A
 from .adj_refs import DEF, FIXED, IDENT, USE, index, lists, names, pure, rewrite
+from .simplify_adj import sink_resets
+from .simplify_scopes import join_scopes, split_scopes
 from .simplify_expr import (drop_bool_casts, drop_orphan_comments, fold_single_uses,
                             inline_index_offsets, merge_accumulations)
 
 
 def simplify(fn):
     """``fn`` (an :class:`adj_ir.Function`) made easier to read; returns it."""
+    scopes = split_scopes(fn)
+    sink_resets(fn)
     propagate_copies(fn)
     remove_dead(fn)
     drop_bool_casts(fn)
@@ -35,6 +39,7 @@ def simplify(fn):
     merge_accumulations(fn)
     drop_orphan_comments(fn)
     source_loop_headers(fn)
+    join_scopes(fn, scopes)
     _fill_empty_bodies([fn])
     return fn
 

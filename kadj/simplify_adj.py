@@ -1,0 +1,130 @@
+"""Readability passes over the adjoint IR that reorder adjoint statements (run first
+by :func:`kadj.simplify.simplify`, before copy propagation).
+
+* :func:`sink_resets`: ``adj_v = 0.0`` followed, with nothing between reading or
+  assigning ``adj_v``, by ``adj_v += e`` becomes ``adj_v = e`` at the accumulation.
+  The accumulation that defines ``adj_v`` anew then moves down past the later reads of
+  the copies ``adj_t = adj_v`` taken before it (when nothing it passes reads or
+  assigns ``adj_v`` or assigns what ``e`` reads), so that copy propagation can replace
+  those copies by ``adj_v`` itself.  The reversed ``p = p * x + c[k]`` then reads
+  ``adj_c[k] += adj_p; ...; adj_p = adj_p * x``, as written by hand.  A reset
+  followed by ``adj_v += adj_t``, a copy of ``adj_v``'s value, is dropped with it.
+
+Each pass keeps the adjoint's meaning exactly; where it cannot be sure, it leaves the
+code as built.
+"""
+from __future__ import annotations
+
+from . import adj_ir as A
+from .adj_refs import DEF, FIXED, USE, lists, names, pure, refs
+
+_ZERO = "0.0"     # a float64 adjoint's reset (other precisions are left alone)
+
+
+def sink_resets(fn):
+    """``adj_v = 0.0 ... adj_v += e`` -> ``... adj_v = e`` (see the module docstring);
+    then the new definitions move past the reads of ``adj_v``'s copies."""
+    for seq in lists(fn):
+        pos = 0
+        while pos < len(seq):
+            x = seq[pos]
+            j = _reset_use(seq, pos) if _is_reset(x) else None
+            if j is None:
+                pos += 1
+                continue
+            acc = seq[j]
+            acc.op = "="
+            del seq[pos]
+            if acc.value in _copies_of(seq, j - 1, acc.target.name):
+                del seq[j - 1]      # adj_v = adj_t, a copy of adj_v: nothing changes
+            else:
+                _sink_past_copies(seq, j - 1)
+    return fn
+
+
+def _is_reset(x):
+    return (isinstance(x, A.Assign) and isinstance(x.target, A.AdjVar) and x.op == "="
+            and x.value == _ZERO)
+
+
+def _mentions(x):
+    """{name: set of roles} over ``x`` and everything nested in it."""
+    out = {}
+    for y in A.walk([x]):
+        for n, role, _ in refs(y):
+            out.setdefault(n, set()).add(role)
+    return out
+
+
+def _jumps(x):
+    return any(isinstance(y, (A.Break, A.Continue, A.Return)) for y in A.walk([x]))
+
+
+def _reset_use(seq, pos):
+    """The position of the ``adj_v += e`` that the reset at ``pos`` can become, or None."""
+    v = seq[pos].target.name
+    for j in range(pos + 1, len(seq)):
+        y = seq[j]
+        if _jumps(y):
+            return None
+        if v not in _mentions(y):
+            continue
+        if (isinstance(y, A.Accumulate) and y.op == "+=" and
+                isinstance(y.target, A.AdjVar) and y.target.name == v and
+                isinstance(y.value, str) and v not in names(y.value) and
+                not y.children()):
+            return j
+        return None
+    return None
+
+
+def _copies_of(seq, j, v):
+    """Names ``c`` of the copies ``c = v`` (or copies of those) before position ``j``
+    whose value is still ``v``'s at ``j`` (nothing between assigns ``v`` or ``c``)."""
+    start = j
+    while start > 0:
+        m = _mentions(seq[start - 1])
+        if DEF in m.get(v, ()) or FIXED in m.get(v, ()) or _jumps(seq[start - 1]):
+            break
+        start -= 1
+    out = set()
+    for y in seq[start:j]:
+        if _is_copy(y) and (y.value == v or y.value in out):
+            out.add(y.target.name)
+            continue
+        out -= {n for n, roles in _mentions(y).items() if roles & {DEF, FIXED}}
+    return out
+
+
+def _is_copy(y):
+    return (isinstance(y, A.Accumulate) and y.op == "=" and
+            isinstance(y.target, A.AdjVar) and isinstance(y.value, str) and
+            not y.children())
+
+
+def _sink_past_copies(seq, j):
+    """Move the definition ``adj_v = e`` at ``j`` below the last later read of a copy
+    of ``adj_v``, if every statement it passes leaves it and ``e`` alone."""
+    x = seq[j]
+    v = x.target.name
+    if not pure(x.value):
+        return
+    copies = _copies_of(seq, j, v)
+    if not copies:
+        return
+    reads = set(names(x.value))
+    last = None
+    for k in range(j + 1, len(seq)):
+        m = _mentions(seq[k])
+        if copies & {n for n, roles in m.items() if USE in roles}:
+            last = k
+    if last is None:
+        return
+    for k in range(j + 1, last + 1):
+        y = seq[k]
+        m = _mentions(y)
+        if isinstance(y, A.Comment) or _jumps(y) or v in m or any(
+                m.get(n, set()) & {DEF, FIXED} for n in reads):
+            return
+    seq.insert(last + 1, seq.pop(j))
+

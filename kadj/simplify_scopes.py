@@ -1,0 +1,186 @@
+"""Names reused by independent top-level blocks, told apart while the readability passes
+run (:func:`kadj.simplify.simplify`).
+
+The gather form of a CUDA adjoint repeats the kernel's forward and reverse code once
+per neighbouring thread, each copy in its own ``if`` at the top of the function,
+reusing the same names.  A name that such a block defines before any read of it, and
+that nothing after the block reads before defining it again, is the block's own
+variable: :func:`split_scopes` renames it there, so that the passes (which treat a
+name defined in several places as one variable) simplify each block as they simplify
+a single one; :func:`join_scopes` gives the names back afterwards, where the block
+still holds only its own copy (else it keeps a ``_2``-style name).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from . import adj_ir as A
+from .adj_refs import IDENT, names, refs, rename
+
+_HANDLED = (A.Assign, A.Accumulate, A.If, A.For, A.While, A.Return, A.Consume,
+            A.Push, A.Pop, A.Comment, A.Break, A.Continue, A.Pass, A.Barrier,
+            A.Block, A.ReverseLoop)
+
+
+# ---- which names a block reads before defining them ------------------------------------
+def _target_defs(t):
+    if isinstance(t, (A.AdjVar, A.Local)):
+        return {t.name}, set()
+    if isinstance(t, A.AdjElem):
+        reads = {t.base}
+        for s in t.index_texts:
+            reads |= set(names(s))
+        return set(), reads
+    if isinstance(t, str) and IDENT.match(t):
+        return {t}, set()
+    return set(), set(names(t))
+
+
+def exposed(seq, defined=frozenset()):
+    """(names read before being defined, names defined on every path) of ``seq``."""
+    out, defined = set(), set(defined)
+
+    def read(ns):
+        out.update(set(ns) - defined)
+
+    for x in seq:
+        if isinstance(x, (A.Assign, A.Accumulate)):
+            d, r = _target_defs(x.target)
+            read(names(x.value))
+            read(r)
+            if x.op not in ("=", "= -"):
+                read(d)
+            defined |= d
+        elif isinstance(x, A.If):
+            read(names(x.cond))
+            e1, d1 = exposed(x.then, defined)
+            e2, d2 = exposed(x.orelse, defined)
+            out |= e1 | e2
+            defined |= d1 & d2
+        elif isinstance(x, A.For):
+            read(names(x.iter))
+            d, r = _target_defs(x.var)
+            read(r)
+            e, _ = exposed(x.body, defined | d)
+            out |= e
+        elif isinstance(x, A.While):
+            read(names(x.cond))
+            e, _ = exposed(x.body, defined)
+            out |= e
+        elif isinstance(x, (A.Block, A.ReverseLoop)):
+            e, defined = exposed(x.body, defined)
+            out |= e
+        elif isinstance(x, A.Pop):
+            read(names(x.cond))
+            d, r = _target_defs(x.target)
+            read(r)
+            defined |= d
+        else:  # any other node reads every name it mentions
+            read(n for n, _, _ in refs(x))
+            for child in x.children():
+                out |= exposed(child, defined)[0]
+    return out, defined
+
+
+def _mentioned(x):
+    return {n for y in A.walk([x]) for n, _, _ in refs(y)}
+
+
+def _unhandled(x):
+    return {n for y in A.walk([x]) if not isinstance(y, _HANDLED)
+            for n, _, _ in refs(y)}
+
+
+# ---- renaming inside one block -----------------------------------------------------------
+def _rename_target(t, old, new):
+    if isinstance(t, (A.AdjVar, A.Local)):
+        return dataclasses.replace(t, name=rename(t.name, old, new))
+    if isinstance(t, A.AdjElem):
+        return dataclasses.replace(t, base=rename(t.base, old, new), index_texts=tuple(
+            rename(s, old, new) for s in t.index_texts))
+    return rename(t, old, new) if isinstance(t, str) else t
+
+
+def _rename(block, old, new):
+    for x in A.walk([block]):
+        if isinstance(x, (A.Assign, A.Accumulate)):
+            x.target = _rename_target(x.target, old, new)
+            x.value = rename(x.value, old, new)
+        elif isinstance(x, (A.If, A.While)):
+            x.cond = rename(x.cond, old, new)
+        elif isinstance(x, A.For):
+            x.var = rename(x.var, old, new)
+            x.iter = rename(x.iter, old, new)
+        elif isinstance(x, (A.Return, A.Push)):
+            x.value = rename(x.value, old, new)
+        elif isinstance(x, A.Consume):
+            x.target = _rename_target(x.target, old, new)
+            x.zero = rename(x.zero, old, new)
+        elif isinstance(x, A.Pop):
+            x.target = rename(x.target, old, new)
+            if isinstance(x.cond, str):
+                x.cond = rename(x.cond, old, new)
+
+
+# ---- the passes --------------------------------------------------------------------------
+def split_scopes(fn):
+    """Rename each top-level ``if`` block's own variables that other top-level
+    statements reuse; returns what :func:`join_scopes` needs."""
+    body = fn.body
+    params = set(fn.params)
+    mentions = [_mentioned(x) for x in body]
+    count = {}
+    for m in mentions:
+        for n in m:
+            count[n] = count.get(n, 0) + 1
+    taken = {n for m in mentions for n in m} | {
+        n for x in fn.prologue for n in _mentioned(x)} | params
+    renamed = []
+    for k, x in enumerate(body):
+        if not isinstance(x, A.If):
+            continue
+        reused = {n for n in mentions[k] if count[n] > 1} - params
+        if not reused:
+            continue
+        reads, _ = exposed([x])
+        own = reused - reads - _unhandled(x)
+        for n in sorted(own):
+            if not _dead_after(body, mentions, k, n):
+                continue
+            new = _fresh(n, taken)
+            _rename(x, n, new)
+            renamed.append((x, n, new))
+            if n in fn.temps:   # (a temporary stays one: the passes may fold it)
+                fn.temps = frozenset(fn.temps) | {new}
+    return renamed
+
+
+def _dead_after(body, mentions, k, n):
+    for j in range(k + 1, len(body)):
+        if n in mentions[j]:
+            return n not in exposed([body[j]])[0]
+    return True
+
+
+def _fresh(n, taken):
+    i = 2
+    while f"{n}_{i}" in taken:
+        i += 1
+    taken.add(f"{n}_{i}")
+    return f"{n}_{i}"
+
+
+def join_scopes(fn, renamed):
+    """Give the renamed variables their names back where that cannot confuse them."""
+    top = set(map(id, fn.body))
+    where = {}
+    for x in fn.prologue + fn.body:
+        for n in _mentioned(x):
+            where.setdefault(n, set()).add(id(x))
+    for block, old, new in reversed(renamed):
+        if id(block) in top and where.get(new, set()) <= {id(block)} and \
+                id(block) not in where.get(old, ()):
+            _rename(block, new, old)
+            where.setdefault(old, set()).add(id(block))
+    return fn
+

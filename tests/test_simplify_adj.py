@@ -1,0 +1,120 @@
+"""The adjoint-IR passes of kadj/simplify_adj.py (resets sunk into the accumulation
+that follows, copies of an adjoint replaced by the adjoint itself) and
+kadj/simplify_scopes.py (top-level blocks that reuse names simplified each on its own),
+on hand-built IR and on generated adjoints whose gradients are checked against an
+analytic formula."""
+import numpy as np
+from numba import njit
+
+import kadj
+from kadj import adj_ir as A
+from kadj.simplify import simplify
+from kadj.simplify_adj import sink_resets
+from kadj.simplify_scopes import exposed, join_scopes, split_scopes
+
+
+def _v(name):
+    return A.AdjVar(name, name)
+
+
+def _fn(body, params=("x", "adj_c")):
+    return A.Function("f", params, "", body=body)
+
+
+def test_reset_becomes_the_definition_and_moves_past_copy_reads():
+    body = [A.Accumulate(_v("adj_t"), "=", "adj_p"),
+            A.Assign(_v("adj_p"), "0.0"),
+            A.Accumulate(_v("adj_p"), "+=", "adj_t * x"),
+            A.Accumulate(A.Local("acc"), "+=", "adj_t * p")]
+    sink_resets(_fn(body))
+    assert [(type(s).__name__, s.op, s.value) for s in body] == [
+        ("Accumulate", "=", "adj_p"), ("Accumulate", "+=", "adj_t * p"),
+        ("Accumulate", "=", "adj_t * x")]
+
+
+def test_reset_stays_when_something_reads_the_adjoint_in_between():
+    body = [A.Assign(_v("adj_p"), "0.0"),
+            A.Accumulate(A.Local("acc"), "+=", "adj_p"),
+            A.Accumulate(_v("adj_p"), "+=", "x")]
+    sink_resets(_fn(body))
+    assert len(body) == 3 and body[2].op == "+="
+    # a jump between: the reset is what the loop left with
+    body = [A.Assign(_v("adj_p"), "0.0"), A.If("c", then=[A.Break()]),
+            A.Accumulate(_v("adj_p"), "+=", "x")]
+    sink_resets(_fn(body))
+    assert len(body) == 3 and body[2].op == "+="
+
+
+def test_definition_does_not_move_past_what_changes_its_operands():
+    body = [A.Accumulate(_v("adj_t"), "=", "adj_p"),
+            A.Assign(_v("adj_p"), "0.0"),
+            A.Accumulate(_v("adj_p"), "+=", "adj_t * x"),
+            A.Assign("x", "2.0"),
+            A.Accumulate(A.Local("acc"), "+=", "adj_t")]
+    sink_resets(_fn(body))
+    assert body[1].op == "=" and body[1].value == "adj_t * x"
+
+
+def test_reset_and_readding_a_copy_cancel():
+    body = [A.Accumulate(_v("adj_t"), "=", "adj_p"),
+            A.Assign(_v("adj_p"), "0.0"),
+            A.Accumulate(_v("adj_u"), "=", "adj_t"),
+            A.Accumulate(_v("adj_p"), "+=", "adj_u"),
+            A.Accumulate(A.Local("acc"), "+=", "adj_u")]
+    sink_resets(_fn(body))
+    assert [s.target.name for s in body] == ["adj_t", "adj_u", "acc"]
+
+
+def test_exposed_names():
+    seq = [A.Assign("a", "b + 1"), A.If("a", then=[A.Assign("c", "a")]),
+           A.Accumulate(_v("adj_d"), "+=", "c")]
+    reads, defined = exposed(seq)
+    assert reads == {"b", "c", "adj_d"} and defined == {"a", "adj_d"}
+
+
+def test_blocks_reusing_a_name_are_simplified_each_on_its_own():
+    def block(off):
+        return A.If(f"ok{off}", then=[
+            A.Assign("t", f"x[{off}]"),
+            A.Accumulate(_v("adj_t"), "=", "adj_y"),
+            A.Accumulate(A.Local("acc"), "+=", "adj_t * t")])
+    fn = _fn([block(0), block(1), A.Return("acc")], params=("x", "adj_y"))
+    fn.temps = frozenset({"t"})
+    scopes = split_scopes(fn)
+    assert sorted(new for _, _, new in scopes) == ["adj_t_2", "adj_t_3", "t_2", "t_3"]
+    join_scopes(fn, scopes)
+    simplify(fn)
+    # the copies adj_t = adj_y of both blocks propagated; the names given back
+    assert [b.then[-1].value for b in fn.body[:2]] == ["adj_y * t", "adj_y * t"]
+    assert [b.then[0].value for b in fn.body[:2]] == ["x[0]", "x[1]"]
+    assert "t_2" not in str(fn.body) and "adj_t" not in str(fn.body)
+    # a name read after the block is not the block's own
+    fn = _fn([block(0), A.Return("t")])
+    assert split_scopes(fn) == [] and join_scopes(fn, []) is fn
+
+
+@njit
+def horner(x, c, out):
+    for i in range(x.shape[0]):
+        p = c[c.shape[0] - 1]
+        for k in range(c.shape[0] - 2, -1, -1):
+            p = p * x[i] + c[k]
+        out[i] = p
+
+
+def test_horner_reads_as_written_by_hand_and_is_exact():
+    k = kadj.differentiate(horner)
+    x, c = np.array([0.5, -1.5, 2.0]), np.array([1.0, -2.0, 0.5, 3.0])
+    src = k.adjoint_source(x, c, np.zeros(3))
+    body = [line.strip() for line in src.splitlines()]
+    i = body.index("adj_c[k] += adj_p")
+    assert body[i + 1:i + 3] == ["_acc_x1 += adj_p * p", "adj_p = adj_p * x_i"]
+    assert "adj_p = 0.0" not in body[i - 5:i]
+    # the adjoint against the analytic derivatives of p(x) = sum c_k x^k
+    adj_out = np.array([1.0, 2.0, -0.5])
+    adj_x, adj_c = np.zeros(3), np.zeros(4)
+    k.adjoint(x, c, np.zeros(3), adj_x, adj_c, adj_out.copy())
+    powers = x[:, None] ** np.arange(4)
+    dpdx = (np.arange(1, 4) * c[1:] * x[:, None] ** np.arange(3)).sum(axis=1)
+    np.testing.assert_allclose(adj_c, adj_out @ powers, rtol=1e-13)
+    np.testing.assert_allclose(adj_x, adj_out * dpdx, rtol=1e-13)
