@@ -11,12 +11,13 @@ from . import ops
 from .tape import Tape, TapeError
 from .checkpointing import checkpointed_loop
 from .jvp_api import jvp
+from .hessian import hvp
 from .tape import custom_step
 from .cachedir import CacheWarning
 from . import testing  # noqa: E402
 
 __all__ = ["DifferentiationError", "InternalError", "DifferentiatedKernel", "differentiate",
-           "grad", "value_and_grad", "jvp", "register_adjoint", "Tape", "TapeError",
+           "grad", "value_and_grad", "jvp", "hvp", "register_adjoint", "Tape", "TapeError",
            "checkpointed_loop", "custom_step", "CacheWarning",
            "ops", "testing"]
 __version__ = "0.1.0"

@@ -371,6 +371,23 @@ def fd_check(k, config, args, eps=1e-6, seed=0):
     return worst
 
 
+@kadj.differentiate
+@cuda.jit
+def capped_rows(x, limit, out):
+    # a break test that reads the running sum: every reversed iteration must re-decide
+    # its own branch (regression: the flag was saved once, for the last iteration)
+    r = cuda.grid(1)
+    if r < x.shape[0]:
+        s = 0.0
+        i = 0
+        while i < x.shape[1]:
+            s += x[r, i] * x[r, i]
+            if s > limit:
+                break
+            i += 1
+        out[r] = s
+
+
 def main(names):
     rng = np.random.default_rng(1)
     cases = {
@@ -410,6 +427,11 @@ def main(names):
             [rng.random(6) * 0.5, rng.random(6), 0.1, np.zeros(6), 37]),
         "newton_while": lambda: fd_check(newton_sqrt, (2, 4),
                                          [rng.random(6) + 0.5, np.zeros(6)]),
+        "while_break_on_running_value": lambda: fd_check(
+            capped_rows, (1, 4), [np.array([[0.5, 0.6, 0.7, 0.8, 0.9],
+                                            [0.1, 0.2, 0.3, 0.2, 0.1],
+                                            [0.9, 0.9, 0.1, 0.1, 0.1]]), 1.0,
+                                  np.zeros(3)]),
         "gridstride_time_loop": lambda: fd_check(
             gridstride_pendulum, (2, 4),
             [rng.random(11), rng.random(11), np.zeros(11), 0.1, 9]),

@@ -248,7 +248,10 @@ def reverse_reads(stmts, a):
             if s.array.name in a.varied_arrays:
                 out |= ir.var_names(s.index)
         elif isinstance(s, ir.If):
-            if a.has_rev.get(id(s)):
+            # (re-decided in reverse also to pop the values its branches recorded)
+            if a.has_rev.get(id(s)) or any(isinstance(x, ir.Assign) and
+                                           x.target in a.pushed
+                                           for x in ir.walk(s.then + s.orelse)):
                 out |= ir.var_names((s.cond,))
         elif isinstance(s, ir.ForRange):
             if a.has_rev.get(id(s)):
