@@ -23,7 +23,7 @@
     active values, what each reversed loop records, recomputes or replays),
     ``adjoint-ir`` (the adjoint IR of every form of the adjoint, before printing),
     ``source`` (every form of the adjoint, without the disk cache) or ``tangent`` (the
-    forward-mode function ``kernel.jvp`` runs, CPU kernels only).  The kernel may be
+    forward-mode function ``kernel.jvp`` runs).  The kernel may be
     an ``@njit`` or a ``@cuda.jit`` one (no GPU needed).
 """
 from __future__ import annotations

@@ -8,6 +8,9 @@
     k.adjoint_plan(u, u_new, alpha)         # AdjointPlan, as for CPU kernels
     k.adjoint_ptx(u, u_new, alpha, cc=(9, 0))   # PTX of the adjoint (no GPU needed)
     k.adjoint_report(u, u_new, alpha)       # accumulation decisions (atomics, plain)
+    k.jvp[blocks, threads](u, u_new, alpha, dot_u, dot_u_new, dot_alpha)   # forward mode
+    k.jvp_source(u, u_new, alpha)           # the generated tangent kernel (Python)
+    k.jvp_ptx(u, u_new, alpha, cc=(9, 0))   # PTX of the tangent kernel
 
 Everything else (argument binding and checks, the compiled adjoints and their caches,
 the pipeline, the disk cache) is the common kernel object's
@@ -36,16 +39,32 @@ class _Launcher:
 
 
 class _AdjointProxy:
+    what, slots = "adjoint", "adjoints"
+
     def __init__(self, owner):
         self.owner = owner
 
-    def __getitem__(self, config):
-        validate.check_launch(f"{self.owner.__name__}.adjoint", config)
-        return _Launcher(self.owner._run_adjoint, config)
+    def run(self, config, args, kwargs):
+        return self.owner._run_adjoint(config, args, kwargs)
 
-    def __call__(self, *args):
-        raise TypeError(f"{self.owner.__name__}.adjoint is a CUDA kernel: launch it as "
-                        f"{self.owner.__name__}.adjoint[blocks, threads](*args, *adjoints)")
+    def __getitem__(self, config):
+        validate.check_launch(f"{self.owner.__name__}.{self.what}", config)
+        return _Launcher(self.run, config)
+
+    def __call__(self, *args, **kwargs):
+        name = self.owner.__name__
+        raise TypeError(f"{name}.{self.what} is a CUDA kernel: launch it as "
+                        f"{name}.{self.what}[blocks, threads](*args, *{self.slots})")
+
+
+class _JvpProxy(_AdjointProxy):
+    """``k.jvp[blocks, threads](*args, *tangents)``: forward mode (:mod:`kadj.jvp_call`,
+    the tangent kernel of :mod:`kadj.cuda.tangent`)."""
+    what, slots = "jvp", "tangents"
+
+    def run(self, config, args, kwargs):
+        from . import jvp_call
+        return jvp_call.run(self.owner, args, kwargs, config=config)
 
 
 class CudaDifferentiatedKernel(DifferentiatedKernel):
@@ -61,6 +80,7 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
     def __init__(self, dispatcher, wrt=None, checkpoints=None, gather=None):
         super().__init__(dispatcher, wrt=wrt, checkpoints=checkpoints, gather=gather)
         self.adjoint = _AdjointProxy(self)
+        self.jvp = _JvpProxy(self)
 
     @property
     def checkpoints(self):
@@ -147,6 +167,18 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         ptx, _resty = cuda.compile_ptx(fn, self.adjoint_signature(*args), cc=cc)
         return ptx
 
+    def jvp_ptx(self, *args, cc=(9, 0)):
+        """PTX text of the tangent kernel (forward mode, ``jvp``) for these forward
+        arguments (``numba.cuda.compile_ptx``; no GPU needed)."""
+        from . import jvp_call
+        comp = jvp_call.compiled(self, self.complete_args(args))
+        if simulator_enabled():
+            return _ptx_in_subprocess(self, args, cc, "jvp")
+        from numba import cuda
+        sig = comp.signature(self._arg_types(self.complete_args(args)))
+        ptx, _resty = cuda.compile_ptx(comp.pyfunc, sig, cc=cc)
+        return ptx
+
     def _pick(self, comp, form):
         """(Python function, kernel, source) of the adjoint in ``form``: "scatter",
         or "gather" / "zero" (the two kernels of the gather form)."""
@@ -216,7 +248,8 @@ try:
     if isinstance(obj, CudaDifferentiatedKernel):
         obj = obj.dispatcher
     k = kadj.differentiate(obj, **options)
-    result["ptx"] = k.adjoint_ptx(*args, cc=cc, form=form)
+    result["ptx"] = k.jvp_ptx(*args, cc=cc) if form == "jvp" else \
+        k.adjoint_ptx(*args, cc=cc, form=form)
 except BaseException as exc:
     loc = getattr(exc, "loc", None)
     result = {"error": type(exc).__name__, "message": str(exc),
@@ -270,11 +303,12 @@ def _ptx_in_subprocess(k, args, cc, form):
             else:  # the child died before reporting: its whole error output
                 err = proc.stderr.decode(errors="replace").strip()
                 why = err[-4000:] if err else f"exit status {proc.returncode}"
+    what = "jvp_ptx" if form == "jvp" else "adjoint_ptx"
     raise DifferentiationError(
-        f"adjoint_ptx() needs numba-cuda's compiler, which NUMBA_ENABLE_CUDASIM=1 replaces "
+        f"{what}() needs numba-cuda's compiler, which NUMBA_ENABLE_CUDASIM=1 replaces "
         f"by the simulator, and compiling in a separate process failed ({why})",
-        kernel=k.__name__, construct="adjoint_ptx under the simulator",
-        remedy="call adjoint_ptx in a process without NUMBA_ENABLE_CUDASIM")
+        kernel=k.__name__, construct=f"{what} under the simulator",
+        remedy=f"call {what} in a process without NUMBA_ENABLE_CUDASIM")
 
 
 def _differentiation_error(report):

@@ -1,5 +1,5 @@
-"""Forward mode of a differentiated CPU kernel: ``kernel.jvp(...)`` and
-``kernel.jvp_source()``.
+"""Forward mode of a differentiated kernel: ``kernel.jvp(...)`` (a CUDA kernel's:
+``kernel.jvp[blocks, threads](...)``) and ``kernel.jvp_source()``.
 
 The tangent function (:mod:`kadj.tangent`) is built on the adjoint's own stages up to
 the analysis facts, then the "tangent" stage writes it
@@ -43,13 +43,19 @@ def compile(target, req):
     if cached is not None:
         pipeline.RUNS["loaded"] += 1
         plan, source, pyfn, _report = cached
-        return CompiledAdjoint(plan, source, *codegen.jit(pyfn, True, req.jit_options))
+        return _jitted(target, plan, source, pyfn, True, req.jit_options)
     out = pipeline.tangent_stages(target, req)
     src, typed = out["tangent"], out["typed"]
     files = codegen.source_files(typed.func_ir)
     pyfn, disk = codegen.build(src, out["plan"], key, files, func_ir=typed.func_ir)
-    return CompiledAdjoint(out["plan"], src.source,
-                           *codegen.jit(pyfn, disk, req.jit_options))
+    return _jitted(target, out["plan"], src.source, pyfn, disk, req.jit_options)
+
+
+def _jitted(target, plan, source, pyfn, disk, jit_options):
+    """The compiled tangent: the target's (a device kernel), else numba's njit."""
+    if target.compile_tangent is not None:
+        return target.compile_tangent(plan, source, pyfn, disk, jit_options)
+    return CompiledAdjoint(plan, source, *codegen.jit(pyfn, disk, jit_options))
 
 
 # ---- the kernel object's side ---------------------------------------------------------
@@ -81,8 +87,9 @@ def compiled(kernel, fwd):
     return hit
 
 
-def split_call(call, kernel, args, kwargs):
-    """(forward arguments, tangents in slot order, plan) of ``kernel.jvp(...)``."""
+def split_call(call, kernel, args, kwargs, device=False):
+    """(compiled tangent, forward arguments, tangents in slot order) of
+    ``kernel.jvp(...)`` (``device``: a launch, whose arrays may be device arrays)."""
     names = kernel.arg_names
     n = len(names)
     fwd_kw = {k: v for k, v in kwargs.items() if k in names}
@@ -115,12 +122,16 @@ def split_call(call, kernel, args, kwargs):
         raise TypeError(f"{call}: {tuple(dot_kw)} are not tangent slots (given twice, or "
                         f"not a differentiated floating-point argument); the tangents are "
                         f"{expected}.")
-    validate.check_adjoint_call(call, plan, fwd, tuple(tangents), host=True)
-    return comp, fwd, tuple(tangents)
+    tangents = tuple(tangents)
+    validate.check_adjoint_call(call, plan, fwd, tangents, host=not device)
+    if device:
+        validate.check_transferable(call, names + expected, tuple(fwd) + tangents)
+    return comp, fwd, tangents
 
 
-def run(kernel, args, kwargs):
-    """``kernel.jvp(*args, **kwargs)``."""
+def run(kernel, args, kwargs, config=None):
+    """``kernel.jvp(*args, **kwargs)``, or the launch ``kernel.jvp[config](...)`` of a
+    device kernel (which returns nothing)."""
     from . import tape as _tape
     call = f"{kernel.__name__}.jvp"
     if _tape.active() is not None:
@@ -129,7 +140,11 @@ def run(kernel, args, kwargs):
             "forward the tape does not see would make its gradient wrong",
             kernel=kernel.__name__, construct="jvp inside a Tape",
             remedy="call jvp outside the `with kadj.Tape()` block")
-    comp, fwd, tangents = split_call(call, kernel, args, kwargs)
+    comp, fwd, tangents = split_call(call, kernel, args, kwargs,
+                                     device=config is not None)
+    if config is not None:
+        comp.launch(config, *fwd, *tangents)
+        return None
     result = comp.function(*fwd, *tangents)
     if comp.plan.returns_value:
         value, tangent = result

@@ -120,7 +120,8 @@ def compile(target, req):
 
 def tangent_stages(target, req):
     """Forward mode's stages (``kernel.jvp``, :mod:`kadj.jvp_call`): the adjoint's up
-    to the facts, then "tangent", the tangent function's source (:mod:`kadj.tangent`).  The
+    to the facts, then "tangent", the tangent function's source (:mod:`kadj.tangent`, or
+    the target's ``write_tangent``).  The
     options that only shape the reverse pass (checkpoints) are left out."""
     from . import tangent
     tangent.check_target(target, req.name)
@@ -128,6 +129,9 @@ def tangent_stages(target, req):
     out = stages(target, req, req.arg_types, until="facts")
     plan = out["plan"]
     RUNS["tangent"] += 1
+    if target.write_tangent is not None:    # the target's own (device kernels)
+        out["tangent"] = target.write_tangent(out["prepared"], out["facts"], plan)
+        return out
     out["tangent"] = tangent.write_tangent(
         out["prepared"].kernel, out["facts"],
         tuple(plan.arg_names[i] for i in plan.adjoint_args), plan.returns_value)

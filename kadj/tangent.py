@@ -314,8 +314,9 @@ class TangentWriter(Naming):
 
 
 def check_target(target, kernel_name):
-    """Forward mode is written for CPU kernels only (for now): refuse the others."""
-    if target.name != "cpu":
+    """Forward mode needs the target's tangent writer (:attr:`Target.write_tangent`), or
+    is the host's (CPU kernels): refuse the others."""
+    if target.name != "cpu" and target.write_tangent is None:
         raise DifferentiationError(
             f"forward mode (jvp) is not available for {target.title} kernels yet",
             kernel=kernel_name, construct="jvp",

@@ -304,19 +304,3 @@ def test_functional_jvp_of_a_function_returning_a_float():
     assert abs(tangent - ref) <= 1e-12 * max(1.0, abs(ref))
     with pytest.raises(TypeError, match="'n' has no tangent"):
         kadj.jvp(_loss, (x, w, 5), (dx, dw, 1.0))
-
-
-def test_cuda_kernels_are_refused_for_now():
-    from numba import cuda
-
-    @cuda.jit
-    def scale(x):
-        i = cuda.grid(1)
-        if i < x.shape[0]:
-            x[i] = 2.0 * x[i]
-
-    k = kadj.differentiate(scale)
-    x = np.ones(4)
-    with pytest.raises(kadj.DifferentiationError, match="forward mode .* not available"):
-        k.jvp(x, np.ones(4))
-    np.testing.assert_array_equal(x, 1.0)

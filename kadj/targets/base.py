@@ -72,6 +72,11 @@ class Target:
     policy:         options -> further keyword arguments of the analysis (a CPU
                     kernel's ``checkpoints=`` asks for loops that carry state to be
                     reversed from checkpoints: ``carried_replay``).
+    write_tangent:  forward mode (``kernel.jvp``): (prepared, facts, plan) -> the
+                    tangent's :class:`kadj.reverse.AdjointSource`; None: the host's
+                    (:mod:`kadj.tangent`), for CPU kernels only.
+    compile_tangent: (plan, source, Python function, disk_cached, jit_options) -> the
+                    compiled tangent (with ``write_tangent``).
     """
 
     name: str
@@ -93,6 +98,8 @@ class Target:
     accumulation: str = "plain"
     policy: Callable = None
     intrinsics: Intrinsics = None
+    write_tangent: Callable = None
+    compile_tangent: Callable = None
 
     def __post_init__(self):
         if self.tape not in TAPE_POLICIES:

@@ -206,6 +206,16 @@ def _load(key, request):
         return None
 
 
+def _write_tangent(prepared, facts, plan):
+    from ..cuda.tangent import write_tangent
+    return write_tangent(prepared, facts, plan)
+
+
+def _compile_tangent(plan, source, pyfunc, disk_cached, jit_options):
+    from ..cuda.tangent import compile_tangent
+    return compile_tangent(plan, source, pyfunc, disk_cached, jit_options)
+
+
 CUDA = Target(
     name="cuda", title="CUDA", recognises=_recognises,
     kernel_class="kadj.cuda_api:CudaDifferentiatedKernel", typeof=_typeof,
@@ -213,4 +223,5 @@ CUDA = Target(
     prepare=_prepare, write=_write, compile=_compile, load=_load,
     options={"checkpoints": DEFAULT_CHECKPOINTS, "gather": True},
     check_option=_check_option, returns_values=False, tape="bounded",
-    accumulation="atomic", intrinsics=_INTRINSICS)
+    accumulation="atomic", intrinsics=_INTRINSICS, write_tangent=_write_tangent,
+    compile_tangent=_compile_tangent)
