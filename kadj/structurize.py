@@ -10,6 +10,13 @@ or header.  Arms that leave by ``break``/``continue``/``return`` are closed ther
 those statements are always last in their sequence (code after such an ``if`` moves
 into its other arm).  A ``return`` inside a loop is lowered to a flag and ``break``s.
 
+A loop with several exits (``while True`` left by several ``break``s, some with code
+of their own, beside ``return``s) leaves by a ``break`` after setting an exit selector;
+the code of each exit runs after the loop, dispatched on the selector, up to the block
+where the exits meet.  When short-circuit conditions (``if a and b: break``) would
+copy the rest of a loop once per operand, the kernel is structured again with each
+such condition decided into a flag first (:mod:`kadj.condition_flags`).
+
 ``raise`` and ``assert``: the adjoint differentiates the path that does not raise.  A
 branch arm from which every path raises is dropped (the branch disappears); a raise
 reached unconditionally is kept as a marker until loop returns are lowered, then its
@@ -33,6 +40,7 @@ from numba.np import numpy_support
 
 from . import ir
 from . import rules
+from .condition_flags import flag_condition
 from .errors import DifferentiationError, InternalError
 from .frontend import resolve_value
 
@@ -54,7 +62,13 @@ class _Ctx:
         return _Ctx(self.header, self.follow, stop, self.header_alt, self.exits)
 
 
+class _Tangled(Exception):
+    """Some block was copied too often: structure again with condition flags."""
+
+
 class Structurizer:
+    flag_conditions = False  # short-circuit conditions as flags (kadj.condition_flags)
+
     def __init__(self, tk, extra_callee_ok=None):
         self.tk = tk
         self.fir = tk.func_ir
@@ -163,6 +177,8 @@ class Structurizer:
             entering = None
             self.visits[label] = self.visits.get(label, 0) + 1
             if self.visits[label] > _MAX_BLOCK_VISITS:
+                if not self.flag_conditions:
+                    raise _Tangled()
                 self.error("the control flow is too tangled to structure",
                            loc=self.blocks[label].loc, construct="control flow",
                            remedy="simplify the nesting of break/continue/return")
@@ -190,10 +206,18 @@ class Structurizer:
                         return out
                     label = stop
                     continue
-                then = self.seq(term.truebr, sub)
-                orelse = self.seq(term.falsebr, sub)
-                out.append(ir.If(self.operand(term.cond), tuple(then), tuple(orelse),
-                                 loc=term.loc))
+                flagged = flag_condition(self, term, sub, stop) \
+                    if self.flag_conditions else None
+                if flagged is not None:  # ``if a and b: break``: decide, then branch
+                    decide, flag, on_true, on_false = flagged
+                    out.extend(decide)
+                    cond, on_true, on_false = ir.Var(flag), on_true, on_false
+                else:
+                    cond, on_true, on_false = self.operand(term.cond), term.truebr, \
+                        term.falsebr
+                then = self.seq(on_true, sub)
+                orelse = self.seq(on_false, sub)
+                out.append(ir.If(cond, tuple(then), tuple(orelse), loc=term.loc))
                 if stop is None:
                     return out
                 label = stop
@@ -345,14 +369,9 @@ class Structurizer:
                 break
         if follow is None and cands:
             follow = cands[0]
-        if follow is None:
-            exits = sorted(info.exits)
-            if len(exits) == 1:
-                follow = exits[0]
-            else:
-                self.error("a loop without a single exit cannot be structured",
-                           loc=self.blocks[header].loc, construct="loop",
-                           remedy="rewrite the loop with a simple condition and break")
+        fallback = follow is None
+        if fallback:  # ``while True`` left only by breaks (and returns, raises)
+            follow = self._break_target(header, info, outer)
         follow = self.resolve_trivial(follow)
         real = self.resolve_trivial(header)
         if real not in body:
@@ -362,8 +381,9 @@ class Structurizer:
         others = []
         for e in sorted(info.exits):
             re_ = self.resolve_trivial(e)
-            if re_ != follow and re_ not in others and not self.returns_only(re_) \
-                    and not self.raises_only(re_):
+            if re_ != follow and re_ not in others and not self.raises_only(re_) and (
+                    not self.returns_only(re_) or
+                    fallback and self._runs_into(re_, follow)):
                 others.append(re_)
         exits, sel = {}, None
         if others:
@@ -399,6 +419,41 @@ class Structurizer:
                      ir.If(ir.Var(cond), arm, chain, loc=loc))
         return ([ir.Assign(sel, ir.Copy(ir.Const(0)), loc=loc)] + loop_stmts +
                 list(chain)), stop
+
+    def _break_target(self, header, info, outer):
+        """The block after a loop whose condition is no branch of its own: the block
+        where its exits (after jump-only blocks) meet, else the first exit that neither
+        returns nor raises; the other exits are dispatched after the loop by an exit
+        selector."""
+        exits = []
+        for e in sorted(info.exits):
+            re_ = self.resolve_trivial(e)
+            if re_ not in exits:
+                exits.append(re_)
+        if not exits:
+            self.error("this loop never ends: no break, return or condition leaves it",
+                       loc=self.blocks[header].loc, construct="endless loop",
+                       remedy="give the loop a condition or a break")
+        kept = [e for e in exits if not self.raises_only(e)]
+        if len(kept) > 1:
+            meet = self.common_pdom(kept, outer)
+            if meet != _EXIT and meet not in info.body:
+                return meet
+        normal = [e for e in kept if not self.returns_only(e)]
+        return (normal or kept or exits)[0]
+
+    def _runs_into(self, label, target):
+        """Does ``label`` reach ``target`` through straight-line blocks (jumps)?"""
+        seen = set()
+        while label not in seen:
+            if label == target:
+                return True
+            seen.add(label)
+            term = self.blocks[label].terminator
+            if not isinstance(term, nir.Jump):
+                return False
+            label = term.target
+        return False
 
     def freeze_bounds(self, start, stop, step, body, loc):
         """Loop bounds are evaluated once at loop entry: copy any bound variable the
@@ -1136,6 +1191,19 @@ def _rename_loop_indices(stmts):
     return fix(stmts)
 
 
+def run_structurizer(cls, *args):
+    """``cls(*args).run()``; when the control flow copies some block too often (a loop
+    with several ``if a and b: break``), structured again with short-circuit
+    conditions computed into flags (:mod:`kadj.condition_flags`)."""
+    try:
+        return cls(*args).run()
+    except _Tangled:
+        pass
+    st = cls(*args)
+    st.flag_conditions = True
+    return st.run()
+
+
 def structurize(tk, extra_callee_ok=None):
     """Typed kernel -> :class:`kadj.ir.Kernel`."""
-    return Structurizer(tk, extra_callee_ok).run()
+    return run_structurizer(Structurizer, tk, extra_callee_ok)

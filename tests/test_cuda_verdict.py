@@ -210,6 +210,10 @@ TEST_FILE_ARGS = {
         "cuda_tiled_dot": [r.random(16), r.random(4), np.zeros(16)],
         "cuda_local_stages": [r.random(16), np.zeros(16)],
         "cuda_square_own": [r.random(16)]},
+    "loop_exits_cuda_sim": lambda m, r: {
+        "newton_and_stop": [r.random(6) + 0.5, np.zeros(6)],
+        "damped_exits": [r.random(6) - 0.5, np.zeros(6)],
+        "checked_scale": [r.random(7), np.zeros(7), 0.7]},
     "test_lowerings": lambda m, r: {
         "logistic": m._logistic_args(),
         "tile_sum": [r.random(16), np.zeros(1)],

@@ -18,7 +18,7 @@ from numba.core import types
 
 from .. import ir
 from ..frontend import resolve_value
-from ..structurize import Structurizer
+from ..structurize import Structurizer, run_structurizer
 from . import shim as _shim
 from .intrinsics import INDEX_FUNCS, SPECIAL_REGS, CudaIntrinsic
 
@@ -164,4 +164,4 @@ def ir_var(name, loc):
 
 
 def structurize_cuda(tk):
-    return CudaStructurizer(tk).run()
+    return run_structurizer(CudaStructurizer, tk)

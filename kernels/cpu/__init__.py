@@ -10,6 +10,7 @@ decorated by kadj) and ``make_args(rng)``.  The kernels are grouped by theme:
 - :mod:`.physics`      N-body, Lennard-Jones, springs, Verlet, bond angles
 - :mod:`.misc`         NN layers, clipping, in-place updates, tuples, break,
                        continue, early return, ``prange``
+- :mod:`.exits`        loops left by several breaks, input checks (assert, raise)
 
 Example::
 
@@ -23,7 +24,7 @@ Example::
 """
 from __future__ import annotations
 
-from . import misc, physics, recurrences, reductions, sparse, stencils
+from . import exits, misc, physics, recurrences, reductions, sparse, stencils
 from ._example import Example
 
 GALLERY = [
@@ -33,6 +34,7 @@ GALLERY = [
     *reductions.EXAMPLES,
     *physics.EXAMPLES,
     *misc.EXAMPLES,
+    *exits.EXAMPLES,
 ]
 
 
