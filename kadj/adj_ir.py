@@ -221,10 +221,12 @@ class CapacityCheck(Node):
 @dataclass(eq=False)
 class ReverseLoop(Node):
     """A primal loop reversed: its statements (header comments, the loop, pops after
-    it) are in ``body``; ``strategy`` says how its iterations are reversed."""
+    it) are in ``body``; ``strategy`` says how its iterations are reversed;
+    ``parallel``: its iterations run on all threads (:mod:`kadj.parallel`)."""
     strategy: str
     loop: object            # the primal loop's uid
     body: list = field(default_factory=list)
+    parallel: bool = False
 
     def __post_init__(self):
         assert self.strategy in STRATEGIES, self.strategy

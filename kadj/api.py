@@ -21,7 +21,7 @@ __all__ = ["DifferentiatedKernel", "differentiate", "grad", "value_and_grad",
 
 
 # ---- decorators and functional API ---------------------------------------------------
-def differentiate(kernel=None, wrt=None, checkpoints=None, gather=None):
+def differentiate(kernel=None, wrt=None, checkpoints=None, gather=None, parallel=None):
     """Differentiate a numba kernel: ``@kadj.differentiate`` above ``@njit`` or
     ``@cuda.jit``.
 
@@ -35,10 +35,13 @@ def differentiate(kernel=None, wrt=None, checkpoints=None, gather=None):
     thread); CPU kernels do when ``checkpoints`` is given, and otherwise record every
     iteration on a tape that grows.  ``gather`` (CUDA stencils, default True): use the
     gather form of the adjoint (no atomics on neighbour arrays) when the launch allows
-    it.  An option the kernel's target does not support is refused
+    it.  ``parallel`` (CPU kernels): by default the reversed ``prange`` loops whose
+    iterations are independent and write only their own adjoint elements (or sum into
+    scalars) run in parallel; True also plain ``for`` loops of that kind; False keeps
+    every loop serial.  An option the kernel's target does not support is refused
     (:class:`kadj.DifferentiationError`), never ignored.
     """
-    options = {"checkpoints": checkpoints, "gather": gather}
+    options = {"checkpoints": checkpoints, "gather": gather, "parallel": parallel}
     if kernel is None:
         return lambda k: differentiate(k, wrt=wrt, **options)
     if isinstance(kernel, DifferentiatedKernel):

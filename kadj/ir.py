@@ -125,6 +125,7 @@ class ForRange:
     body: tuple
     loc: Any = field(compare=False, default=None)
     uid: int = 0
+    parallel: bool = field(compare=False, default=False)   # written with prange()
 
 
 @dataclass(frozen=True)

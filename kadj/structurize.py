@@ -395,12 +395,12 @@ class Structurizer:
         self.uid += 1
         uid = self.uid
         if rng is not None:
-            index, start, stop_, step, extra, body_entry = rng
+            index, start, stop_, step, extra, body_entry, parallel = rng
             stmts = list(extra) + self.seq(body_entry, ctx)
             stmts = _strip_trailing_continue(stmts)
             pre, start, stop_, step = self.freeze_bounds(start, stop_, step, stmts, loc)
             loop_stmts = pre + [ir.ForRange(index, start, stop_, step, tuple(stmts),
-                                            loc=loc, uid=uid)]
+                                            loc=loc, uid=uid, parallel=parallel)]
         else:
             stmts = self.seq(real, ctx, entering=real)
             stmts = _strip_trailing_continue(stmts)
@@ -514,7 +514,7 @@ class Structurizer:
         term = body[-1]
         if not (isinstance(term, nir.Branch) and term.cond.name == ps and pf):
             raise InternalError("unexpected range-loop header shape")
-        return pf, start, stop, step, extra, term.truebr
+        return pf, start, stop, step, extra, term.truebr, callee is prange
 
     def _chase(self, var):
         for _ in range(20):

@@ -210,7 +210,7 @@ def test_cpu_kernel_refuses_cuda_options(option):
 
 def test_options_not_given_are_the_defaults():
     k = kadj.differentiate(axpy)
-    assert k.options == {"checkpoints": None}       # (CPU: no loop checkpointed)
+    assert k.options == {"checkpoints": None, "parallel": None}  # (CPU: defaults)
     c = kadj.differentiate(axpy_cuda)
     assert (c.checkpoints, c.gather) == (24, True)
     c = kadj.differentiate(axpy_cuda, checkpoints=6, gather=False)

@@ -6,6 +6,12 @@ saved in kadj's disk cache and compiled by numba with the kernel's own options (
 numba's own disk cache).  The tape of a reversed loop is a heap array that grows
 ("growable"); adjoint contributions are plain ``+=`` ("plain").
 
+Option ``parallel`` (default None): the reversed loops that the kernel wrote with
+``prange`` run in parallel (``numba.prange``, compiled with ``parallel=True``) when the
+analysis finds their iterations independent and the adjoint's writes private to each
+iteration or reductions (:mod:`kadj.parallel`); True also every independent ``for``
+loop (the outermost of a nest); False: every loop serial.
+
 Option ``checkpoints`` (default None: off): with ``checkpoints=N`` (or True: 24), loops
 whose iterations carry state and would record a tape growing with their trip count
 (a per-element time loop, a recurrence) are reversed from N checkpoints of their state
@@ -13,7 +19,7 @@ whose iterations carry state and would record a tape growing with their trip cou
 """
 from __future__ import annotations
 
-from .. import codegen, frontend, reverse, structurize
+from .. import codegen, frontend, parallel, reverse, structurize
 from .base import CompiledAdjoint, Prepared, Target, Written, checkpoint_slots
 
 _JIT_OPTIONS_KEPT = ("fastmath", "error_model", "boundscheck", "nogil")
@@ -44,7 +50,11 @@ def _prepare(kernel, plan):
 
 
 def _check_option(kernel_name, option, value):
-    return checkpoint_slots(value)      # the only option besides wrt
+    if option == "parallel":
+        if not isinstance(value, bool):
+            raise ValueError(f"parallel must be True or False, not {value!r}")
+        return value
+    return checkpoint_slots(value)
 
 
 def _policy(options):
@@ -54,16 +64,29 @@ def _policy(options):
 
 def _write(prepared, facts, plan, options):
     slot_names = tuple(plan.arg_names[i] for i in plan.adjoint_args)
-    return Written(reverse.write_adjoint(prepared.kernel, facts, slot_names,
-                                         plan.returns_value,
-                                         slots=options.get("checkpoints")))
+    fn, w = reverse.build_adjoint(prepared.kernel, facts, slot_names, plan.returns_value,
+                                  slots=options.get("checkpoints"))
+    wanted = parallel.parallel_loops(prepared.kernel, options.get("parallel"))
+    if wanted:
+        parallel.parallelise(fn, w.ns, wanted)
+    return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
+
+
+def _jit_options(source, request):
+    """The kept compiler options, with ``parallel=True`` for an adjoint that runs a
+    loop in parallel."""
+    options = dict(request.jit_options)
+    if parallel.is_parallel_source(source):
+        options["parallel"] = True
+    return options
 
 
 def _compile(written, plan, typed, key, request):
     adj = written.adjoint
     files = codegen.source_files(typed.func_ir)
     pyfn, disk = codegen.build(adj, plan, key, files, func_ir=typed.func_ir)
-    return CompiledAdjoint(plan, adj.source, *codegen.jit(pyfn, disk, request.jit_options))
+    return CompiledAdjoint(plan, adj.source,
+                           *codegen.jit(pyfn, disk, _jit_options(adj.source, request)))
 
 
 def _load(key, request):
@@ -71,7 +94,8 @@ def _load(key, request):
     if cached is None:
         return None
     plan, source, pyfn, _report = cached
-    return CompiledAdjoint(plan, source, *codegen.jit(pyfn, True, request.jit_options))
+    return CompiledAdjoint(plan, source,
+                           *codegen.jit(pyfn, True, _jit_options(source, request)))
 
 
 CPU = Target(
@@ -79,5 +103,5 @@ CPU = Target(
     kernel_class="kadj.kernel:DifferentiatedKernel",
     typeof=_typeof, jit_options=jit_options, type_kernel=_type_kernel,
     structurize=structurize.structurize, prepare=_prepare, write=_write, compile=_compile,
-    load=_load, options={"checkpoints": None}, check_option=_check_option,
+    load=_load, options={"checkpoints": None, "parallel": None}, check_option=_check_option,
     returns_values=True, tape="growable", accumulation="plain", policy=_policy)

@@ -1,0 +1,414 @@
+"""Parallel CPU adjoints: reversed loops whose iterations run on all threads.
+
+A reversed loop runs as ``numba.prange`` (and the adjoint is compiled with
+``parallel=True``) when all of these hold; otherwise it stays a serial loop, which is
+always correct:
+
+* the analysis found its iterations independent (strategy "ascending": nothing on a
+  tape, no active value carried from one iteration to the next, every store into an
+  array with an adjoint indexed by the loop variable, :func:`kadj.analysis.loops.order_free`);
+* it was asked for: the kernel wrote the loop with ``prange`` (unless
+  ``differentiate(..., parallel=False)``), or ``differentiate(..., parallel=True)``
+  asked for every independent loop (the outermost one of a nest);
+* every write of its reversed body is private to the iteration or a reduction, decided
+  on the adjoint IR as printed (:func:`race_free`):
+
+  - an element of an array (``adj_x[i] += ...``, ``adj_out[i, j] = 0.0``) is written
+    only where one index position is the loop variable, and every access of that array
+    in the body has the loop variable at that same position: iterations touch disjoint
+    elements.  A neighbour (``adj_u[i - 1] += ...``) or a gather (``adj_x[idx[i]]``)
+    keeps the loop serial;
+  - a scalar written only by ``+=`` and otherwise unread in the body (``adj_alpha``,
+    a local sum) is a reduction: numba sums the threads' partial sums after the loop;
+  - any other scalar is private: each iteration assigns it before reading it, or it is
+    an adjoint that is zero at the start of every iteration of the serial loop (reset at
+    the end of the body, never touched outside it but for its zero initialisation), and
+    is then set to zero at the top of the parallel body; it is not read after the loop;
+  - nothing on a tape (pushes, pops, reservations), no ``break``/``return``.
+
+A reduction adds the threads' partial sums in another order than the serial loop: the
+gradient equals the serial adjoint's to rounding.  Everything else is exactly the
+serial result.
+"""
+from __future__ import annotations
+
+import ast
+
+import numba
+
+from . import adj_ir as A
+from . import ir
+from .adj_refs import names
+
+PRANGE = "numba.prange"
+# reversed loops that may run in parallel when their body is race-free (replayed and
+# checkpointed ones keep one iteration's state on a tape: never)
+_STRATEGIES = ("ascending", "recomputed", "taped")
+_NOTE = "# iterations run in parallel (numba.prange): each writes only its own elements"
+
+
+def parallel_loops(kernel, option):
+    """uids of the primal loops whose reversed loops may run in parallel: those written
+    with ``prange`` (``option`` None or True) and, with ``option`` True, every ``for``."""
+    if option is False:
+        return frozenset()
+    return frozenset(s.uid for s in ir.walk(kernel.body)
+                     if isinstance(s, ir.ForRange) and (s.parallel or option is True))
+
+
+def parallelise(fn, ns, wanted):
+    """Turn the reversed loops of ``fn`` (an adjoint IR function, simplified) whose
+    primal loop is in ``wanted`` and whose body is race-free into ``numba.prange``
+    loops; binds ``numba`` in ``ns``.  Returns the uids of the loops made parallel."""
+    done = []
+
+    def visit(seq, in_loop):
+        for x in seq:
+            if isinstance(x, A.ReverseLoop) and x.loop in wanted and \
+                    x.strategy in _STRATEGIES and _make_parallel(fn, x, in_loop):
+                done.append(x.loop)
+                continue       # (a loop nested in a parallel one stays serial)
+            inner = in_loop or isinstance(x, (A.For, A.While))
+            for body in x.children():
+                visit(body, inner)
+    visit(fn.prologue, False)
+    visit(fn.body, False)
+    if done:
+        ns["numba"] = numba
+    return tuple(done)
+
+
+def is_parallel_source(source):
+    """Does an adjoint's source (as :func:`parallelise` leaves it printed) run a loop
+    in parallel?  (Its compiler options then include ``parallel=True``.)"""
+    return any(line.lstrip().startswith("for ") and f" in {PRANGE}(" in line
+               for line in source.splitlines())
+
+
+# ---- deciding one loop ----------------------------------------------------------------
+def _the_for(rl):
+    """The reversed loop's ``for`` over ``range(lo, hi, 1)`` and its (lo, hi) texts."""
+    loops = [x for x in rl.body if isinstance(x, A.For)]
+    if len(loops) != 1 or any(not isinstance(x, (A.For, A.Comment)) for x in rl.body):
+        return None
+    loop = loops[0]
+    try:
+        call = ast.parse(loop.iter, mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and
+            call.func.id == "range" and len(call.args) in (2, 3) and not call.keywords):
+        return None
+    try:
+        step = ast.literal_eval(call.args[2]) if len(call.args) == 3 else 1
+    except ValueError:
+        return None
+    if not isinstance(step, int) or isinstance(step, bool) or step not in (1, -1):
+        return None
+    a, b = (ast.unparse(x) for x in call.args[:2])
+    if step == 1:
+        return loop, a, b
+    return loop, _plus_one(b), _plus_one(a)  # range(a, b, -1): the values of range(b+1, a+1)
+
+
+def _plus_one(text):
+    """``text + 1``, spelled simply: "t2 - 1" -> "t2", "-1" -> "0"."""
+    try:
+        return str(int(text) + 1)
+    except ValueError:
+        pass
+    if text.endswith(" - 1"):
+        return text[:-4]
+    return f"{text} + 1" if text.isidentifier() else f"({text}) + 1"
+
+
+def _make_parallel(fn, rl, in_loop):
+    found = _the_for(rl)
+    if found is None:
+        return False
+    loop, lo, hi = found
+    verdict = race_free(fn, rl, loop, in_loop)
+    if verdict is None:
+        return False
+    reductions, zeroed = verdict
+    rl.parallel = True
+    loop.iter = f"{PRANGE}({lo}, {hi})"
+    inits = [A.Assign(name, zero) for name, zero in zeroed]
+    loop.body[:0] = inits
+    at = rl.body.index(loop)
+    note = [A.Comment(_NOTE)]
+    if reductions:
+        note.append(A.Comment(f"# (summed over the threads: {', '.join(reductions)})"))
+    rl.body[at:at] = note
+    return True
+
+
+_SCALAR_NODES = (A.Assign, A.Accumulate, A.Consume, A.If, A.For, A.Comment, A.Pass,
+                 A.Block, A.ReverseLoop)
+
+
+def race_free(fn, rl, loop, in_loop):
+    """(reduction names, [(name, zero)] to set at the top of each iteration) when the
+    reversed body of ``loop`` may run its iterations in parallel, else None."""
+    var = loop.var
+    body = loop.body
+    nodes = list(A.walk(body))
+    if any(not isinstance(x, _SCALAR_NODES) for x in nodes):
+        return None     # tape traffic, break, return, barriers, ...
+    writes, reads, accesses = _occurrences(nodes)
+    if var in writes:
+        return None
+    # arrays: every element written is the iteration's own
+    for base in {b for b, kind in writes.items() if kind == "elem"} | _elem_bases(nodes):
+        idx = accesses.get(base, [])
+        if not idx or not _shared_position(idx, var):
+            return None
+    scalars = {n for n, kind in writes.items() if kind != "elem"}
+    reductions = sorted(n for n in scalars if _is_reduction(n, nodes, reads))
+    private = scalars - set(reductions)
+    outside = _outside_uses(fn, rl, in_loop)
+    if private & outside["after"]:
+        return None     # a value of the last iteration read after the loop
+    zeroed = []
+    exposed = _read_before_defined(body, private | {var}, {var})
+    for name in sorted(exposed):
+        zero = _zero_at_start(fn, rl, loop, name, outside)
+        if zero is None:
+            return None
+        zeroed.append((name, zero))
+    return reductions, zeroed
+
+
+def _elem_bases(nodes):
+    return {x.target.base for x in nodes
+            if isinstance(x, (A.Accumulate, A.Assign, A.Consume)) and
+            isinstance(x.target, A.AdjElem)}
+
+
+def _occurrences(nodes):
+    """writes {name: "elem" | "scalar"}, reads {name: count}, accesses {array: [index
+    texts]} of the statements ``nodes``."""
+    writes, reads, accesses = {}, {}, {}
+
+    def read_text(text):
+        if not isinstance(text, str):
+            return
+        for n in names(text):
+            reads[n] = reads.get(n, 0) + 1
+        try:
+            tree = ast.parse(text, mode="eval")
+        except SyntaxError:
+            return
+        for sub in ast.walk(tree):
+            if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name):
+                sl = sub.slice
+                elts = sl.elts if isinstance(sl, ast.Tuple) else [sl]
+                accesses.setdefault(sub.value.id, []).append(
+                    tuple(ast.unparse(e) for e in elts))
+
+    def target(t, op):
+        if isinstance(t, A.AdjElem):
+            writes[t.base] = "elem"
+            accesses.setdefault(t.base, []).append(tuple(t.index_texts))
+            for text in t.index_texts:
+                read_text(text)
+        elif isinstance(t, (A.AdjVar, A.Local)):
+            writes.setdefault(t.name, "scalar")
+        elif isinstance(t, str) and t.isidentifier():
+            writes.setdefault(t, "scalar")
+        else:   # a subscripted target text: its array written at that index
+            try:
+                sub = ast.parse(t, mode="eval").body
+            except SyntaxError:
+                sub = None
+            if not (isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name)):
+                writes["?"] = "elem"          # unknown: never private
+                return
+            writes[sub.value.id] = "elem"
+            read_text(t)
+
+    for x in nodes:
+        if isinstance(x, (A.Assign, A.Accumulate)):
+            target(x.target, x.op)
+            read_text(x.value)
+        elif isinstance(x, A.Consume):
+            target(x.target, "=")
+            read_text(x.zero)
+        elif isinstance(x, A.If):
+            read_text(x.cond)
+        elif isinstance(x, A.For):
+            writes.setdefault(x.var, "scalar")
+            read_text(x.iter)
+    return writes, reads, accesses
+
+
+def _shared_position(indices, var):
+    """Is there one index position holding ``var`` in every access?"""
+    if "?" in indices:
+        return False
+    n = len(indices[0])
+    return any(all(len(ix) == n and ix[p].strip() == var for ix in indices)
+               for p in range(n))
+
+
+def _is_reduction(name, nodes, reads):
+    """Written only by ``name += value`` (with ``value`` not reading it) and not read
+    otherwise in the body."""
+    adds = [x for x in nodes if isinstance(x, A.Accumulate) and
+            isinstance(x.target, (A.AdjVar, A.Local)) and x.target.name == name]
+    if not adds or any(x.op != "+=" for x in adds):
+        return False
+    for x in nodes:
+        if isinstance(x, A.Assign) and (x.target == name or getattr(
+                x.target, "name", None) == name):
+            return False
+        if isinstance(x, A.For) and x.var == name:
+            return False
+    return reads.get(name, 0) == 0
+
+
+def _outside_uses(fn, rl, in_loop):
+    """Names read outside the reversed loop ``rl``: "after" it (everything outside when
+    it is nested in another loop), and "inner": every name occurring outside it other
+    than in the prologue's initialisations."""
+    after, inner = set(), set()
+    state = {"seen": False}
+
+    def visit(seq, top):
+        for x in seq:
+            if x is rl:
+                state["seen"] = True
+                continue
+            texts = _texts(x)
+            found = {n for t in texts for n in names(t)}
+            if state["seen"] or in_loop:
+                after.update(found)
+            if not (top and isinstance(x, A.Assign) and isinstance(x.value, str) and
+                    _is_zero(x.value)):
+                inner.update(found)
+            for body in x.children():
+                visit(body, False)
+    visit(fn.prologue, True)
+    visit(fn.body, False)
+    return {"after": after, "inner": inner}
+
+
+def _texts(x):
+    out = []
+    if isinstance(x, (A.Assign, A.Accumulate)):
+        t = x.target
+        out.append(t if isinstance(t, str) else
+                   t.name if isinstance(t, (A.AdjVar, A.Local)) else
+                   " ".join((t.base,) + tuple(t.index_texts)))
+        out.append(x.value)
+    elif isinstance(x, A.Consume):
+        out += [x.target.base, *x.target.index_texts, x.zero]
+    elif isinstance(x, (A.If, A.While)):
+        out.append(x.cond)
+    elif isinstance(x, A.For):
+        out += [x.var, x.iter]
+    elif isinstance(x, A.Return):
+        out.append(x.value)
+    elif isinstance(x, A.Pop):
+        out += [x.target, x.cond or ""]
+    elif isinstance(x, A.Push):
+        out.append(x.value)
+    elif isinstance(x, (A.PushArray, A.PopArray)):
+        out += [x.var, x.elem]
+    elif isinstance(x, A.FinishScalar):
+        out += list(x.names)
+    return [t for t in out if isinstance(t, str)]
+
+
+def _is_zero(text):
+    try:
+        v = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        v = None
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return v == 0
+    # a typed zero: _float32(0.0)
+    try:
+        call = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return False
+    return isinstance(call, ast.Call) and len(call.args) == 1 and not call.keywords and \
+        isinstance(call.args[0], ast.Constant) and call.args[0].value == 0
+
+
+def _read_before_defined(body, tracked, defined):
+    """Names of ``tracked`` that an iteration of ``body`` may read before assigning."""
+    out = set()
+
+    def reads_of(x):
+        texts = []
+        if isinstance(x, (A.Assign, A.Accumulate)):
+            texts.append(x.value)
+            t = x.target
+            if isinstance(t, A.AdjElem):
+                texts += list(t.index_texts)
+            elif isinstance(t, (A.AdjVar, A.Local)) and x.op not in ("=", "= -"):
+                texts.append(t.name)
+            elif isinstance(t, str) and (not t.isidentifier() or x.op != "="):
+                texts.append(t)
+        elif isinstance(x, A.Consume):
+            texts += list(x.target.index_texts)
+        elif isinstance(x, A.If):
+            texts.append(x.cond)
+        elif isinstance(x, A.For):
+            texts.append(x.iter)
+        return {n for t in texts if isinstance(t, str) for n in names(t)}
+
+    def defines(x):
+        if isinstance(x, (A.Assign, A.Accumulate)):
+            t = x.target
+            if isinstance(t, (A.AdjVar, A.Local)):
+                return t.name
+            if isinstance(t, str) and t.isidentifier():
+                return t
+        return None
+
+    def visit(seq, defined):
+        defined = set(defined)
+        for x in seq:
+            out.update((reads_of(x) & tracked) - defined)
+            if isinstance(x, A.If):
+                d1 = visit(x.then, defined)
+                d2 = visit(x.orelse, defined)
+                defined |= d1 & d2
+            elif isinstance(x, A.For):
+                visit(x.body, defined | {x.var})
+            elif isinstance(x, (A.Block, A.ReverseLoop)):
+                defined = visit(x.body, defined)
+            else:
+                d = defines(x)
+                if d is not None:
+                    defined.add(d)
+        return defined
+
+    visit(body, defined)
+    return out
+
+
+def _zero_at_start(fn, rl, loop, name, outside):
+    """The zero ``name`` holds at the start of every iteration of the serial loop, or
+    None: it is initialised to that zero in the prologue, occurs nowhere else outside
+    the loop, and the body's last statement naming it, at the body's top level, sets it
+    to that zero again."""
+    if name in outside["inner"]:
+        return None
+    init = [x for x in fn.prologue if isinstance(x, A.Assign) and
+            getattr(x.target, "name", x.target) == name and x.op == "="]
+    if len(init) != 1 or not _is_zero(init[0].value):
+        return None
+    zero = init[0].value
+    last = None
+    for x in loop.body:
+        if name in {n for t in _texts(x) for n in names(t)} or any(
+                name in {n for t in _texts(y) for n in names(t)}
+                for body in x.children() for y in A.walk(body)):
+            last = x
+    if not (isinstance(last, A.Assign) and last.op == "=" and last.value == zero and
+            getattr(last.target, "name", last.target) == name):
+        return None
+    return zero

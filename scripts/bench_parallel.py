@@ -1,0 +1,132 @@
+"""Time parallel CPU adjoints of prange kernels at 1, 2, ... threads.
+
+For each kernel: the forward (``@njit(parallel=True)``) and kadj's adjoint (parallel
+where :mod:`kadj.parallel` allows it) are timed at each thread count
+(``numba.set_num_threads``), as the median of ``--repeat`` calls after warm-up; adjoint
+buffers are refilled outside the timed region.  Prints one markdown table: time per
+call and the adjoint/forward ratio per thread count.  A parallel adjoint keeps its
+ratio as threads are added (within ~20% of the single-threaded ratio); a serial one's
+ratio grows with the forward's speed-up.
+
+Usage::
+
+    python scripts/bench_parallel.py                    # 1, 2, ... all threads
+    python scripts/bench_parallel.py --threads 1 2 --n 2000000 --repeat 15
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import kadj  # noqa: E402
+from kadj.parallel import is_parallel_source  # noqa: E402
+
+
+@njit(parallel=True)
+def damped_map(x, y, out, a):
+    for i in prange(x.shape[0]):
+        out[i] = a * x[i] * math.exp(-y[i]) + math.tanh(x[i])
+
+
+@njit(parallel=True)
+def row_scale(x, w, out):
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = math.sin(x[i, j]) * w[i]
+
+
+@njit(parallel=True)
+def weighted_sum(x, w):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += w[i] * math.sin(x[i])
+    return s
+
+
+@njit(parallel=True)
+def heat_stencil(u, out, alpha):
+    for i in prange(1, u.shape[0] - 1):
+        out[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+
+
+def cases(n, rng):
+    m = max(1, n // 64)
+    return {
+        "damped_map": (damped_map, (rng.standard_normal(n), rng.random(n), np.zeros(n),
+                                    0.8)),
+        "row_scale": (row_scale, (rng.standard_normal((m, 64)), rng.standard_normal(m),
+                                  np.zeros((m, 64)))),
+        "weighted_sum": (weighted_sum, (rng.standard_normal(n), rng.standard_normal(n))),
+        "heat_stencil (serial adjoint)": (heat_stencil, (rng.standard_normal(n),
+                                                         np.zeros(n), 0.3)),
+    }
+
+
+def _time(fn, repeat, before=None):
+    times = []
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench(name, kernel, args, threads, repeat):
+    k = kadj.differentiate(kernel)
+    plan = k.adjoint_plan(*args)
+    src = k.adjoint_source(*args)
+    rng = np.random.default_rng(3)
+    seeds = [rng.standard_normal(args[i].shape) if isinstance(args[i], np.ndarray)
+             else np.zeros(1) for i in plan.adjoint_args]
+    bufs = [s.copy() for s in seeds]
+    kw = {"adj_return": 1.0} if plan.returns_value else {}
+
+    def refill():
+        for b, s in zip(bufs, seeds):
+            np.copyto(b, s)
+    row = [name, "yes" if is_parallel_source(src) else "no"]
+    for t in threads:
+        numba.set_num_threads(t)
+        kernel(*args)
+        k.adjoint(*args, *bufs, **kw)       # warm-up (compiles)
+        fwd = _time(lambda: kernel(*args), repeat)
+        adj = _time(lambda: k.adjoint(*args, *bufs, **kw), repeat, refill)
+        row.append(f"{fwd * 1e3:.2f} / {adj * 1e3:.2f} ms = {adj / fwd:.2f}")
+    return row
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--n", type=int, default=1_000_000)
+    p.add_argument("--repeat", type=int, default=9)
+    p.add_argument("--threads", type=int, nargs="*", default=None)
+    opts = p.parse_args(argv)
+    most = numba.config.NUMBA_NUM_THREADS
+    threads = opts.threads or sorted({1, 2, most} & set(range(1, most + 1)))
+    print(f"{most} threads available (NUMBA_NUM_THREADS); n = {opts.n}; "
+          f"median of {opts.repeat} calls\n")
+    head = ["kernel", "parallel adjoint"] + [f"{t} thr: fwd / adj = ratio"
+                                             for t in threads]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for name, (kernel, args) in cases(opts.n, np.random.default_rng(0)).items():
+        print("| " + " | ".join(bench(name, kernel, args, threads, opts.repeat)) + " |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Parallel CPU adjoints (kadj.parallel): reversed prange loops run as numba.prange when
+every write of the reversed body is private to its iteration or a reduction; loops whose
+iterations share adjoint writes (a neighbour stencil, a gather) stay serial.  Gradients
+against float64 finite differences and against the serial adjoint (parallel=False)."""
+import math
+
+import numpy as np
+import pytest
+from numba import njit, prange
+
+import kadj
+from fdcheck import fd_check
+from kadj.parallel import is_parallel_source
+
+rng = np.random.default_rng(7)
+
+
+@njit(parallel=True)
+def p_map(x, y, out, a):
+    for i in prange(x.shape[0]):
+        t = a * x[i]
+        out[i] = t * t + math.sin(t) * y[i]
+
+
+@njit(parallel=True)
+def p_rows(x, w, out):
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = math.tanh(x[i, j]) * w[i]
+
+
+@njit(parallel=True)
+def p_stencil(u, out, alpha):
+    for i in prange(1, u.shape[0] - 1):
+        out[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+
+
+@njit(parallel=True)
+def p_gather(x, idx, out):
+    for i in prange(idx.shape[0]):
+        out[i] = 2.0 * x[idx[i]] ** 2
+
+
+@njit(parallel=True)
+def p_sum(x, w):
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += w[i] * math.sin(x[i])
+    return s
+
+
+@njit
+def plain_map(x, out, a):
+    for i in range(x.shape[0]):
+        out[i] = math.exp(a * x[i])
+
+
+def _loop_line(src):
+    return [ln.strip() for ln in src.splitlines()
+            if ln.strip().startswith("for i in")][-1]
+
+
+def _serial_and_parallel(kernel, args, **opts):
+    par = kadj.differentiate(kernel, **opts)
+    ser = kadj.differentiate(kernel, parallel=False)
+    return par, ser, par.adjoint_source(*args), ser.adjoint_source(*args)
+
+
+def _both_adjoints(par, ser, args):
+    """Adjoint buffers of both, from the same random cotangents."""
+    out = []
+    for k in (par, ser):
+        plan = k.adjoint_plan(*args)
+        r = np.random.default_rng(1)
+        bufs = [r.standard_normal(args[i].shape) if isinstance(args[i], np.ndarray)
+                else np.zeros(1) for i in plan.adjoint_args]
+        kw = {"adj_return": 0.7} if plan.returns_value else {}
+        k.adjoint(*[a.copy() if isinstance(a, np.ndarray) else a for a in args],
+                  *bufs, **kw)
+        out.append(bufs)
+    return out
+
+
+@pytest.mark.parametrize("kernel, args", [
+    (p_map, lambda: (rng.standard_normal(301), rng.standard_normal(301), np.zeros(301),
+                     0.7)),
+    (p_rows, lambda: (rng.standard_normal((37, 5)), rng.standard_normal(37),
+                      np.zeros((37, 5)))),
+    (p_sum, lambda: (rng.standard_normal(257), rng.standard_normal(257))),
+])
+def test_private_writes_run_in_parallel(kernel, args):
+    args = args()
+    par, ser, psrc, ssrc = _serial_and_parallel(kernel, args)
+    assert "numba.prange(" in _loop_line(psrc) and is_parallel_source(psrc)
+    assert "numba.prange" not in ssrc and not is_parallel_source(ssrc)
+    assert "adj_a" not in psrc or "(summed over the threads: adj_a)" in psrc
+    fd_check(par, args, rtol=1e-6, atol=1e-8)
+    gp, gs = _both_adjoints(par, ser, args)
+    for a, b in zip(gp, gs):    # a reduction's partial sums: equal to rounding
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("kernel, args", [
+    (p_stencil, lambda: (rng.standard_normal(203), np.zeros(203), 0.3)),
+    (p_gather, lambda: (rng.standard_normal(40), rng.integers(0, 40, 120),
+                        np.zeros(120))),
+])
+def test_shared_writes_stay_serial(kernel, args):
+    """adj_u[i - 1] += ... and adj_x[idx[i]] += ... would race: the loop stays serial
+    and the gradient is exactly the serial one."""
+    args = args()
+    par, ser, psrc, ssrc = _serial_and_parallel(kernel, args)
+    assert "prange" not in _loop_line(psrc) and not is_parallel_source(psrc)
+    assert psrc == ssrc
+    ir_text = par.show_stage("adjoint-ir", *args)
+    assert "parallel=True" not in ir_text
+    gp, gs = _both_adjoints(par, ser, args)
+    for a, b in zip(gp, gs):
+        np.testing.assert_array_equal(a, b)
+    if kernel is p_stencil:
+        fd_check(par, args, rtol=1e-6, atol=1e-8)
+
+
+def test_adjoint_ir_marks_the_parallel_loop():
+    args = (rng.standard_normal(20), rng.standard_normal(20), np.zeros(20), 0.5)
+    text = kadj.differentiate(p_map).show_stage("adjoint-ir", *args)
+    assert "ReverseLoop(strategy='ascending', loop=1, parallel=True)" in text
+    text = kadj.differentiate(p_map, parallel=False).show_stage("adjoint-ir", *args)
+    assert "parallel=True" not in text
+
+
+def test_plain_for_loop_only_when_asked():
+    args = (rng.standard_normal(150), np.zeros(150), 0.4)
+    default = kadj.differentiate(plain_map)
+    asked = kadj.differentiate(plain_map, parallel=True)
+    assert not is_parallel_source(default.adjoint_source(*args))
+    assert is_parallel_source(asked.adjoint_source(*args))
+    fd_check(asked, args, rtol=1e-6, atol=1e-8)
+    gp, gs = _both_adjoints(asked, default, args)
+    for a, b in zip(gp, gs):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_parallel_option_is_checked():
+    with pytest.raises(ValueError, match="parallel must be True or False"):
+        kadj.differentiate(plain_map, parallel="yes")
