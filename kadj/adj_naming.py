@@ -35,6 +35,9 @@ _SYM_FUNCS = {"sin": "math.sin", "cos": "math.cos", "tan": "math.tan", "sinh": "
               "log": "math.log", "sqrt": "math.sqrt", "pow": "math.pow",
               "copysign": "math.copysign", "sign": "_sign", "floor": "math.floor",
               "trunc": "math.trunc"}
+# functions whose complex version is NumPy's (numba compiles np.<name> on complex scalars)
+_COMPLEX_FUNCS = frozenset(["sin", "cos", "tan", "sinh", "cosh", "tanh", "exp", "log",
+                            "sqrt"])
 
 
 class Naming:
@@ -243,6 +246,8 @@ class Naming:
         raise TypeError(e)
 
     def zero(self, var_type):
+        if isinstance(var_type, types.Complex):
+            return "0j" if var_type.bitwidth == 128 else "np.complex64(0j)"
         if isinstance(var_type, types.Float):
             return "0.0" if var_type.bitwidth == 64 else f"np.{var_type}(0.0)"
         if isinstance(var_type, types.Boolean):
@@ -252,14 +257,89 @@ class Naming:
         return "0.0"
 
     def sym(self, s, dtype):
+        """The text of the rule expression ``s`` written into a value of type ``dtype``:
+        a complex expression written into a real value keeps its real part (the
+        adjoint of a real variable stays real)."""
+        text = self._sym(s, dtype)
+        if not isinstance(dtype, types.Complex) and self.sym_is_complex(s):
+            return f"({text}).real"
+        return text
+
+    # types of the rule's placeholders: the cotangent and a stand-in for the result
+    sym_g_type = None
+    sym_out_types = None
+
+    def sym_is_complex(self, s):
+        """Whether the rule expression ``s`` has a complex value (its variables' types:
+        the kernel's, the cotangent's ``sym_g_type``, a result stand-in's)."""
+        if s.kind == "const":
+            return isinstance(s.value, complex)
+        if s.kind == "var":
+            if s.name == ir.COTANGENT:
+                t = self.sym_g_type
+                if t is None:
+                    t = self._g_type()
+            else:
+                t = self.T.get(s.name)
+                if t is None:
+                    t = (self.sym_out_types or {}).get(s.name)
+            if t is None and self._has_complex():
+                from .errors import DifferentiationError
+                raise DifferentiationError(
+                    f"the type of '{s.name}' in a derivative on complex values is not "
+                    "known", construct="complex derivative",
+                    remedy="split the computation into real and imaginary parts")
+            return isinstance(t, types.Complex)
+        if s.name in ("real", "imag", "abs") or s.name in _SYM_CMP or \
+                s.name in ("eq", "ne", "land"):
+            return False
+        if s.name == "where":
+            return any(self.sym_is_complex(a) for a in s.args[1:])
+        return any(self.sym_is_complex(a) for a in s.args)
+
+    def _g_type(self):
+        """The type of the cotangent ``self._g`` (an adjoint's or a tangent's name)."""
+        key = getattr(self, "derived_of", {}).get(self._g)
+        return self.T.get(key[1]) if key is not None else None
+
+    def _has_complex(self):
+        if not hasattr(self, "_complex_kernel"):
+            self._complex_kernel = any(
+                isinstance(t, types.Complex) or isinstance(getattr(t, "dtype", None),
+                                                           types.Complex)
+                for t in self.T.values())
+        return self._complex_kernel
+
+    def _sym(self, s, dtype):
         if s.kind == "var":
             return self.n(s.name) if s.name != ir.COTANGENT else self._g
         if s.kind == "const":
             v = s.value
+            if isinstance(v, complex):
+                return repr(v)
             if isinstance(dtype, types.Float) and dtype.bitwidth == 32:
                 return f"np.float32({v!r})"
             return repr(v)
-        args = [self.sym(x, dtype) for x in s.args]
+        args = [self._sym(x, dtype) for x in s.args]
+        if s.name in ("conj", "real", "imag", "sign", "pow") or s.name in _SYM_FUNCS:
+            complex_arg = any(self.sym_is_complex(x) for x in s.args)
+            if s.name == "conj":
+                return f"np.conj({args[0]})" if complex_arg else args[0]
+            if s.name in ("real", "imag"):
+                return f"({args[0]}).{s.name}" if complex_arg else (
+                    args[0] if s.name == "real" else "0.0")
+            if complex_arg and s.name == "sign":
+                return f"({args[0]} / abs({args[0]}) if {args[0]} != 0 else 0j)"
+            if complex_arg and s.name == "pow":
+                return f"({args[0]} ** {args[1]})"
+            if complex_arg and s.name in _COMPLEX_FUNCS:
+                return f"np.{s.name}({args[0]})"
+            if complex_arg and s.name != "sign":
+                from .errors import DifferentiationError
+                raise DifferentiationError(
+                    f"{s.name}() of a complex value has no derivative code",
+                    construct=f"complex {s.name}",
+                    remedy="split the computation into real and imaginary parts")
         if s.name in _SYM_INFIX:
             return f"({args[0]} {_SYM_INFIX[s.name]} {args[1]})"
         if s.name == "neg":
@@ -273,13 +353,15 @@ class Naming:
         if s.name == "where":
             return f"({args[1]} if {args[0]} else {args[2]})"
         if s.name == "sign":
-            one = self.sym(ops.const(1.0), dtype)
-            zero = self.sym(ops.const(0.0), dtype)
+            one = self._sym(ops.const(1.0), dtype)
+            zero = self._sym(ops.const(0.0), dtype)
             x = args[0]
             return f"({one} if {x} > 0 else (-{one} if {x} < 0 else {zero}))"
         return f"{_SYM_FUNCS[s.name]}({', '.join(args)})"
 
     def cast(self, text, target_type):
+        if isinstance(target_type, types.Complex) and target_type.bitwidth == 64:
+            return f"np.complex64({_strip(text)})"
         if isinstance(target_type, types.Float) and target_type.bitwidth == 32:
             return f"np.float32({_strip(text)})"
         return _strip(text)

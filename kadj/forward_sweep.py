@@ -27,6 +27,10 @@ class ForwardSweep:
         about to overwrite it (a ``# save`` comment names its line)."""
         if self.nopush:
             return
+        if isinstance(t, types.Complex):   # its real and imaginary parts, in turn
+            for part in ("real", "imag"):
+                self.push(depth, f"({value_text}).{part}", t.underlying_float, saves)
+            return
         kind = self.tape_of(t)
         what = value_text
         if not isinstance(t, (types.Float,)):
@@ -43,6 +47,12 @@ class ForwardSweep:
         frame.counts[kind] = frame.counts.get(kind, 0) + 1
 
     def pop(self, depth, target_text, t, restores=False):
+        if isinstance(t, types.Complex):   # (pushed as its real, then imaginary part)
+            im, re = self.fresh("im"), self.fresh("re")
+            self.pop(depth, im, t.underlying_float)
+            self.pop(depth, re, t.underlying_float)
+            self.put(depth, A.Assign(target_text, self.cast(f"complex({re}, {im})", t)))
+            return
         self.put(depth, A.Pop(self.tape_of(t), target_text,
                               boolean=isinstance(t, types.Boolean),
                               note=f"restore {target_text}" if restores else None))

@@ -7,6 +7,7 @@ sees codegen, atomics, CPU or GPU: only these operations.
 """
 from __future__ import annotations
 
+import cmath
 import math
 import numbers
 from dataclasses import dataclass
@@ -131,7 +132,7 @@ def describe(s):
 
 
 def _cmp(name, a, b):
-    if not isinstance(b, (Sym, numbers.Real)):
+    if not isinstance(b, (Sym, numbers.Complex)):
         return NotImplemented  # (an unrelated object: Python's default comparison)
     return _op(name, a, b)
 
@@ -141,6 +142,11 @@ def var(name):
 
 
 def const(value):
+    if _is_complex(value):
+        value = complex(value)
+        if value.imag == 0.0:
+            return Sym("const", value=value.real)
+        return Sym("const", value=value)
     return Sym("const", value=float(value))
 
 
@@ -154,7 +160,7 @@ def _op(name, *args):
     if name in _FOLD and all(a.kind == "const" for a in args) and not (
             name == "div" and args[1].value == 0.0):
         folded = _FOLD[name](*(a.value for a in args))
-        if math.isfinite(folded):  # (inf and nan have no literal in the source)
+        if cmath.isfinite(folded):  # (inf and nan have no literal in the source)
             return const(folded)
     if name == "mul":
         a, b = args
@@ -170,11 +176,76 @@ def _op(name, *args):
         return args[0]
     if name == "neg" and args[0].kind == "op" and args[0].name == "neg":
         return args[0].args[0]
+    if name == "conj":
+        return _conj(args[0])
     if name == "add" and _is_const(args[1], 0.0):
         return args[0]
     if name == "sub" and args[1].kind == "op" and args[1].name == "neg":
         return args[0] + args[1].args[0]
     return Sym("op", name=name, args=args)
+
+
+def _conj(a):
+    """conj(a), simplified: constants fold, conj(conj(x)) = x, conj(-x) = -conj(x)."""
+    if a.kind == "const":
+        v = a.value
+        return const(v.conjugate()) if isinstance(v, complex) else a
+    if a.kind == "op" and a.name == "conj":
+        return a.args[0]
+    if a.kind == "op" and a.name == "neg":
+        return -_conj(a.args[0])
+    if a.kind == "op" and a.name in ("real", "imag", "abs"):
+        return a
+    return Sym("op", name="conj", args=(a,))
+
+
+# functions real on the real axis: conj(f(z)) = f(conj(z)) (off their branch cuts)
+_REAL_ANALYTIC = frozenset(["sin", "cos", "tan", "sinh", "cosh", "tanh", "exp", "log",
+                            "sqrt", "pow", "sign"])
+
+
+def conj_rule(c, g_name=None):
+    """``conj(c)`` with the cotangent replaced by its conjugate, conjugates pushed
+    down to the leaves: for a rule contribution ``c = g * conj(f'(z))`` (linear in
+    ``g``), the forward-mode term ``f'(z) * g``."""
+    from .ir import COTANGENT
+    g_name = g_name or COTANGENT
+    return _push_conj(_subst_conj(_lift(c), g_name))
+
+
+def _subst_conj(s, g_name):
+    if s.kind == "var":
+        return Sym("op", name="conj", args=(s,)) if s.name == g_name else s
+    if s.kind == "const":
+        return s
+    return Sym("op", name=s.name, args=tuple(_subst_conj(a, g_name) for a in s.args))
+
+
+def _push_conj(s):
+    """conj(s), conjugates moved to the leaves and cancelled."""
+    if s.kind in ("var", "const"):
+        return _conj(s)
+    if s.name == "conj":
+        return _tidy(s.args[0])
+    if s.name in ("add", "sub", "mul", "div", "neg", "where") or s.name in _REAL_ANALYTIC:
+        if s.name == "where":
+            return where(_tidy(s.args[0]), _push_conj(s.args[1]), _push_conj(s.args[2]))
+        return _op(s.name, *(_push_conj(a) for a in s.args))
+    if s.name in ("real", "imag") or s.name in (
+            "eq", "ne", "gt", "ge", "lt", "le", "land"):
+        return _tidy(s)
+    return _conj(_tidy(s))
+
+
+def _tidy(s):
+    """``s`` with its inner conj(conj(x)) cancelled."""
+    if s.kind in ("var", "const"):
+        return s
+    if s.name == "conj":
+        return _push_conj(s.args[0])
+    return _op(s.name, *(_tidy(a) for a in s.args)) if s.name in _FOLD or \
+        s.name in ("mul", "div") else Sym("op", name=s.name,
+                                          args=tuple(_tidy(a) for a in s.args))
 
 
 _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b,
@@ -186,9 +257,12 @@ def _is_const(s, v):
 
 
 def constant(x):
-    """The value of ``x`` when it is a number or a constant :class:`Sym`, else None."""
+    """The value of ``x`` when it is a real number or a real constant :class:`Sym`,
+    else None (complex constants included)."""
     if isinstance(x, Sym):
-        return x.value if x.kind == "const" else None
+        return x.value if x.kind == "const" and not isinstance(x.value, complex) else None
+    if isinstance(x, numbers.Complex) and not isinstance(x, numbers.Real):
+        return None
     try:
         return float(x)
     except (TypeError, ValueError):
@@ -210,20 +284,41 @@ def _fn(name, numeric):
     return f
 
 
+def _is_complex(x):
+    return isinstance(x, numbers.Complex) and not isinstance(x, numbers.Real)
+
+
 def _sign(x):
+    if _is_complex(x):  # the unit vector x / |x| (0 at 0): the gradient of |x|
+        return x / abs(x) if x != 0 else 0j
     return 1.0 if x > 0 else (-1.0 if x < 0 else 0.0)
 
 
-sin = _fn("sin", math.sin)
-cos = _fn("cos", math.cos)
-tan = _fn("tan", math.tan)
-sinh = _fn("sinh", math.sinh)
-cosh = _fn("cosh", math.cosh)
-tanh = _fn("tanh", math.tanh)
-exp = _fn("exp", math.exp)
-log = _fn("log", math.log)
-sqrt = _fn("sqrt", math.sqrt)
-pow = _fn("pow", math.pow)  # noqa: A001 - the vocabulary mirrors math's names
+def _both(real_fn, complex_fn):
+    """``real_fn`` on real numbers, ``complex_fn`` on complex ones."""
+    def f(*xs):
+        return complex_fn(*xs) if any(_is_complex(x) for x in xs) else real_fn(*xs)
+    return f
+
+
+def _pow(a, b):
+    return a ** b if _is_complex(a) or _is_complex(b) else math.pow(a, b)
+
+
+sin = _fn("sin", _both(math.sin, cmath.sin))
+cos = _fn("cos", _both(math.cos, cmath.cos))
+tan = _fn("tan", _both(math.tan, cmath.tan))
+sinh = _fn("sinh", _both(math.sinh, cmath.sinh))
+cosh = _fn("cosh", _both(math.cosh, cmath.cosh))
+tanh = _fn("tanh", _both(math.tanh, cmath.tanh))
+exp = _fn("exp", _both(math.exp, cmath.exp))
+log = _fn("log", _both(math.log, cmath.log))
+sqrt = _fn("sqrt", _both(math.sqrt, cmath.sqrt))
+pow = _fn("pow", _pow)  # noqa: A001 - the vocabulary mirrors math's names
+# complex values: the conjugate (the identity on real values), real and imaginary parts
+conj = _fn("conj", lambda x: x.conjugate())
+real = _fn("real", lambda x: x.real)
+imag = _fn("imag", lambda x: x.imag)
 sign = _fn("sign", _sign)
 copysign = _fn("copysign", math.copysign)
 # where(c, a, b) = a if c else b; the conditions below are numbers or Syms

@@ -139,6 +139,8 @@ def tangent_stages(target, req):
 
 
 def _make_plan(target, req, region):
+    from .complex_check import check_target
+    check_target(target, region, req.name)
     plan = _plan.build_plan(req.name, req.arg_names, req.wrt, region, req.arg_types)
     if plan.returns_value and not target.returns_values:
         raise DifferentiationError(f"{target.title} kernels cannot return values",

@@ -38,8 +38,8 @@ class AdjointPlan:
 
 def _is_float_type(t):
     from numba.core import types
-    return isinstance(t, types.Float) or (isinstance(t, types.Array) and
-                                          isinstance(t.dtype, types.Float))
+    return isinstance(t, (types.Float, types.Complex)) or (
+        isinstance(t, types.Array) and isinstance(t.dtype, (types.Float, types.Complex)))
 
 
 def build_plan(kernel_name, arg_names, wrt, kernel, arg_types):
@@ -65,8 +65,7 @@ def build_plan(kernel_name, arg_names, wrt, kernel, arg_types):
                     kernel=kernel_name, construct=f"wrt={wrt}",
                     remedy="only float32/float64 arguments can be differentiated")
             continue
-        if isinstance(t, types.Array) and t.dtype != t.dtype or \
-                isinstance(getattr(t, "dtype", None), types.Complex):
+        if isinstance(t, types.Array) and t.dtype != t.dtype:
             continue
         if wrt is None or name in wrt or (is_arr and name in stored):
             slots.append(i)

@@ -181,7 +181,8 @@ class Writer(Naming, MemoryLiveness, CheckpointedLoops, ForwardSweep, ReverseSwe
                     for name in sorted(a.work_arrays)]
         prologue += self.declarations()
         for v in sorted(sorted(a.varied), key=self.n):  # unnamed ones: in a fixed order
-            if isinstance(self.T.get(v), types.Float) and v not in self.single_use:
+            if isinstance(self.T.get(v), (types.Float, types.Complex)) and \
+                    v not in self.single_use:
                 prologue.append(A.Assign(self.adj_var(v), self.zero(self.T[v])))
         for v in sorted(sorted(self.declare), key=self.n):
             prologue.append(A.Assign(self.n(v), self.zero(self.T.get(v))))

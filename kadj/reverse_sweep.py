@@ -148,13 +148,15 @@ class ReverseSweep:
             for x in e.args:
                 if isinstance(x, ir.Var):
                     args.append(ops.var(x.name))
-                elif isinstance(x, ir.Const) and isinstance(x.value, (int, float, np.number)):
+                elif isinstance(x, ir.Const) and isinstance(x.value, (int, float, complex,
+                                                                      np.number)):
                     args.append(ops.const(x.value))
                 else:
                     args.append(ops.const(0.0))
             contribs = rules.expand(rule, ops.var(ir.COTANGENT), ops.var(out_name or v), args,
                                     kernel=self.k.name, loc=s.loc)
             self._g = g or self.adj(v)
+            self.sym_g_type, self.sym_out_types = self.T.get(v), {out_name: self.T.get(v)}
             if out_name:
                 self.names.setdefault(out_name, out_name)
             for x, c in zip(e.args, contribs):

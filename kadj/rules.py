@@ -15,6 +15,7 @@ Users add their own through :func:`kadj.register_adjoint`, which uses the same t
 """
 from __future__ import annotations
 
+import cmath
 import functools
 import inspect
 import math
@@ -25,6 +26,7 @@ import numpy as np
 from numba.core import types as nbtypes
 
 from . import ops as o
+from .complex_parts import imag_part, real_part
 from .errors import DifferentiationError
 
 
@@ -36,6 +38,8 @@ class Rule:
     vjp:    ``vjp(g, out, *args) -> tuple`` of per-argument contributions.
     domain: per argument, the (low, high) interval tests sample from; ``None`` for an
             argument that the tests pass as the integer in ``int_args``.
+    complex_domain: for an entry that also holds on complex values, per argument the
+            rectangle ((re low, re high), (im low, im high)) tests sample from.
     int_args: sample integer values for arguments that must be integers.
     nargs:  number of arguments the tests call it with.
     """
@@ -45,6 +49,7 @@ class Rule:
     domain: tuple = ()
     int_args: dict = field(default_factory=dict)
     nargs: int = 1
+    complex_domain: tuple = ()
 
 
 RULES: dict = {}
@@ -76,7 +81,8 @@ def generation():
     return _generation
 
 
-def register(*keys, domain=((-2.0, 2.0),), int_args=None, name=None, arities=None):
+def register(*keys, domain=((-2.0, 2.0),), int_args=None, name=None, arities=None,
+             complex_domain=()):
     """Register ``vjp`` for every key in ``keys`` (aliases share one entry).
 
     ``vjp`` must accept ``(g, out, *args)`` for every number of arguments in
@@ -100,7 +106,8 @@ def register(*keys, domain=((-2.0, 2.0),), int_args=None, name=None, arities=Non
                            f"{', '.join(f'x{k}' for k in range(n))}): the incoming "
                            "adjoint, the primal output and one per argument")
         rule = Rule(name=rule_name, vjp=_checked(vjp, rule_name), domain=tuple(domain),
-                    int_args=dict(int_args or {}), nargs=len(domain))
+                    int_args=dict(int_args or {}), nargs=len(domain),
+                    complex_domain=tuple(complex_domain))
         for k in keys:
             RULES[k] = rule
         _generation += 1
@@ -263,31 +270,42 @@ def _may_be_zero(x):
 
 
 _PM = ((-2.0, 2.0), (-2.0, 2.0))
+# Entries that also hold on complex values give ``complex_domain``: per argument, the
+# rectangle ((re low, re high), (im low, im high)) the tests sample it from.
+_PMC = (((-2.0, 2.0), (-1.5, 1.5)),)
+_UNITC = (((-0.6, 0.6), (-0.6, 0.6)),)
+_POSC = (((0.2, 3.0), (-1.5, 1.5)),)
+_cj = o.conj
 _POS = ((0.2, 3.0),)
 _UNIT = ((-0.9, 0.9),)
 
 # ---- arithmetic ------------------------------------------------------------------
-register(operator.add, operator.iadd, np.add, domain=_PM, name="add")(
+_PMC2 = _PMC * 2
+register(operator.add, operator.iadd, np.add, domain=_PM, name="add", complex_domain=_PMC2)(
     lambda g, out, a, b: (g, g))
-register(operator.sub, operator.isub, np.subtract, domain=_PM, name="sub")(
+register(operator.sub, operator.isub, np.subtract, domain=_PM, name="sub",
+         complex_domain=_PMC2)(
     lambda g, out, a, b: (g, -g))
-register(operator.mul, operator.imul, np.multiply, domain=_PM, name="mul")(
-    lambda g, out, a, b: (g * b, g * a))
+register(operator.mul, operator.imul, np.multiply, domain=_PM, name="mul",
+         complex_domain=_PMC2)(
+    lambda g, out, a, b: (g * _cj(b), g * _cj(a)))
 
 
 @register(operator.truediv, operator.itruediv, np.divide, np.true_divide,
-          domain=((-2.0, 2.0), (0.5, 2.0)), name="truediv")
+          domain=((-2.0, 2.0), (0.5, 2.0)), name="truediv",
+          complex_domain=(_PMC[0], ((0.5, 2.0), (-1.0, 1.0))))
 def _truediv(g, out, a, b):
-    da, db = g / b, -(g * out) / b
+    da, db = g / _cj(b), -(g * _cj(out)) / _cj(b)
     if _may_be_zero(b):
         return (_sz(g, da), _sz(g, db))
     return (da, db)
 
 
-register(operator.neg, np.negative, name="neg")(lambda g, out, a: (-g,))
-register(operator.pos, np.positive, name="pos")(lambda g, out, a: (g,))
-register(abs, np.abs, np.absolute, np.fabs, math.fabs, name="abs")(
-    lambda g, out, a: (g * o.sign(a),))
+register(operator.neg, np.negative, name="neg", complex_domain=_PMC)(lambda g, out, a: (-g,))
+register(operator.pos, np.positive, name="pos", complex_domain=_PMC)(lambda g, out, a: (g,))
+# on a complex value, sign(a) is a / |a| (0 at 0: the kink of |z| gets a zero gradient)
+register(abs, np.abs, np.absolute, np.fabs, math.fabs, name="abs",
+         complex_domain=(((0.3, 2.0), (-1.5, 1.5)),))(lambda g, out, a: (g * o.sign(a),))
 
 
 @register(operator.pow, operator.ipow, math.pow, np.power, pow,
@@ -296,13 +314,13 @@ def _pow(g, out, a, b):
     # d/da a**b = b * a**(b-1); d/db = a**b * log(a) (only used when b is active).
     # At a = 0 (as JAX and PyTorch): d/da is 0 where b == 0 and d/db is 0 where b >= 0
     # (the limit of a**b * log(a) as a -> 0+); elsewhere IEEE arithmetic of the formula.
-    da = g * b * o.pow(a, b - 1.0)
+    da = g * _cj(b) * _cj(o.pow(a, b - 1.0))
     c = o.constant(b)
     if c is None:
         da = o.where(o.eq(b, 0.0), 0.0, _sz(g, da))
     elif c < 1.0:  # a constant exponent >= 1 has a finite d/da everywhere
         da = _sz(g, da)
-    db = o.where(o.land(o.eq(a, 0.0), o.ge(b, 0.0)), 0.0, _sz(g, g * out * o.log(a)))
+    db = o.where(o.land(o.eq(a, 0.0), o.ge(b, 0.0)), 0.0, _sz(g, g * _cj(out) * _cj(o.log(a))))
     return (da, db)
 
 
@@ -338,52 +356,64 @@ def _clip(g, out, x, lo, hi):
 
 
 # ---- trigonometric and hyperbolic -------------------------------------------------
-register(math.sin, np.sin, name="sin")(lambda g, out, x: (g * o.cos(x),))
-register(math.cos, np.cos, name="cos")(lambda g, out, x: (-(g * o.sin(x)),))
-register(math.tan, np.tan, domain=((-1.2, 1.2),), name="tan")(
-    lambda g, out, x: (g * (1.0 + out * out),))
-register(math.asin, np.arcsin, domain=_UNIT, name="asin")(
-    lambda g, out, x: (_sz(g, g / o.sqrt(1.0 - x * x)),))
-register(math.acos, np.arccos, domain=_UNIT, name="acos")(
-    lambda g, out, x: (_sz(g, -(g / o.sqrt(1.0 - x * x))),))
-register(math.atan, np.arctan, name="atan")(lambda g, out, x: (g / (1.0 + x * x),))
+register(math.sin, np.sin, cmath.sin, name="sin", complex_domain=_PMC)(
+    lambda g, out, x: (g * _cj(o.cos(x)),))
+register(math.cos, np.cos, cmath.cos, name="cos", complex_domain=_PMC)(
+    lambda g, out, x: (-(g * _cj(o.sin(x))),))
+register(math.tan, np.tan, cmath.tan, domain=((-1.2, 1.2),), name="tan",
+         complex_domain=_UNITC)(
+    lambda g, out, x: (g * _cj(1.0 + out * out),))
+register(math.asin, np.arcsin, cmath.asin, domain=_UNIT, complex_domain=_UNITC, name="asin")(
+    lambda g, out, x: (_sz(g, g / _cj(o.sqrt(1.0 - x * x))),))
+register(math.acos, np.arccos, cmath.acos, domain=_UNIT, complex_domain=_UNITC, name="acos")(
+    lambda g, out, x: (_sz(g, -(g / _cj(o.sqrt(1.0 - x * x)))),))
+register(math.atan, np.arctan, cmath.atan, complex_domain=_UNITC, name="atan")(
+    lambda g, out, x: (g / _cj(1.0 + x * x),))
 register(math.atan2, np.arctan2, domain=((-2.0, 2.0), (0.3, 2.0)), name="atan2")(
     lambda g, out, y, x: (_sz(g, g * x / (x * x + y * y)),
                           _sz(g, -(g * y) / (x * x + y * y))))
-register(math.sinh, np.sinh, name="sinh")(lambda g, out, x: (g * o.cosh(x),))
-register(math.cosh, np.cosh, name="cosh")(lambda g, out, x: (g * o.sinh(x),))
-register(math.tanh, np.tanh, name="tanh")(lambda g, out, x: (g * (1.0 - out * out),))
-register(math.asinh, np.arcsinh, name="asinh")(
-    lambda g, out, x: (g / o.sqrt(x * x + 1.0),))
+register(math.sinh, np.sinh, cmath.sinh, name="sinh", complex_domain=_PMC)(
+    lambda g, out, x: (g * _cj(o.cosh(x)),))
+register(math.cosh, np.cosh, cmath.cosh, name="cosh", complex_domain=_PMC)(
+    lambda g, out, x: (g * _cj(o.sinh(x)),))
+register(math.tanh, np.tanh, cmath.tanh, name="tanh", complex_domain=_UNITC)(
+    lambda g, out, x: (g * _cj(1.0 - out * out),))
+register(math.asinh, np.arcsinh, cmath.asinh, name="asinh", complex_domain=_UNITC)(
+    lambda g, out, x: (g / _cj(o.sqrt(x * x + 1.0)),))
 register(math.acosh, np.arccosh, domain=((1.2, 3.0),), name="acosh")(
     lambda g, out, x: (_sz(g, g / o.sqrt(x * x - 1.0)),))
-register(math.atanh, np.arctanh, domain=_UNIT, name="atanh")(
-    lambda g, out, x: (_sz(g, g / (1.0 - x * x)),))
+register(math.atanh, np.arctanh, cmath.atanh, domain=_UNIT, complex_domain=_UNITC, name="atanh")(
+    lambda g, out, x: (_sz(g, g / _cj(1.0 - x * x)),))
 
 # ---- exponentials and logarithms -------------------------------------------------
-register(math.exp, np.exp, name="exp")(lambda g, out, x: (g * out,))
-register(math.expm1, np.expm1, name="expm1")(lambda g, out, x: (g * (out + 1.0),))
-register(np.exp2, name="exp2")(lambda g, out, x: (g * out * math.log(2.0),))
+register(math.exp, np.exp, cmath.exp, name="exp", complex_domain=_PMC)(
+    lambda g, out, x: (g * _cj(out),))
+register(math.expm1, np.expm1, name="expm1", complex_domain=_PMC)(
+    lambda g, out, x: (g * _cj(out + 1.0),))
+register(np.exp2, name="exp2", complex_domain=_PMC)(
+    lambda g, out, x: (g * _cj(out) * math.log(2.0),))
 register(math.log1p, np.log1p, domain=((-0.5, 2.0),), name="log1p")(
     lambda g, out, x: (_sz(g, g / (1.0 + x)),))
 register(math.log2, np.log2, domain=_POS, name="log2")(
     lambda g, out, x: (_sz(g, g / (x * math.log(2.0))),))
 register(math.log10, np.log10, domain=_POS, name="log10")(
     lambda g, out, x: (_sz(g, g / (x * math.log(10.0))),))
-register(np.log, domain=_POS, name="np.log")(lambda g, out, x: (_sz(g, g / x),))
+register(cmath.log10, domain=(), complex_domain=_POSC, name="cmath.log10")(
+    lambda g, out, x: (_sz(g, g / (_cj(x) * math.log(10.0))),))
+register(np.log, domain=_POS, complex_domain=_POSC, name="np.log")(lambda g, out, x: (_sz(g, g / _cj(x)),))
 
 
-@register(math.log, domain=_POS, name="log")
+@register(math.log, cmath.log, domain=_POS, complex_domain=_POSC, name="log")
 def _log(g, out, x, base=None):
     # math.log(x) or math.log(x, base) = log(x) / log(base)
     if base is None:
-        return (_sz(g, g / x),)
+        return (_sz(g, g / _cj(x)),)
     lb = o.log(base)
-    return (_sz(g, g / (x * lb)), _sz(g, -(g * out) / (base * lb)))
+    return (_sz(g, g / _cj(x * lb)), _sz(g, -(g * _cj(out)) / _cj(base * lb)))
 
 
-register(math.sqrt, np.sqrt, domain=_POS, name="sqrt")(
-    lambda g, out, x: (_sz(g, g / (2.0 * out)),))
+register(math.sqrt, np.sqrt, cmath.sqrt, domain=_POS, complex_domain=_POSC, name="sqrt")(
+    lambda g, out, x: (_sz(g, g / _cj(2.0 * out)),))
 register(np.cbrt, domain=_POS, name="cbrt")(
     lambda g, out, x: (_sz(g, g / (3.0 * out * out)),))
 register(math.hypot, np.hypot, domain=((0.3, 2.0), (-2.0, -0.3)), name="hypot")(
@@ -403,7 +433,7 @@ register(operator.mod, operator.imod, np.remainder, np.mod,
 register(math.fmod, np.fmod, domain=((0.1, 0.9), (1.1, 2.0)), name="fmod")(
     # a fmod b = a - b * trunc(a / b): d/db = -trunc(a / b) = -(a - out) / b
     lambda g, out, a, b: (g, _sz(g, -(g * (a - out)) / b)))
-register(np.square, name="square")(lambda g, out, x: (2.0 * g * x,))
+register(np.square, name="square", complex_domain=_PMC)(lambda g, out, x: (2.0 * g * _cj(x),))
 register(float, np.float64, np.float32, name="float")(lambda g, out, x: (g,))
 # numba's own type objects used as casts (``from numba import float32; float32(x)``)
 RULES[nbtypes.float32] = RULES[nbtypes.float64] = RULES[float]
@@ -412,3 +442,26 @@ if hasattr(math, "cbrt"):
     RULES[math.cbrt] = RULES[np.cbrt]
 if hasattr(math, "exp2"):
     RULES[math.exp2] = RULES[np.exp2]
+
+# ---- complex values ---------------------------------------------------------------------
+# Convention: the adjoint of a complex z = x + iy holds dL/dx + i dL/dy (a real loss L),
+# so a holomorphic w = f(z) gives g * conj(f'(z)) (the entries above, with ``_cj``); a
+# complex cotangent flowing into a real value keeps its real part (done where the
+# contribution is written, :meth:`kadj.adj_naming.Naming.sym`).
+register(np.conj, np.conjugate, name="conj", domain=(), complex_domain=_PMC)(
+    lambda g, out, z: (o.conj(g),))
+register(real_part, np.real, name="real", domain=(), complex_domain=_PMC)(lambda g, out, z: (g,))
+register(imag_part, np.imag, name="imag", domain=(), complex_domain=_PMC)(
+    lambda g, out, z: (1j * g,))
+register(cmath.phase, np.angle, name="phase", domain=(), complex_domain=(((0.3, 2.0), (-1.5, 1.5)),))(
+    # phase = atan2(y, x): dL/dx + i dL/dy = g * (-y + i x) / |z|^2 = g * i / conj(z)
+    lambda g, out, z: (_sz(g, g * 1j / o.conj(z)),))
+
+
+@register(complex, np.complex128, np.complex64, nbtypes.complex128, nbtypes.complex64,
+          domain=(), name="complex")
+def _complex(g, out, x, y=None):
+    # complex(x) or complex(x, y) = x + i y
+    if y is None:
+        return (g,)
+    return (g, -1j * g)

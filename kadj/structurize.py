@@ -40,6 +40,7 @@ from numba.np import numpy_support
 
 from . import ir
 from . import rules
+from .complex_parts import PARTS
 from .condition_flags import flag_condition
 from .errors import DifferentiationError, InternalError
 from .frontend import resolve_value
@@ -680,13 +681,13 @@ class Structurizer:
         except Exception:
             return None
         if isinstance(d, nir.Const):
-            if d.value is None or isinstance(d.value, (bool, int, float, str, np.number,
+            if d.value is None or isinstance(d.value, (bool, int, float, complex, str, np.number,
                                                        np.bool_)):
                 return ir.Const(d.value)
             return None
         if isinstance(d, (nir.Global, nir.FreeVar)):
             v = d.value
-            if isinstance(v, (bool, int, float, str, np.number, np.bool_)):
+            if isinstance(v, (bool, int, float, complex, str, np.number, np.bool_)):
                 return ir.Const(v)
         if isinstance(d, nir.Expr) and d.op == "getattr":
             try:
@@ -777,7 +778,7 @@ class Structurizer:
             if self.const_of(stmt.target) is not None or val.value is None:
                 return []
             v = val.value
-            if isinstance(v, (bool, int, float, np.number, np.bool_)):
+            if isinstance(v, (bool, int, float, complex, np.number, np.bool_)):
                 return [ir.Assign(tgt, ir.Copy(ir.Const(v)), loc=loc)]
             if isinstance(v, np.ndarray):
                 return [ir.Assign(tgt, ir.Copy(ir.GlobalRef(v, name=getattr(val, "name",
@@ -865,6 +866,9 @@ class Structurizer:
             vtype = self.types.get(e.value.name)
             if isinstance(vtype, types.Array) and e.attr in ("shape", "size", "ndim"):
                 return [ir.Assign(tgt, ir.Attr(self.avar(e.value), e.attr), loc=loc)]
+            if isinstance(vtype, types.Complex) and e.attr in PARTS:  # z.real, z.imag
+                return [ir.Assign(tgt, ir.Op(PARTS[e.attr], (self.operand(e.value),)),
+                                  loc=loc)]
             if self.const_of(ir_var(tgt, loc)) is not None:
                 return []
             try:

@@ -93,7 +93,8 @@ class TangentWriter(Naming):
         prologue = []
         for name in k.args:
             t = self.T.get(name)
-            if not isinstance(t, types.Float) or name not in self.a.varied:
+            if not isinstance(t, (types.Float, types.Complex)) or \
+                    name not in self.a.varied:
                 continue
             if name in self.slot_args:
                 prologue.append(A.Assign(self.dot(name), f"{self.dot_buf(name)}[0]"))
@@ -266,7 +267,8 @@ class TangentWriter(Naming):
         for x in e.args:
             if isinstance(x, ir.Var):
                 args.append(ops.var(x.name))
-            elif isinstance(x, ir.Const) and isinstance(x.value, (int, float, np.number)):
+            elif isinstance(x, ir.Const) and isinstance(x.value, (int, float, complex,
+                                                                  np.number)):
                 args.append(ops.const(x.value))
             else:
                 args.append(ops.const(0.0))
@@ -281,6 +283,12 @@ class TangentWriter(Naming):
             if out_var in c.variables():
                 uses_out = True
             self._g = self.dot(x.name)
+            self.sym_g_type = self.T.get(x.name)
+            self.sym_out_types = {out_var: self.T.get(s.target)}
+            if self._has_complex():
+                # a rule gives g * conj(f'(z)) (the conjugate cotangent): the tangent
+                # term is f'(z) * dot_z, its conjugate at g = conj(dot_z)
+                c = ops.conj_rule(c)
             terms.append(self.sym(c, self.T[s.target]))
         return terms, uses_out
 

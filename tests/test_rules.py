@@ -399,3 +399,27 @@ def test_changed_rule_is_not_served_from_disk_cache():
                                        err_msg=f"rule scaled by {scale}")
     finally:
         RULES.pop(math.gamma, None)
+
+
+COMPLEX_RULES = [r for r in ALL_RULES if r.complex_domain]
+
+
+@pytest.mark.parametrize("rule", COMPLEX_RULES, ids=[r.name for r in COMPLEX_RULES])
+def test_rule_on_symbols_over_complex_domain(rule):
+    """On complex arguments too, the symbolic expression agrees with the numeric rule
+    (finite differences over complex domains: tests/test_complex.py)."""
+    n = len(rule.complex_domain)
+    names = [f"x{j}" for j in range(n)]
+    res = rule.vjp(ops.var("g"), ops.var("out"), *[ops.var(v) for v in names])
+    rng = _rng(rule, salt=3)
+    for _ in range(3):
+        args = [complex(rng.uniform(*re), rng.uniform(*im)) for re, im in rule.complex_domain]
+        out = complex(1.3, -0.4)   # (linear in out or unused: any value checks the text)
+        env = {"g": 0.75 - 0.25j, "out": out, **dict(zip(names, args))}
+        num = rule.vjp(0.75 - 0.25j, out, *args)
+        for j, (e, v) in enumerate(zip(res, num)):
+            if e is None:
+                assert v is None
+                continue
+            assert np.isclose(complex(_eval(e, env)), complex(v), rtol=1e-12), (
+                f"{rule.name} arg{j}: symbolic {_eval(e, env)} vs numeric {v} at {args}")

@@ -10,14 +10,12 @@ from .. import ir, ops, rules
 from ..errors import DifferentiationError
 
 
+_INEXACT = (types.Float, types.Complex)   # the values that carry derivatives
+
+
 def check_values(kernel):
-    for name, t in kernel.types.items():
-        if isinstance(t, types.Complex) or (isinstance(t, types.Array) and
-                                            isinstance(t.dtype, types.Complex)):
-            raise DifferentiationError(
-                f"'{name}' is complex ({t}); complex-valued kernels are not supported yet",
-                kernel=kernel.name, construct="complex value",
-                remedy="split the computation into real and imaginary parts")
+    """(Complex values are differentiable on the CPU; other targets refuse them when
+    the plan is made, :func:`kadj.complex_check.check_target`.)"""
 
 
 def count_assignments(kernel, a):
@@ -83,7 +81,7 @@ def activity(kernel, a):
     for name in a.slot_args:
         if isinstance(T.get(name), types.Array):
             a.varied_arrays.add(name)
-        elif isinstance(T.get(name), types.Float):
+        elif isinstance(T.get(name), _INEXACT):
             a.varied.add(name)
     stmts = list(ir.walk(kernel.body))
     changed = True
@@ -91,7 +89,7 @@ def activity(kernel, a):
         changed = False
         for s in stmts:
             if isinstance(s, ir.Assign):
-                if s.target in a.varied or not isinstance(T.get(s.target), types.Float):
+                if s.target in a.varied or not isinstance(T.get(s.target), _INEXACT):
                     continue
                 e = s.expr
                 hit = False
@@ -109,7 +107,7 @@ def activity(kernel, a):
                 arr = s.array.name
                 if arr not in a.varied_arrays and a.active(s.value) and \
                         isinstance(T.get(arr), types.Array) and \
-                        isinstance(T[arr].dtype, types.Float):
+                        isinstance(T[arr].dtype, _INEXACT):
                     a.varied_arrays.add(arr)
                     changed = True
 

@@ -42,7 +42,7 @@ class MemoryPolicy:
 
 class _Queries:
     def is_float(self, name):
-        return isinstance(self.kernel.types.get(name), types.Float)
+        return isinstance(self.kernel.types.get(name), (types.Float, types.Complex))
 
     def active(self, x):
         return isinstance(x, ir.Var) and x.name in self.varied
