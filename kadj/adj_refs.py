@@ -9,6 +9,7 @@ dot) is that variable.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 from . import adj_ir as A
@@ -27,89 +28,156 @@ USE, DEF, FIXED = "use", "def", "fixed"
 
 # ---- occurrences --------------------------------------------------------------------------
 def names(text):
-    return _NAME.findall(text) if isinstance(text, str) else ()
+    """The names ``text`` mentions, in order (a tuple; () for a non-text)."""
+    return _names(text) if isinstance(text, str) else ()
 
 
-def _target_refs(t, op, stmt):
+@functools.lru_cache(maxsize=1 << 14)
+def _names(text):
+    # the passes ask for the names of the same texts again and again (every round
+    # re-indexes the function): one regular-expression scan per distinct text
+    return tuple(_NAME.findall(text))
+
+
+def _target_roles(t, op, out):
     if isinstance(t, (A.AdjVar, A.Local)):
-        yield t.name, DEF, stmt
+        out.append((t.name, DEF))
         if op not in ("=", "= -"):
-            yield t.name, FIXED, stmt
+            out.append((t.name, FIXED))
     elif isinstance(t, A.AdjElem):
-        yield t.base, USE, stmt
+        out.append((t.base, USE))
         for text in t.index_texts:
-            for n in names(text):
-                yield n, USE, stmt
-    else:  # a plain target's text: assigned and read, not rewritten
-        for n in names(t):
-            yield n, FIXED, stmt
+            if isinstance(text, str):
+                out.extend(_roles(text, USE))
+    elif isinstance(t, str):  # a plain target's text: assigned and read, not rewritten
+        out.extend(_roles(t, FIXED))
 
 
-def refs(x):
-    """(name, role, node) of every name ``x`` itself (not its children) mentions."""
-    def uses(*texts):
-        for text in texts:
-            for n in names(text):
-                yield n, USE, x
+@functools.lru_cache(maxsize=1 << 14)
+def _roles(text, role):
+    return tuple((n, role) for n in _names(text))
+
+
+def _uses(text, out):
+    if isinstance(text, str):
+        out.extend(_roles(text, USE))
+
+
+def _roles_of(x):
+    """[(name, role)] of every name ``x`` itself (not its children) mentions, in order."""
+    out = []
     if isinstance(x, (A.Assign, A.Accumulate)):
-        yield from _target_refs(x.target, x.op, x)
-        yield from uses(x.value)
+        _target_roles(x.target, x.op, out)
+        _uses(x.value, out)
+    elif isinstance(x, (A.Comment, A.Barrier, A.Break, A.Continue, A.Pass,
+                        A.CapacityCheck, A.ReverseLoop, A.Block, A.Function)):
+        pass
     elif isinstance(x, (A.If, A.While)):
-        yield from uses(x.cond)
+        _uses(x.cond, out)
     elif isinstance(x, A.For):
-        yield from _target_refs(x.var, "=", x)
-        yield from uses(x.iter)
+        _target_roles(x.var, "=", out)
+        _uses(x.iter, out)
     elif isinstance(x, A.Return):
-        yield from uses(x.value)
+        _uses(x.value, out)
     elif isinstance(x, A.Consume):
-        yield from _target_refs(x.target, "=", x)
-        yield from uses(x.zero)
+        _target_roles(x.target, "=", out)
+        _uses(x.zero, out)
     elif isinstance(x, A.Push):
-        yield from uses(x.value)
+        _uses(x.value, out)
     elif isinstance(x, A.Pop):
-        yield from _target_refs(x.target, "=", x)
-        yield from uses(x.cond)
+        _target_roles(x.target, "=", out)
+        _uses(x.cond, out)
     elif isinstance(x, (A.PushArray, A.PopArray)):
-        for n in names(x.var) + names(x.elem):
-            yield n, FIXED, x
+        out.extend((n, FIXED) for n in names(x.var) + names(x.elem))
     elif isinstance(x, A.Reserve):
         texts = list((x.amounts or {}).values())
         texts += list(((x.hoist or {}).get("amounts") or {}).values())
-        for n in names(" ".join(str(t) for t in texts)):
-            yield n, FIXED, x
-    elif isinstance(x, (A.Comment, A.Barrier, A.Break, A.Continue, A.Pass,
-                        A.CapacityCheck, A.ReverseLoop, A.Block, A.Function)):
-        return
+        out.extend((n, FIXED) for n in names(" ".join(str(t) for t in texts)))
     else:  # a node this module does not know: every name in it is left alone
         for f in dataclasses.fields(x):
             v = getattr(x, f.name)
             if isinstance(v, str):
-                for n in names(v):
-                    yield n, FIXED, x
+                out.extend((n, FIXED) for n in names(v))
+    return out
 
 
-def index(fn):
-    """name -> [(role, node)], and node -> its path [(id(list), position), ...]."""
+def refs(x):
+    """(name, role, node) of every name ``x`` itself (not its children) mentions."""
+    return [(name, role, x) for name, role in _roles_of(x)]
+
+
+def index(fn, memo=None):
+    """name -> [(role, node)], and node -> its path ((id(list), position), ...).
+
+    ``memo`` (a dict kept by the caller between calls on one function): the names of
+    each assignment and accumulation, used again while its target, operator and value
+    are the same objects (the passes replace a target or a text, never change one)."""
     occ, path = {}, {}
+    memo = {} if memo is None else memo
+    simple = (A.Assign, A.Accumulate)
 
     def visit(seq, prefix):
+        key = id(seq)
         for pos, x in enumerate(seq):
-            here = prefix + [(id(seq), pos)]
+            here = prefix + ((key, pos),)
             path[id(x)] = here
-            for name, role, node in refs(x):
-                occ.setdefault(name, []).append((role, node))
+            if type(x) in simple:
+                seen = memo.get(id(x))
+                if seen is not None and seen[0] is x and seen[1] is x.target and \
+                        seen[2] is x.value and seen[3] == x.op:
+                    roles = seen[4]
+                else:
+                    roles = _roles_of(x)
+                    memo[id(x)] = (x, x.target, x.value, x.op, roles)
+            else:
+                roles = _roles_of(x)
+            for name, role in roles:
+                rows = occ.get(name)
+                if rows is None:
+                    occ[name] = [(role, x)]
+                else:
+                    rows.append((role, x))
             for child in x.children():
                 visit(child, here)
-    visit(fn.prologue, [])
-    visit(fn.body, [])
+    visit(fn.prologue, ())
+    visit(fn.body, ())
     return occ, path
 
 
+class Index:
+    """:func:`index` of one function, kept between passes: computed when first asked
+    for, and again only after a pass said it changed the function (:meth:`changed`).
+    A pass that made no change leaves the next one its index."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self._now = None
+        self._memo = {}
+
+    def get(self):
+        """(occurrences, paths) of the function as it is now."""
+        if self._now is None:
+            self._now = index(self.fn, self._memo)
+        return self._now
+
+    def changed(self):
+        self._now = None
+
+
 def lists(fn):
-    """Every statement list of ``fn``."""
+    """Every statement list of ``fn``: the prologue, the body, then the lists of each
+    statement in the order of a walk of the tree."""
     out = [fn.prologue, fn.body]
-    for x in A.walk(fn.prologue + fn.body):
-        out.extend(x.children())
+
+    def visit(seq):
+        for x in seq:
+            children = x.children()
+            if children:
+                out.extend(children)
+                for child in children:
+                    visit(child)
+    visit(fn.prologue)
+    visit(fn.body)
     return out
 
 
@@ -139,5 +207,6 @@ def rewrite(x, old, new):
         x.cond = r(x.cond)
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def pure(text):
     return all(c in _PURE_CALLS or c.startswith(_PURE_PREFIXES) for c in _CALL.findall(text))

@@ -9,6 +9,7 @@ floating-point rounding differs from ``a + b + c``); comparisons never chain.
 from __future__ import annotations
 
 import ast
+import functools
 
 # binding strength, loosest first (the table of Python's language reference)
 _BINOP = {ast.BitOr: 7, ast.BitXor: 8, ast.BitAnd: 9, ast.LShift: 10, ast.RShift: 10,
@@ -43,9 +44,15 @@ def precedence(node):
 
 
 def parse(text):
-    """The expression tree of ``text``, or None where it is not one ASCII expression."""
+    """The expression tree of ``text``, or None where it is not one ASCII expression.
+    Trees are shared between calls with the same text: read them, never change them."""
     if not isinstance(text, str) or not text.isascii() or "\n" in text:
         return None
+    return _parse(text)
+
+
+@functools.lru_cache(maxsize=512)   # small: every tree kept is objects the GC walks
+def _parse(text):
     try:
         return ast.parse(text.strip(), mode="eval").body
     except SyntaxError:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from . import adj_ir as A
-from .adj_refs import DEF, FIXED, IDENT, USE, index, lists, names, pure, rewrite
+from .adj_refs import DEF, FIXED, IDENT, USE, Index, lists, names, pure, rewrite
 from .simplify_adj import sink_resets
 from .simplify_scopes import join_scopes, split_scopes
 from .simplify_expr import (drop_bool_casts, drop_orphan_comments, fold_single_uses,
@@ -30,13 +30,14 @@ def simplify(fn):
     """``fn`` (an :class:`adj_ir.Function`) made easier to read; returns it."""
     scopes = split_scopes(fn)
     sink_resets(fn)
-    propagate_copies(fn)
-    remove_dead(fn)
-    drop_bool_casts(fn)
-    fold_single_uses(fn)
-    inline_index_offsets(fn)
-    fold_single_uses(fn)
-    merge_accumulations(fn)
+    idx = Index(fn)     # one index, passed on while no pass changes the function
+    propagate_copies(fn, idx)
+    remove_dead(fn, idx)
+    drop_bool_casts(fn, idx)
+    fold_single_uses(fn, idx=idx)
+    inline_index_offsets(fn, idx=idx)
+    fold_single_uses(fn, idx=idx)
+    merge_accumulations(fn, idx=idx)
     drop_orphan_comments(fn)
     source_loop_headers(fn)
     join_scopes(fn, scopes)
@@ -51,21 +52,23 @@ def _is_copy(x):
             and x.value != x.target.name)
 
 
-def propagate_copies(fn):
+def propagate_copies(fn, idx=None):
+    """``idx``: the function's :class:`~kadj.adj_refs.Index`, when the caller keeps one."""
+    idx = idx or Index(fn)
     params = set(fn.params)
     while True:
         # copies dropped in one round are removed after it (positions stay valid); a
         # copy naming a name an earlier one of the round changed waits for the next
-        occ, path = index(fn)
         touched, dropped = set(), set()
         for seq in lists(fn):
             for pos, x in enumerate(seq):
                 if (_is_copy(x) and x.target.name not in touched and x.value not in touched
-                        and _propagate(seq, pos, x, occ, path, params)):
+                        and _propagate(seq, pos, x, *idx.get(), params)):
                     touched.update((x.target.name, x.value))
                     dropped.add(id(x))
         if not dropped:
             return
+        idx.changed()
         for seq in lists(fn):
             seq[:] = [x for x in seq if id(x) not in dropped]
 
@@ -104,10 +107,11 @@ def _propagate(seq, pos, copy, occ, path, params):
 
 
 # ---- dead code ----------------------------------------------------------------------------
-def remove_dead(fn):
+def remove_dead(fn, idx=None):
+    idx = idx or Index(fn)
     params = set(fn.params)
     while True:
-        occ, _ = index(fn)
+        occ, _ = idx.get()
         dead = set()
         for name, rows in occ.items():
             if name in params:
@@ -126,6 +130,7 @@ def remove_dead(fn):
                     dead.update(id(n) for n in defs)
         if not dead:
             return
+        idx.changed()
         for seq in lists(fn):
             seq[:] = [x for x in seq if id(x) not in dead]
 

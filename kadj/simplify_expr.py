@@ -26,7 +26,7 @@ import re
 
 from . import adj_ir as A
 from . import expr_text as E
-from .adj_refs import DEF, FIXED, USE, index, lists, names, pure, rewrite
+from .adj_refs import DEF, FIXED, USE, Index, lists, names, pure, rewrite
 
 WIDTH = 70
 _TEMP = re.compile(r"t\d+(_\d+)?\Z")
@@ -114,14 +114,14 @@ def _where(path, node, seq):
 _BOOL = re.compile(r"bool\((\w+)\)\Z")
 
 
-def drop_bool_casts(fn):
-    _repeat(_drop_one_bool_cast, fn)
+def drop_bool_casts(fn, idx=None):
+    """``idx``: the function's :class:`~kadj.adj_refs.Index`, when the caller keeps one."""
+    _repeat(_drop_one_bool_cast, fn, idx or Index(fn))
 
 
-def _drop_one_bool_cast(fn):
+def _drop_one_bool_cast(fn, idx):
     temps = fn.temps
     params = set(fn.params)
-    occ, path = index(fn)
     for seq in lists(fn):
         for pos in range(1, len(seq)):
             x, prev = seq[pos], seq[pos - 1]
@@ -131,6 +131,7 @@ def _drop_one_bool_cast(fn):
             if not m or m.group(1) != prev.target or not isinstance(
                     E.parse(prev.value), E.ast.Compare):
                 continue
+            occ, _ = idx.get()
             t1, t2 = prev.target, x.target
             if t1 in params or t2 in params or _defs(occ, t1, temps) != [prev] or \
                     _defs(occ, t2, temps) != [x]:
@@ -145,11 +146,13 @@ def _drop_one_bool_cast(fn):
     return False
 
 
-def _repeat(step, fn, *args):
-    """Run ``step(fn, *args)`` (one rewrite, True when it made one) until it makes none:
-    each rewrite re-indexes the function, so positions and occurrences stay valid."""
-    while step(fn, *args):
-        pass
+def _repeat(step, fn, idx, *args):
+    """Run ``step(fn, idx, *args)`` (one rewrite, True when it made one) until it makes
+    none: each rewrite re-indexes the function (``idx``: a
+    :class:`~kadj.adj_refs.Index`), so positions and occurrences stay valid; the
+    index is computed only where a statement has the shape of a rewrite."""
+    while step(fn, idx, *args):
+        idx.changed()
 
 
 def _is_temp_def(x, temps):
@@ -191,14 +194,16 @@ def _adjoint_use(x):
         isinstance(x, A.Assign) and isinstance(x.target, (A.AdjVar, A.Local)))
 
 
-def fold_single_uses(fn, width=WIDTH):
+def fold_single_uses(fn, width=WIDTH, idx=None):
+    """``idx``: the function's :class:`~kadj.adj_refs.Index`, when the caller keeps one."""
+    idx = idx or Index(fn)
     temps = fn.temps
     params = set(fn.params)
     while True:
         # folds of one round are removed after it (positions stay valid); statements are
         # visited in order, so a definition has taken in its own operands' folds (its
         # current text) before it is folded into its use
-        occ, path = index(fn)
+        occ, path = idx.get()
         dropped = set()
         for seq in lists(fn):
             for pos, x in enumerate(seq):
@@ -229,6 +234,7 @@ def fold_single_uses(fn, width=WIDTH):
                 dropped.add(id(x))
         if not dropped:
             return
+        idx.changed()
         for seq in lists(fn):
             seq[:] = [x for x in seq if id(x) not in dropped]
 
@@ -272,21 +278,22 @@ def _put_everywhere(node, name, text, width):
     return apply
 
 
-def inline_index_offsets(fn, width=WIDTH):
+def inline_index_offsets(fn, width=WIDTH, idx=None):
     """A temporary holding a name plus or minus an integer (``t4 = i - 1``), read only
     by later statements of its own statement list (primal or adjoint, as a value or an
-    element's index), is spelled out in each: ``u[i - 1]``, ``adj_u[i - 1]``."""
-    _repeat(_inline_one_offset, fn, width)
+    element's index), is spelled out in each: ``u[i - 1]``, ``adj_u[i - 1]``.
+    ``idx``: the function's :class:`~kadj.adj_refs.Index`, when the caller keeps one."""
+    _repeat(_inline_one_offset, fn, idx or Index(fn), width)
 
 
-def _inline_one_offset(fn, width):
+def _inline_one_offset(fn, idx, width):
     temps = fn.temps
     params = set(fn.params)
-    occ, path = index(fn)
     for seq in lists(fn):
         for pos, x in enumerate(seq):
             if not (_is_temp_def(x, temps) and _offset(x.value)):
                 continue
+            occ, path = idx.get()
             name = x.target
             if name in params or name in names(x.value) or _defs(occ, name, temps) != [x]:
                 continue
@@ -349,12 +356,13 @@ def _mentioned(y):
     return out
 
 
-def merge_accumulations(fn, width=WIDTH):
-    """The first accumulation moves into the later one (its value is read there)."""
-    _repeat(_merge_one_accumulation, fn, width)
+def merge_accumulations(fn, width=WIDTH, idx=None):
+    """The first accumulation moves into the later one (its value is read there).
+    (It reads no index; a kept one, ``idx``, is told of each change.)"""
+    _repeat(_merge_one_accumulation, fn, idx or Index(fn), width)
 
 
-def _merge_one_accumulation(fn, width):
+def _merge_one_accumulation(fn, idx, width):
     for seq in lists(fn):
         for pos, x in enumerate(seq):
             if not _plain_acc(x):
