@@ -22,6 +22,8 @@ the stages.  :data:`RUNS` counts how often each stage ran in this process.
 from __future__ import annotations
 
 import collections
+import contextlib
+import gc
 import dataclasses
 import io
 
@@ -85,7 +87,8 @@ def stages(target, kernel, arg_types, wrt=None, options=None, until="compiled", 
 
     def stage(name, fn, *args):
         RUNS[name] += 1
-        out[name] = fn(*args)
+        with _collector_paused():
+            out[name] = fn(*args)
         return STAGES.index(name) >= last
 
     if stage("typed", target.type_kernel, req.dispatcher, req.arg_types):
@@ -105,6 +108,22 @@ def stages(target, kernel, arg_types, wrt=None, options=None, until="compiled", 
         key = cache_key(target, req)
     stage("compiled", target.compile, out["source"], out["plan"], out["typed"], key, req)
     return out
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector paused while a stage runs: a stage allocates
+    many short-lived objects and frees them by reference counting, and a full collection
+    triggered in between walks every object the process holds (numba's too), for
+    nothing; cycles left behind are collected after the stage as usual."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def compile(target, req):
