@@ -13,6 +13,7 @@ still holds only its own copy (else it keeps a ``_2``-style name).
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from . import adj_ir as A
 from .adj_refs import IDENT, names, refs, rename
@@ -92,34 +93,45 @@ def _unhandled(x):
 
 
 # ---- renaming inside one block -----------------------------------------------------------
-def _rename_target(t, old, new):
+def _renamer(mapping):
+    """A function renaming every name of ``mapping`` (old -> new) in an expression text
+    at once (the same matches as :func:`kadj.adj_refs.rename` of each pair)."""
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, mapping)) + r")(?!\w)")
+    return lambda text: pattern.sub(lambda m: mapping[m.group(1)], text)
+
+
+def _rename_target(t, r):
     if isinstance(t, (A.AdjVar, A.Local)):
-        return dataclasses.replace(t, name=rename(t.name, old, new))
+        return dataclasses.replace(t, name=r(t.name))
     if isinstance(t, A.AdjElem):
-        return dataclasses.replace(t, base=rename(t.base, old, new), index_texts=tuple(
-            rename(s, old, new) for s in t.index_texts))
-    return rename(t, old, new) if isinstance(t, str) else t
+        return dataclasses.replace(t, base=r(t.base), index_texts=tuple(
+            r(s) for s in t.index_texts))
+    return r(t) if isinstance(t, str) else t
 
 
-def _rename(block, old, new):
+def _rename(block, mapping):
+    """Rename the names of ``mapping`` (old -> new, all at once) inside ``block``."""
+    if not mapping:
+        return
+    r = _renamer(mapping)
     for x in A.walk([block]):
         if isinstance(x, (A.Assign, A.Accumulate)):
-            x.target = _rename_target(x.target, old, new)
-            x.value = rename(x.value, old, new)
+            x.target = _rename_target(x.target, r)
+            x.value = r(x.value)
         elif isinstance(x, (A.If, A.While)):
-            x.cond = rename(x.cond, old, new)
+            x.cond = r(x.cond)
         elif isinstance(x, A.For):
-            x.var = rename(x.var, old, new)
-            x.iter = rename(x.iter, old, new)
+            x.var = r(x.var)
+            x.iter = r(x.iter)
         elif isinstance(x, (A.Return, A.Push)):
-            x.value = rename(x.value, old, new)
+            x.value = r(x.value)
         elif isinstance(x, A.Consume):
-            x.target = _rename_target(x.target, old, new)
-            x.zero = rename(x.zero, old, new)
+            x.target = _rename_target(x.target, r)
+            x.zero = r(x.zero)
         elif isinstance(x, A.Pop):
-            x.target = rename(x.target, old, new)
+            x.target = r(x.target)
             if isinstance(x.cond, str):
-                x.cond = rename(x.cond, old, new)
+                x.cond = r(x.cond)
 
 
 # ---- the passes --------------------------------------------------------------------------
@@ -144,14 +156,15 @@ def split_scopes(fn):
             continue
         reads, _ = exposed([x])
         own = reused - reads - _unhandled(x)
+        mapping = {}    # (the new names are fresh, so renaming all at once is the same)
         for n in sorted(own):
             if not _dead_after(body, mentions, k, n):
                 continue
-            new = _fresh(n, taken)
-            _rename(x, n, new)
+            new = mapping[n] = _fresh(n, taken)
             renamed.append((x, n, new))
             if n in fn.temps:   # (a temporary stays one: the passes may fold it)
                 fn.temps = frozenset(fn.temps) | {new}
+        _rename(x, mapping)
     return renamed
 
 
@@ -177,10 +190,13 @@ def join_scopes(fn, renamed):
     for x in fn.prologue + fn.body:
         for n in _mentioned(x):
             where.setdefault(n, set()).add(id(x))
+    back = {}           # id(block) -> (block, {new: old})
     for block, old, new in reversed(renamed):
         if id(block) in top and where.get(new, set()) <= {id(block)} and \
                 id(block) not in where.get(old, ()):
-            _rename(block, new, old)
+            back.setdefault(id(block), (block, {}))[1][new] = old
             where.setdefault(old, set()).add(id(block))
+    for block, mapping in back.values():
+        _rename(block, mapping)
     return fn
 
