@@ -21,6 +21,8 @@ import re
 from . import adj_ir as A
 from .adj_refs import DEF, FIXED, IDENT, USE, Index, lists, names, pure, rewrite
 from .simplify_adj import sink_resets
+from .simplify_names import drop_free_suffixes
+from .simplify_primal import remove_unused_primal
 from .simplify_scopes import join_scopes, split_scopes
 from .simplify_expr import (drop_bool_casts, drop_orphan_comments, fold_single_uses,
                             inline_index_offsets, merge_accumulations)
@@ -33,6 +35,8 @@ def simplify(fn):
     idx = Index(fn)     # one index, passed on while no pass changes the function
     propagate_copies(fn, idx)
     remove_dead(fn, idx)
+    remove_unused_primal(fn)
+    idx.changed()
     drop_bool_casts(fn, idx)
     fold_single_uses(fn, idx=idx)
     inline_index_offsets(fn, idx=idx)
@@ -41,6 +45,7 @@ def simplify(fn):
     drop_orphan_comments(fn)
     source_loop_headers(fn)
     join_scopes(fn, scopes)
+    drop_free_suffixes(fn)
     _fill_empty_bodies([fn])
     return fn
 
