@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import rules, targets
+from . import aux_loss, rules, targets
 from .errors import DifferentiationError
 from .kernel import DifferentiatedKernel
 from .targets.base import CompiledAdjoint  # noqa: F401  (re-exported)
@@ -87,55 +87,91 @@ def _as_kernel(f):
     return differentiate(f)
 
 
-def value_and_grad(f, argnums=0):
+def value_and_grad(f, argnums=0, has_aux=False):
     """``value_and_grad(f, argnums)(*args) -> (f(*args), gradient(s))`` for an ``@njit``
-    function returning a float (like ``jax.value_and_grad``)."""
+    function returning a float (like ``jax.value_and_grad``).
+
+    With ``has_aux=True``, ``f`` returns a pair ``(loss, aux)``: ``loss`` a float, the
+    value differentiated, and ``aux`` anything numba returns (a float, an array, a
+    tuple), not differentiated; the result is then ``((loss, aux), gradient(s))``.
+    Array arguments are left as they were, as without ``has_aux``."""
     k = _as_kernel(f)
     single = isinstance(argnums, int)
     nums = (argnums,) if single else tuple(argnums)
+    if not has_aux:
+        def run(*args, **kwargs):
+            args = k.complete_args(args, kwargs)   # defaults filled before the buffers
+            return _value_and_grad(k, args, nums, single)
+        return run
 
-    def run(*args, **kwargs):
-        nargs = len(k.arg_names)
-        for i in nums:
-            if not -nargs <= i < nargs:
-                raise IndexError(f"argnums {i} is out of range for {k.__name__}, which "
-                                 f"takes {nargs} arguments")
-        idx = tuple(i % nargs for i in nums)
-        args = k.complete_args(args, kwargs)   # defaults filled before the buffers
-        comp = k.compiled(*args)
-        plan = comp.plan
-        if not plan.returns_value:
+    def run_aux(*args, **kwargs):
+        args = k.complete_args(args, kwargs)
+        loss_kernel = aux_loss.kernel(k)       # refuses a target without return values
+        _loss, aux = _aux_forward(k, args)
+        value, grads = _value_and_grad(loss_kernel, args, nums, single)
+        return (value, aux), grads
+
+    return run_aux
+
+
+def _aux_forward(k, args):
+    """``(loss, aux)`` from a forward call of ``k`` on copies of the array arguments
+    (the caller's arrays are left as they were)."""
+    out = k.forward(*[np.copy(a) if isinstance(a, np.ndarray) else a for a in args])
+    if not (isinstance(out, tuple) and len(out) == 2 and
+            isinstance(out[0], (float, np.floating))):
+        what = f"a tuple of {len(out)}" if isinstance(out, tuple) else type(out).__name__
+        raise DifferentiationError(
+            f"{k.__name__} returns {what}; with has_aux=True it must return a pair "
+            "(loss, aux) whose loss is a float", kernel=k.__name__,
+            construct="has_aux=True",
+            remedy="return (loss, aux), with a tuple as aux for several values, or "
+                   "leave out has_aux=True for a function that returns only the loss")
+    return out
+
+
+def _value_and_grad(k, args, nums, single):
+    nargs = len(k.arg_names)
+    for i in nums:
+        if not -nargs <= i < nargs:
+            raise IndexError(f"argnums {i} is out of range for {k.__name__}, which "
+                             f"takes {nargs} arguments")
+    idx = tuple(i % nargs for i in nums)
+    comp = k.compiled(*args)
+    plan = comp.plan
+    if not plan.returns_value:
+        raise DifferentiationError(
+            f"{k.__name__} does not return a float, so it has no gradient",
+            kernel=k.__name__, remedy="return the scalar loss from the function")
+    for i in idx:
+        if i not in plan.adjoint_args:
             raise DifferentiationError(
-                f"{k.__name__} does not return a float, so it has no gradient",
-                kernel=k.__name__, remedy="return the scalar loss from the function")
-        for i in idx:
-            if i not in plan.adjoint_args:
-                raise DifferentiationError(
-                    f"argument {i} ('{k.arg_names[i]}') is not differentiable (not a float "
-                    "or not in wrt)", kernel=k.__name__)
-        bufs = []
-        for i in plan.adjoint_args:
-            x = args[i]
-            if isinstance(x, np.ndarray):
-                bufs.append(np.zeros_like(x))
-            else:
-                bufs.append(np.zeros(1, dtype=np.asarray(x).dtype))
-        value = k.adjoint(*args, *bufs, adj_return=1.0)
-        grads = []
-        for i in idx:
-            b = bufs[plan.adjoint_args.index(i)]
-            grads.append(b if isinstance(args[i], np.ndarray) else b[0].item())
-        return value, (grads[0] if single else tuple(grads))
-
-    return run
+                f"argument {i} ('{k.arg_names[i]}') is not differentiable (not a float "
+                "or not in wrt)", kernel=k.__name__)
+    bufs = []
+    for i in plan.adjoint_args:
+        x = args[i]
+        if isinstance(x, np.ndarray):
+            bufs.append(np.zeros_like(x))
+        else:
+            bufs.append(np.zeros(1, dtype=np.asarray(x).dtype))
+    value = k.adjoint(*args, *bufs, adj_return=1.0)
+    grads = []
+    for i in idx:
+        b = bufs[plan.adjoint_args.index(i)]
+        grads.append(b if isinstance(args[i], np.ndarray) else b[0].item())
+    return value, (grads[0] if single else tuple(grads))
 
 
-def grad(f, argnums=0):
+def grad(f, argnums=0, has_aux=False):
     """``grad(f, argnums)(*args)``: gradient of an ``@njit`` function returning a float
-    with respect to ``args[argnums]`` (a tuple of gradients for a tuple of argnums)."""
-    vg = value_and_grad(f, argnums)
+    with respect to ``args[argnums]`` (a tuple of gradients for a tuple of argnums).
+    With ``has_aux=True``, ``f`` returns ``(loss, aux)`` and the result is
+    ``(gradient(s), aux)``, as in JAX."""
+    vg = value_and_grad(f, argnums, has_aux=has_aux)
 
     def run(*args, **kwargs):
-        return vg(*args, **kwargs)[1]
+        value, g = vg(*args, **kwargs)
+        return (g, value[1]) if has_aux else g
 
     return run

@@ -76,7 +76,7 @@ def build_plan(kernel_name, arg_names, wrt, kernel, arg_types):
             f"it returns a tuple ({kernel.return_type}); only a single float return "
             "value carries a gradient", kernel=kernel_name, construct="tuple return",
             remedy="return one float (the loss) and write other results into output "
-                   "arrays")
+                   "arrays, or return (loss, aux) and use kadj.grad(f, has_aux=True)")
     if isinstance(kernel.return_type, types.Complex):
         raise DifferentiationError("complex return values are not supported yet",
                                    kernel=kernel_name, construct="complex return")

@@ -1209,5 +1209,7 @@ def run_structurizer(cls, *args):
 
 
 def structurize(tk, extra_callee_ok=None):
-    """Typed kernel -> :class:`kadj.ir.Kernel`."""
-    return run_structurizer(Structurizer, tk, extra_callee_ok)
+    """Typed kernel -> :class:`kadj.ir.Kernel` (scratch arrays allocated inside loops
+    hoisted before them: :mod:`kadj.scratch_loops`)."""
+    from . import scratch_loops
+    return scratch_loops.hoist(run_structurizer(Structurizer, tk, extra_callee_ok))

@@ -210,6 +210,10 @@ TEST_FILE_ARGS = {
         "cuda_tiled_dot": [r.random(16), r.random(4), np.zeros(16)],
         "cuda_local_stages": [r.random(16), np.zeros(16)],
         "cuda_square_own": [r.random(16)]},
+    "scratch_loops_cuda_sim": lambda m, r: {
+        "local_stages_per_step": [r.uniform(-1.0, 1.0, 7), np.zeros(7), 0.2],
+        "local_partial_sums": [r.uniform(-1.0, 1.0, 7), r.uniform(0.2, 0.8, 3),
+                               np.zeros(7)]},
     "loop_exits_cuda_sim": lambda m, r: {
         "newton_and_stop": [r.random(6) + 0.5, np.zeros(6)],
         "damped_exits": [r.random(6) - 0.5, np.zeros(6)],

@@ -66,7 +66,7 @@ def iterate_array(x):
 @njit
 def scratch_in_loop(x, y):
     for i in range(x.shape[0]):
-        t = np.empty(2)  # <- refused
+        t = np.empty(i + 2)  # <- refused (its shape changes with the loop)
         t[0] = x[i]
         t[1] = x[i] * x[i]
         y[i] = t[0] + t[1]

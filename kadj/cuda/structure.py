@@ -164,4 +164,9 @@ def ir_var(name, loc):
 
 
 def structurize_cuda(tk):
-    return run_structurizer(CudaStructurizer, tk)
+    from .. import scratch_loops        # thread-local arrays allocated inside loops
+    return scratch_loops.hoist(run_structurizer(CudaStructurizer, tk), _thread_local)
+
+
+def _thread_local(alloc):
+    return isinstance(alloc.fn, CudaIntrinsic) and alloc.fn.path.startswith("local.")

@@ -24,7 +24,7 @@ Example::
 """
 from __future__ import annotations
 
-from . import exits, misc, physics, recurrences, reductions, sparse, stencils
+from . import exits, misc, physics, recurrences, reductions, scratch, sparse, stencils
 from ._example import Example
 
 GALLERY = [
@@ -35,6 +35,7 @@ GALLERY = [
     *physics.EXAMPLES,
     *misc.EXAMPLES,
     *exits.EXAMPLES,
+    *scratch.EXAMPLES,
 ]
 
 
