@@ -148,6 +148,9 @@ def split_scopes(fn):
     taken = {n for m in mentions for n in m} | {
         n for x in fn.prologue for n in _mentioned(x)} | params
     renamed = []
+    # the names each later statement reads before writing: asked for from blocks before
+    # it only, so before that statement is renamed itself
+    reads_first = {}
     for k, x in enumerate(body):
         if not isinstance(x, A.If):
             continue
@@ -158,7 +161,7 @@ def split_scopes(fn):
         own = reused - reads - _unhandled(x)
         mapping = {}    # (the new names are fresh, so renaming all at once is the same)
         for n in sorted(own):
-            if not _dead_after(body, mentions, k, n):
+            if not _dead_after(body, mentions, k, n, reads_first):
                 continue
             new = mapping[n] = _fresh(n, taken)
             renamed.append((x, n, new))
@@ -168,10 +171,12 @@ def split_scopes(fn):
     return renamed
 
 
-def _dead_after(body, mentions, k, n):
+def _dead_after(body, mentions, k, n, reads_first):
     for j in range(k + 1, len(body)):
         if n in mentions[j]:
-            return n not in exposed([body[j]])[0]
+            if j not in reads_first:
+                reads_first[j] = exposed([body[j]])[0]
+            return n not in reads_first[j]
     return True
 
 
