@@ -2,7 +2,7 @@
 
 Every check runs kadj in child processes (same interpreter) against a kernel module
 written into a temporary directory, with a private cache directory.  The child wraps
-the generator (``kadj.frontend.type_cpu_kernel``, ``kadj.reverse.write_adjoint``,
+the generator (``kadj.frontend.type_cpu_kernel``, ``kadj.reverse.build_adjoint``,
 ``kadj.codegen.build``) and numba's compiler (``numba.core.compiler.compile_extra``)
 with counters, runs ``heat_step.adjoint(...)`` once and prints, as one JSON line, the
 counters, numba's cache statistics of the jitted adjoint (``Dispatcher.stats``:
@@ -78,7 +78,7 @@ def wrap(mod, name, key):
 
 
 wrap(kadj.frontend, "type_cpu_kernel", "type")
-wrap(kadj.reverse, "write_adjoint", "write")
+wrap(kadj.reverse, "build_adjoint", "write")
 wrap(kadj.codegen, "build", "build")
 wrap(numba.core.compiler, "compile_extra", "compile")   # what Dispatcher compiles with
 
