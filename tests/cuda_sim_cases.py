@@ -15,6 +15,7 @@ import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import kadj  # noqa: E402
+from cudatools import report_cases  # noqa: E402
 
 
 @kadj.differentiate
@@ -451,13 +452,7 @@ def main(names):
         "tape_device_arrays": lambda: tape_case(True),
         "stream_device_arrays_errors": stream_and_errors_case,
     }
-    for name in names or cases:
-        try:
-            err = cases[name]()
-            print(f"CASE {name} OK {err:.3e}", flush=True)
-        except Exception as exc:  # reported to the parent test
-            msg = f"{type(exc).__name__}: {exc}".replace("\n", " | ")
-            print(f"CASE {name} FAIL {msg}", flush=True)
+    report_cases(cases, names)
 
 
 if __name__ == "__main__":

@@ -50,3 +50,16 @@ def run_sim_cases(script, cases, env=None, simulator=True):
         pytest.fail(f"subprocess did not report {missing or 'any case'}:\n"
                     f"{proc.stdout}\n{proc.stderr}")
     return out
+
+
+def report_cases(cases, names):
+    """In a case script: run ``cases`` ({name: function returning an error size}) named
+    in ``names`` (all when empty), printing ``CASE name OK err`` or ``CASE name FAIL
+    message`` per case, the lines :func:`run_sim_cases` reads."""
+    for name in names or cases:
+        try:
+            err = cases[name]()
+            print(f"CASE {name} OK {err:.3e}", flush=True)
+        except Exception as exc:  # reported to the parent test
+            msg = f"{type(exc).__name__}: {exc}".replace("\n", " | ")
+            print(f"CASE {name} FAIL {msg}", flush=True)

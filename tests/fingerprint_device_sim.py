@@ -12,6 +12,7 @@ from numba import cuda
 import kadj
 from kadj.errors import DifferentiationError
 from kadj.fingerprint import device_fingerprint, fingerprint
+from cudatools import report_cases
 from sim_counters import Counters, device_checks, pending_events
 
 # the simulator runs the uint64 hash on NumPy scalars, which warn on (intended) wrapping
@@ -281,13 +282,7 @@ def main(names):
              "tape_device_checks": tape_device_checks,
              "tape_device_pending": tape_device_pending,
              "tape_host_fingerprints": tape_host_fingerprints}
-    for name in names or cases:
-        try:
-            err = cases[name]()
-            print(f"CASE {name} OK {err:.3e}", flush=True)
-        except Exception as exc:  # reported to the parent test
-            msg = f"{type(exc).__name__}: {exc}".replace("\n", " | ")
-            print(f"CASE {name} FAIL {msg}", flush=True)
+    report_cases(cases, names)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import kadj  # noqa: E402
+from cudatools import report_cases  # noqa: E402
 
 
 @kadj.differentiate
@@ -82,13 +83,7 @@ def main(names):
         "checked_scale": lambda: fd_check(checked_scale, (2, 4),
                                           [rng.random(7), np.zeros(7), 0.7]),
     }
-    for name in names or cases:
-        try:
-            err = cases[name]()
-            print(f"CASE {name} OK {err:.3e}", flush=True)
-        except Exception as exc:  # reported to the parent test
-            msg = f"{type(exc).__name__}: {exc}".replace("\n", " | ")
-            print(f"CASE {name} FAIL {msg}", flush=True)
+    report_cases(cases, names)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import numpy as np  # noqa: E402
 from numba import cuda, float64  # noqa: E402
 
 import kadj  # noqa: E402
+from cudatools import report_cases  # noqa: E402
 
 STAGES = 3
 
@@ -61,13 +62,7 @@ def main(names):
             local_partial_sums, (2, 4),
             [rng.uniform(-1.0, 1.0, 7), rng.uniform(0.2, 0.8, 3), np.zeros(7)]),
     }
-    for name in names or cases:
-        try:
-            err = cases[name]()
-            print(f"CASE {name} OK {err:.3e}", flush=True)
-        except Exception as exc:  # reported to the parent test
-            msg = f"{type(exc).__name__}: {exc}".replace("\n", " | ")
-            print(f"CASE {name} FAIL {msg}", flush=True)
+    report_cases(cases, names)
 
 
 if __name__ == "__main__":

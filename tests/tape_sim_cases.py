@@ -11,6 +11,7 @@ from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 import kadj
 from kadj import tape_graph
 from kadj.cuda_api import CudaDifferentiatedKernel
+from cudatools import report_cases
 from sim_counters import Counters, device_checks
 
 
@@ -223,13 +224,7 @@ def main(names):
              "device_resident_checked": device_resident_checked,
              "add_into_on_device": add_into_case,
              "streams_in_simulator": streams_case}
-    for name in names or cases:
-        try:
-            err = cases[name]()
-            print(f"CASE {name} OK {err:.3e}", flush=True)
-        except Exception as exc:  # reported to the parent test
-            msg = f"{type(exc).__name__}: {exc}".replace("\n", " | ")
-            print(f"CASE {name} FAIL {msg}", flush=True)
+    report_cases(cases, names)
 
 
 if __name__ == "__main__":
