@@ -389,6 +389,25 @@ def capped_rows(x, limit, out):
         out[r] = s
 
 
+@kadj.differentiate
+@cuda.jit
+def inner_reads_state(x, out, dt):
+    # the inner loop reads y, which the time step overwrites after it: the replay of the
+    # inner loop from its checkpoints must see the y of its own step (regression)
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        y = x[i]
+        for t in range(4):
+            ys = y
+            acc = 0.0
+            for s in range(3):
+                ks = math.sin(ys) - 0.3 * ys
+                acc += ks
+                ys = y + 0.5 * dt * ks
+            y = y + dt * acc / 4.0
+        out[i] = y
+
+
 def main(names):
     rng = np.random.default_rng(1)
     cases = {
@@ -441,6 +460,9 @@ def main(names):
         "nested_carried_loops": lambda: fd_check(
             nested_carry, (2, 4),
             [np.random.default_rng(7).random(5) * 0.3, np.zeros(5), 3]),
+        "inner_loop_reads_overwritten_state": lambda: fd_check(
+            inner_reads_state, (2, 4),
+            [np.random.default_rng(5).uniform(-1.0, 1.0, 7), np.zeros(7), 0.2]),
         "in_place_update": lambda: fd_check(
             push_inplace, (2, 4), [rng.random(9), rng.random(9), rng.random(9), 0.1]),
         "local_array_state": lambda: fd_check(

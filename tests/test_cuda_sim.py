@@ -9,6 +9,7 @@ from cudatools import run_sim_cases
 CASES = ["heat_step", "laplace2d", "scaled_sin", "pointwise", "with_device_helper",
          "checkpointed_loop", "checkpointed_loop_2_slots",
          "newton_while", "while_break_on_running_value", "gridstride_time_loop", "nested_carried_loops",
+         "inner_loop_reads_overwritten_state",
          "in_place_update", "local_array_state", "tape_numpy", "tape_device_arrays",
          "stream_device_arrays_errors", "scatter_form", "grid_not_covering_uses_scatter",
          "gather_2d_blocks", "gather_wrapped_index", "gather_refused_thread_ids",

@@ -169,6 +169,7 @@ def _sim_cases_args(m, r):
         "capped_rows": [r.random((3, 5)), 1.0, np.zeros(3)],
         "gridstride_pendulum": [r.random(11), r.random(11), np.zeros(11), 0.1, 9],
         "nested_carry": [r.random(5), np.zeros(5), 3],
+        "inner_reads_state": [r.random(7), np.zeros(7), 0.2],
         "push_inplace": [r.random(9), r.random(9), r.random(9), 0.1],
         "rk2_local_state": [r.random(5), r.random(5), np.zeros(5), 0.1, 6],
         "heat_bc": [r.random(12), np.zeros(12), 0.2],

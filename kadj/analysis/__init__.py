@@ -64,12 +64,21 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
     _activity.activity(kernel, a)
     _activity.usefulness(kernel, a, returns_value)
     _recompute.recompute(body, a)
-    _needed.needed(body, a)
-    _pushed(kernel, a)
-    for s in ir.walk(body):
-        if isinstance(s, ir.ForRange) and _loops.order_free(s, a):
-            a.ascending.add(s.uid)
-    _replay(body, a)
+    # fixpoint: the values replayed loops read are needed too (the replay runs in the
+    # reverse sweep); needing more values may record more and replay more loops
+    extra = set()
+    while True:
+        _needed.needed(body, a, extra)
+        _pushed(kernel, a)
+        a.ascending = set()
+        for s in ir.walk(body):
+            if isinstance(s, ir.ForRange) and _loops.order_free(s, a):
+                a.ascending.add(s.uid)
+        _replay(body, a)
+        more = _loops.replay_reads(body, a) - a.needed
+        if not more:
+            break
+        extra |= more
     _loops.find_loop_saved(body, a, frozenset(), False)
     for v in a.pushed:
         t = T.get(v)

@@ -3,6 +3,8 @@ in forward order), replayed per iteration (with checkpoints of the carried state
 values saved once around a loop instead of at each iteration."""
 from __future__ import annotations
 
+from numba.core import types
+
 from .. import ir
 from .memory import rewriting_loop, rewritten_each_iteration, stored_during_or_after
 from .needed import partial_reads
@@ -262,6 +264,24 @@ def reverse_reads(stmts, a):
                 for r in ir.walk(s.body):
                     out |= ir.stmt_reads(r)
     return out
+
+
+def replay_reads(stmts, a):
+    """Scalars the replay of a replayed loop reads from outside the loop.  The replay
+    runs in the reverse sweep, after the reverse of everything that follows the loop
+    (in a replayed iteration of an enclosing loop: after the statements of that
+    iteration that follow it), so these values must be restored to their versions
+    before the loop: they are needed, like the values an adjoint reads.  (What the
+    loop assigns is recomputed by the replay or, when carried, checkpointed.)"""
+    out = set()
+    for s in ir.walk(stmts):
+        if isinstance(s, (ir.ForRange, ir.Loop)) and s.uid in a.replay:
+            reads = set()
+            for r in ir.walk(s.body):
+                reads |= ir.stmt_reads(r)
+            out |= reads - ir.assigned(s.body)
+    T = a.kernel.types
+    return {v for v in out if isinstance(T.get(v), (types.Number, types.Boolean))}
 
 
 def find_loop_saved(stmts, a, suppressed, inside_replay):

@@ -30,8 +30,10 @@ def partial_reads(s, a):
     return out
 
 
-def needed(body, a):
-    needed = set()
+def needed(body, a, extra=()):
+    """``extra``: variables needed besides those the adjoints read (the values the
+    replays of replayed loops read, :func:`.loops.replay_reads`)."""
+    needed = set(extra)
 
     def visit(stmts):
         any_rev = False
