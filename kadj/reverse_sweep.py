@@ -4,7 +4,6 @@ adjoints, popping overwritten values back; loops reversed by the strategy the an
 chose (taped, recomputed, ascending, replayed per iteration)."""
 from __future__ import annotations
 
-import numpy as np
 from numba.core import types
 
 from . import adj_ir as A
@@ -13,7 +12,6 @@ from . import ops
 from . import rules
 from .adj_naming import _add
 from .analysis import partial_reads
-from .errors import DifferentiationError
 from .printer import target_text
 
 
@@ -137,24 +135,7 @@ class ReverseSweep:
                 ref = self.accumulators.get((arr, tuple(e.index)), ref)
                 out.append((ref, self.cast(g or self.adj(v), self.T[arr].dtype)))
         elif isinstance(e, ir.Op):
-            rule = rules.lookup(e.fn)
-            if rule is None:
-                name = getattr(e.fn, "__name__", str(e.fn))
-                raise DifferentiationError(
-                    f"no derivative rule for {name}()", kernel=self.k.name, loc=s.loc,
-                    construct=f"call to {name}",
-                    remedy=f"register one with @kadj.register_adjoint({name})")
-            args = []
-            for x in e.args:
-                if isinstance(x, ir.Var):
-                    args.append(ops.var(x.name))
-                elif isinstance(x, ir.Const) and isinstance(x.value, (int, float, complex,
-                                                                      np.number)):
-                    args.append(ops.const(x.value))
-                else:
-                    args.append(ops.const(0.0))
-            contribs = rules.expand(rule, ops.var(ir.COTANGENT), ops.var(out_name or v), args,
-                                    kernel=self.k.name, loc=s.loc)
+            contribs = rules.expand_call(e, out_name or v, kernel=self.k.name, loc=s.loc)
             self._g = g or self.adj(v)
             self.sym_g_type, self.sym_out_types = self.T.get(v), {out_name: self.T.get(v)}
             if out_name:

@@ -246,6 +246,31 @@ def expand(rule, g, out, args, kernel=None, loc=None):
                                    remedy=exc.remedy) from exc.__cause__
 
 
+def expand_call(e, out_var, kernel=None, loc=None):
+    """The rule contributions of the call ``e`` (a :class:`kadj.ir.Op`) whose result is
+    named ``out_var``, one per argument, with the cotangent as the symbol
+    ``ir.COTANGENT``; a located :class:`DifferentiationError` when ``e.fn`` has no
+    rule."""
+    from . import ir
+    rule = lookup(e.fn)
+    if rule is None:
+        name = getattr(e.fn, "__name__", str(e.fn))
+        raise DifferentiationError(
+            f"no derivative rule for {name}()", kernel=kernel, loc=loc,
+            construct=f"call to {name}",
+            remedy=f"register one with @kadj.register_adjoint({name})")
+    args = []
+    for x in e.args:
+        if isinstance(x, ir.Var):
+            args.append(o.var(x.name))
+        elif isinstance(x, ir.Const) and isinstance(x.value, (int, float, complex,
+                                                              np.number)):
+            args.append(o.const(x.value))
+        else:
+            args.append(o.const(0.0))
+    return expand(rule, o.var(ir.COTANGENT), o.var(out_var), args, kernel=kernel, loc=loc)
+
+
 def lookup(fn):
     """The rule for ``fn``, or None."""
     try:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import ast
 import linecache
 
-import numpy as np
 from numba.core import types
 
 from . import adj_ir as A
@@ -256,25 +255,8 @@ class TangentWriter(Naming):
                     remedy="pass the value positionally")
         if not active or e.fn in rules.NONDIFFERENTIABLE:
             return [], False
-        rule = rules.lookup(e.fn)
-        fn_name = getattr(e.fn, "__name__", str(e.fn))
-        if rule is None:
-            raise DifferentiationError(
-                f"no derivative rule for {fn_name}()", kernel=self.k.name, loc=s.loc,
-                construct=f"call to {fn_name}",
-                remedy=f"register one with @kadj.register_adjoint({fn_name})")
-        args = []
-        for x in e.args:
-            if isinstance(x, ir.Var):
-                args.append(ops.var(x.name))
-            elif isinstance(x, ir.Const) and isinstance(x.value, (int, float, complex,
-                                                                  np.number)):
-                args.append(ops.const(x.value))
-            else:
-                args.append(ops.const(0.0))
         out_var = out_name or s.target
-        contribs = rules.expand(rule, ops.var(ir.COTANGENT), ops.var(out_var), args,
-                                kernel=self.k.name, loc=s.loc)
+        contribs = rules.expand_call(e, out_var, kernel=self.k.name, loc=s.loc)
         terms, uses_out = [], False
         for x, c in zip(e.args, contribs):
             if c is None or not self.active(x):
