@@ -43,12 +43,16 @@ from .source_header import self_contained
 class TangentWriter(Naming):
     """Builds the tangent function of one kernel (``build``)."""
 
-    def __init__(self, kernel, facts, slot_args, returns_value, fname):
+    def __init__(self, kernel, facts, slot_args, returns_value, fname, tangent_only=False):
+        """``returns_value``: the kernel returns a float, and the tangent function returns
+        ``(value, tangent)``, or only the tangent with ``tangent_only`` (the directional
+        derivative :mod:`kadj.hessian` differentiates again)."""
         self.k = kernel
         self.a = facts
         self.T = kernel.types
         self.slot_args = tuple(slot_args)
         self.returns_value = returns_value
+        self.tangent_only = tangent_only
         self.fname = fname
         self.init_names(kernel, fname)
         self._last_loc = None
@@ -177,7 +181,7 @@ class TangentWriter(Naming):
         t = self.k.return_type
         tangent = self.cast(self.dot(value.name), t) if self.active(value) \
             else self.zero(t)
-        return f"({self.o(value)}, {tangent})"
+        return tangent if self.tangent_only else f"({self.o(value)}, {tangent})"
 
     def assign(self, s, out):
         v, e = s.target, s.expr
