@@ -164,6 +164,12 @@ class Index:
         self._now = None
 
 
+def drop(fn, ids):
+    """Remove the statements whose ``id`` is in ``ids`` from every list of ``fn``."""
+    for seq in lists(fn):
+        seq[:] = [x for x in seq if id(x) not in ids]
+
+
 def lists(fn):
     """Every statement list of ``fn``: the prologue, the body, then the lists of each
     statement in the order of a walk of the tree."""

@@ -130,13 +130,19 @@ def _aux_forward(k, args):
     return out
 
 
-def _value_and_grad(k, args, nums, single):
+def argnum_indices(k, nums):
+    """``nums`` (argument positions, negative ones from the end) as positions of
+    ``k``'s arguments; IndexError for one out of range."""
     nargs = len(k.arg_names)
     for i in nums:
         if not -nargs <= i < nargs:
             raise IndexError(f"argnums {i} is out of range for {k.__name__}, which "
                              f"takes {nargs} arguments")
-    idx = tuple(i % nargs for i in nums)
+    return tuple(i % nargs for i in nums)
+
+
+def _value_and_grad(k, args, nums, single):
+    idx = argnum_indices(k, nums)
     comp = k.compiled(*args)
     plan = comp.plan
     if not plan.returns_value:

@@ -28,7 +28,7 @@ from numba.core import types
 
 from . import adj_ir as A
 from . import codegen, pipeline, rules
-from .api import differentiate
+from .api import argnum_indices, differentiate
 from .errors import DifferentiationError
 from .kernel import DifferentiatedKernel
 from .printer import Syntax, render
@@ -163,12 +163,7 @@ def hvp_call(k, args, kwargs, argnums, v):
         raise TypeError(f"kadj.hvp({k.__name__}): argnums={argnums} has {len(nums)} "
                         f"entries but {len(vs)} directions were given; pass v as a tuple "
                         "with one direction per argnums entry.")
-    nargs = len(k.arg_names)
-    for i in nums:
-        if not -nargs <= i < nargs:
-            raise IndexError(f"argnums {i} is out of range for {k.__name__}, which takes "
-                             f"{nargs} arguments")
-    idx = tuple(i % nargs for i in nums)
+    idx = argnum_indices(k, nums)
     if len(set(idx)) != len(idx):
         raise ValueError(f"kadj.hvp({k.__name__}): argnums={argnums} names an argument "
                          "twice.")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from . import adj_ir as A
-from .adj_refs import DEF, FIXED, IDENT, USE, Index, lists, names, pure, rewrite
+from .adj_refs import DEF, FIXED, IDENT, USE, Index, drop, lists, names, pure, rewrite
 from .simplify_adj import sink_resets
 from .simplify_names import drop_free_suffixes
 from .simplify_primal import remove_unused_primal
@@ -74,8 +74,7 @@ def propagate_copies(fn, idx=None):
         if not dropped:
             return
         idx.changed()
-        for seq in lists(fn):
-            seq[:] = [x for x in seq if id(x) not in dropped]
+        drop(fn, dropped)
 
 
 def _propagate(seq, pos, copy, occ, path, params):
@@ -136,8 +135,7 @@ def remove_dead(fn, idx=None):
         if not dead:
             return
         idx.changed()
-        for seq in lists(fn):
-            seq[:] = [x for x in seq if id(x) not in dead]
+        drop(fn, dead)
 
 
 def _fill_empty_bodies(nodes):

@@ -26,7 +26,7 @@ import re
 
 from . import adj_ir as A
 from . import expr_text as E
-from .adj_refs import DEF, FIXED, USE, Index, lists, names, pure, rewrite
+from .adj_refs import DEF, FIXED, USE, Index, drop, lists, names, pure, rewrite
 
 WIDTH = 70
 _TEMP = re.compile(r"t\d+(_\d+)?\Z")
@@ -235,8 +235,7 @@ def fold_single_uses(fn, width=WIDTH, idx=None):
         if not dropped:
             return
         idx.changed()
-        for seq in lists(fn):
-            seq[:] = [x for x in seq if id(x) not in dropped]
+        drop(fn, dropped)
 
 
 # ---- index offsets ----------------------------------------------------------------------------
