@@ -25,76 +25,18 @@
     ``adjoint-ir`` (the adjoint IR of every form of the adjoint, before printing),
     ``source`` (every form of the adjoint, without the disk cache) or ``tangent`` (the
     forward-mode function ``kernel.jvp`` runs).  The kernel may be
-    an ``@njit`` or a ``@cuda.jit`` one (no GPU needed).
+    an ``@njit`` or a ``@cuda.jit`` one (no GPU needed); a CUDA kernel's adjoint is
+    printed in every form (scatter, gather), each labelled (:mod:`kadj.cli_show`).
+
+``python -m kadj report MODULE:FUNC --args EXPR [--json] [--baseline FILE]``
+    Prints the kernel's cost card (:mod:`kadj.cost_card`): adjoint lines, tape use,
+    accumulation per argument, atomics in the PTX, adjoint/forward time; compares it
+    with a saved card for CI (:mod:`kadj.cli_report`).
 """
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
-import os
 import sys
-
-import numpy as np
-
-
-# --------------------------------------------------------------------------------------
-# show
-# --------------------------------------------------------------------------------------
-
-
-def _load(target):
-    module_name, sep, func_name = target.rpartition(":")
-    if not sep or not module_name or not func_name:
-        raise SystemExit(f"kadj show: expected MODULE:FUNC, got {target!r}")
-    if module_name.endswith(".py"):
-        path = os.path.abspath(module_name)
-        name = os.path.splitext(os.path.basename(path))[0]
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None:
-            raise SystemExit(f"kadj show: cannot load {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    else:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        module = importlib.import_module(module_name)
-    try:
-        obj = module
-        for part in func_name.split("."):
-            obj = getattr(obj, part)
-    except AttributeError:
-        raise SystemExit(f"kadj show: {module_name} has no attribute {func_name!r}") from None
-    return obj
-
-
-def show(opts):
-    import kadj
-
-    kernel = _load(opts.target)
-    wrt = tuple(w for w in opts.wrt.split(",") if w) if opts.wrt else None
-    if not hasattr(kernel, "adjoint_source"):
-        kernel = kadj.differentiate(kernel, wrt=wrt)
-    elif wrt is not None:
-        raise SystemExit("kadj show: --wrt applies only to a kernel not yet differentiated")
-    args = ()
-    if opts.args:
-        args = eval(opts.args, {"np": np, "numpy": np})  # a command-line expression
-        if not isinstance(args, tuple):
-            args = (args,)
-    try:
-        if opts.stage:
-            print(kernel.show_stage(opts.stage, *args), end="")
-        else:
-            print(kernel.adjoint_source(*args))
-    except kadj.DifferentiationError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    return 0
-
-
-# --------------------------------------------------------------------------------------
 
 
 def main(argv=None):
@@ -106,14 +48,9 @@ def main(argv=None):
     demo_cli.add_arguments(p)
     p.set_defaults(run=demo_cli.run)
 
-    p = sub.add_parser("show", help="print the adjoint kadj generates for a kernel")
-    p.add_argument("target", metavar="MODULE:FUNC")
-    p.add_argument("--args", help="example arguments, a Python expression (np in scope)")
-    p.add_argument("--wrt", help="comma-separated inputs to differentiate (default: all floats)")
-    p.add_argument("--stage", choices=("typed", "region", "plan", "prepared", "facts",
-                                       "adjoint-ir", "source", "tangent"),
-                   help="print this stage of the pipeline instead of the adjoint")
-    p.set_defaults(run=show)
+    from . import cli_report, cli_show
+    cli_show.add_parser(sub)
+    cli_report.add_parser(sub)
 
     opts = parser.parse_args(argv)
     return opts.run(opts)
