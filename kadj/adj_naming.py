@@ -357,6 +357,8 @@ class Naming:
             zero = self._sym(ops.const(0.0), dtype)
             x = args[0]
             return f"({one} if {x} > 0 else (-{one} if {x} < 0 else {zero}))"
+        if s.name in ops.HELPERS:  # a target's helper function (kadj.ops.HELPERS)
+            return f"{self.bind(ops.HELPERS[s.name](), s.name)}({', '.join(args)})"
         return f"{_SYM_FUNCS[s.name]}({', '.join(args)})"
 
     def cast(self, text, target_type):

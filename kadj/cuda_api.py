@@ -163,8 +163,10 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
             self._pick(self.compiled(*args), form)
             return _ptx_in_subprocess(self, args, cc, form)
         from numba import cuda
+        from .cuda.ptx_cc import for_cc
         fn = self._pick(self.compiled(*args), form)[0]
-        ptx, _resty = cuda.compile_ptx(fn, self.adjoint_signature(*args), cc=cc)
+        with for_cc(cc):
+            ptx, _resty = cuda.compile_ptx(fn, self.adjoint_signature(*args), cc=cc)
         return ptx
 
     def jvp_ptx(self, *args, cc=(9, 0)):
@@ -175,8 +177,10 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         if simulator_enabled():
             return _ptx_in_subprocess(self, args, cc, "jvp")
         from numba import cuda
+        from .cuda.ptx_cc import for_cc
         sig = comp.signature(self._arg_types(self.complete_args(args)))
-        ptx, _resty = cuda.compile_ptx(comp.pyfunc, sig, cc=cc)
+        with for_cc(cc):
+            ptx, _resty = cuda.compile_ptx(comp.pyfunc, sig, cc=cc)
         return ptx
 
     def _pick(self, comp, form):

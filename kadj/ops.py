@@ -345,3 +345,14 @@ def strong_zero(g, contribution):
     if c is not None:  # a constant cotangent (``g = 1``: the local partials)
         return 0.0 if c == 0.0 else contribution
     return where(eq(g, 0.0), 0.0, contribution)
+
+
+# Functions a target's rules call by name, for what the operations above cannot write
+# (an operation across threads): name -> () -> the function, bound into the adjoint's
+# namespace when it is printed (kadj.adj_naming).  A rule returns helper_call(name, ...).
+HELPERS: dict = {}
+
+
+def helper_call(name, *args):
+    """A call of the registered helper ``name`` (:data:`HELPERS`) on rule values."""
+    return Sym("op", name=name, args=tuple(_lift(a) for a in args))

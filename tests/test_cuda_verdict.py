@@ -224,6 +224,10 @@ TEST_FILE_ARGS = {
         "tile_sum": [r.random(16), np.zeros(1)],
         "heat1d": [r.random(16), np.zeros(16), 0.1]},
     "jvp_cuda_sim": lambda m, r: {"atomic_sub_squares": m._atomic_sub_case(r)[1]},
+    "warp_cuda_sim": lambda m, r: {n: make(r) for n, (k, _, make) in m.CASES.items()},
+    "test_cuda_warp": lambda m, r: {n: [r.random(8), np.zeros(8)] for n in (
+        "shuffle_under_branch", "shuffle_in_thread_loop", "shuffle_after_early_return",
+        "shuffle_partial_mask")},
     "test_singular": lambda m, r: {"cuda_families": [r.random(9), r.random(9),
                                                      np.zeros(9)],
                                    "cuda_ptx_families": [r.random(9), r.random(9),

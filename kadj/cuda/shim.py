@@ -122,6 +122,11 @@ def _atomic_type(ary, idx, val):
     return ary.dtype if isinstance(ary, types.Array) else None
 
 
+def _warp_typers():
+    from .warp import shim_typers   # shuffles, ballot_sync, activemask, lanemask_lt
+    return shim_typers()
+
+
 shim = _module(
     "kadj_cuda_shim",
     grid=_typed("grid", _grid_type),
@@ -131,6 +136,7 @@ shim = _module(
     threadfence=_typed("threadfence", lambda: types.none),
     shared=_module("kadj_cuda_shim.shared", array=_typed("shared.array", _array_type)),
     local=_module("kadj_cuda_shim.local", array=_typed("local.array", _array_type)),
+    **{name: _typed(name, typer) for name, typer in _warp_typers().items()},
     atomic=_module("kadj_cuda_shim.atomic", **{
         op: _typed(f"atomic.{op}", _atomic_type)
         for op in ("add", "sub", "max", "min", "nanmax", "nanmin", "exch", "inc", "dec",

@@ -20,6 +20,7 @@ from .. import ir
 from ..frontend import resolve_value
 from ..structurize import Structurizer, run_structurizer
 from . import shim as _shim
+from . import warp
 from .intrinsics import INDEX_FUNCS, SPECIAL_REGS, CudaIntrinsic
 
 _FOLD = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.lshift,
@@ -72,6 +73,8 @@ class CudaStructurizer(Structurizer):
             return [ir.Barrier(loc=loc)]
         if path in ("shared.array", "local.array"):
             return self.convert_array(tgt, e, loc, path)
+        if path in warp.FUNCS:
+            return warp.convert(self, tgt, e, loc, path)
         if path in ("atomic.add", "atomic.sub"):
             return self.convert_atomic(tgt, e, loc, path[len("atomic."):])
         if path in ("atomic.max", "atomic.min", "atomic.nanmax", "atomic.nanmin"):
@@ -84,7 +87,8 @@ class CudaStructurizer(Structurizer):
         self.error(f"cuda.{path}() is not supported in differentiated kernels", loc=loc,
                    construct=f"cuda.{path}",
                    remedy="supported: cuda.grid, cuda.gridsize, threadIdx/blockIdx/"
-                          "blockDim/gridDim, cuda.atomic.add/sub")
+                          "blockDim/gridDim, cuda.atomic.add/sub, cuda.shfl_*_sync, "
+                          "cuda.ballot_sync, cuda.activemask, cuda.lanemask_lt")
 
     def convert_atomic(self, tgt, e, loc, op):
         """``cuda.atomic.add(a, idx, v)`` -> an accumulating Store; its result (the old
@@ -165,7 +169,8 @@ def ir_var(name, loc):
 
 def structurize_cuda(tk):
     from .. import scratch_loops        # thread-local arrays allocated inside loops
-    return scratch_loops.hoist(run_structurizer(CudaStructurizer, tk), _thread_local)
+    kernel = scratch_loops.hoist(run_structurizer(CudaStructurizer, tk), _thread_local)
+    return warp.check_convergent(kernel)
 
 
 def _thread_local(alloc):

@@ -34,6 +34,7 @@ from ..reverse import AdjointSource
 from ..source_header import self_contained
 from ..tangent import TangentWriter, readable
 from .context import SYNTAX
+from . import warp
 from .intrinsics import TABLE, CudaIntrinsic
 
 
@@ -56,6 +57,10 @@ class CudaTangentWriter(TangentWriter):
             if text is not None:
                 return text
         return super().expr(e)
+
+    def _op_terms(self, s, out_name):
+        term = warp.tangent_term(self, s)   # a shuffle: the shuffle of the tangent
+        return ([term], False) if term is not None else super()._op_terms(s, out_name)
 
     # ---- statements ---------------------------------------------------------------------
     def stmt(self, s, out):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from numba.core import types
 
 from .. import codegen, ir
+from ..cuda import warp as _warp  # noqa: F401 (registers the warp shuffles' rules)
 from ..cuda.intrinsics import TABLE as _INTRINSICS
 from .base import DEFAULT_CHECKPOINTS, Prepared, Target, Written, checkpoint_slots
 
