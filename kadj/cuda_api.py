@@ -152,7 +152,8 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
                 adj_types.append(t)
             else:
                 adj_types.append(types.Array(t, 1, "C"))
-        return tuple(fwd_types) + tuple(adj_types)
+        from .cuda.atomic_extrema import signature_extra
+        return tuple(fwd_types) + signature_extra(comp, fwd_types) + tuple(adj_types)
 
     def adjoint_ptx(self, *args, cc=(9, 0), form="scatter"):
         """PTX text of the adjoint kernel (``numba.cuda.compile_ptx``; no GPU needed);
@@ -223,6 +224,11 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
 
     def _run_adjoint(self, config, args, kwargs=None):
         comp, fwd, adjs = self._adjoint_call(args, kwargs, config=config)
+        from .cuda.atomic_extrema import winners
+        wins = winners(self, comp, config, fwd)     # cuda.atomic.max/min: extra launches
+        if wins:
+            comp.kernel[config](*fwd, *wins, *adjs)
+            return
         g = comp.gather
         if g is not None and g.covers(config, fwd):
             g.kernels[0][config](*fwd, *adjs)   # each thread gathers its elements

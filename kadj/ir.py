@@ -99,7 +99,9 @@ class Store:
     """``array[index] = value``; with ``accumulate`` "add" or "sub", an increment
     ``array[index] += value`` (``-=``) that never reads the element (CUDA's
     ``cuda.atomic.add``/``sub``): its adjoint reads the element's adjoint and consumes
-    nothing."""
+    nothing.  ``accumulate="claim"``: the store of the thread that won a
+    ``cuda.atomic.max``/``min`` (:mod:`kadj.cuda.atomic_extrema`), reversed as a plain
+    store."""
 
     array: Var
     index: tuple

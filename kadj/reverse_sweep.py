@@ -166,7 +166,7 @@ class ReverseSweep:
             return
         self.comment(depth, s.loc)
         ref = self.adj_elem(arr, s.index)
-        if s.accumulate:  # an increment: the element's adjoint flows into the value
+        if s.accumulate in ("add", "sub"):  # an increment: the adjoint flows into the value
             if a.active(s.value):
                 t = self.T[s.value.name]
                 op = {"add": "+=", "sub": "-="}[s.accumulate]

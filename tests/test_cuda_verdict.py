@@ -99,7 +99,8 @@ def math_floor_index(x, y, out):
 def refused_atomic_max(x, y):
     i = cuda.grid(1)
     if i < x.shape[0]:
-        cuda.atomic.max(y, 0, x[i])
+        for j in range(2):     # refused: kadj routes one atomic.max per thread
+            cuda.atomic.max(y, j, x[i])
 
 
 @kadj.differentiate
@@ -138,7 +139,7 @@ OWN = {
 # name -> (kernel, make_args(rng), a phrase of the refusal)
 REFUSED = {
     "refused_atomic_max": (refused_atomic_max, lambda rng: [rng.random(8), np.zeros(1)],
-                           "cuda.atomic.max() in a differentiated kernel"),
+                           "cuda.atomic.max/min on 'y' inside a loop"),
     "refused_fma": (refused_fma, lambda rng: [rng.random(8), np.zeros(8)],
                     "cuda.fma() is not supported"),
     "refused_shared_shape": (refused_shared_shape,
@@ -225,6 +226,12 @@ TEST_FILE_ARGS = {
         "heat1d": [r.random(16), np.zeros(16), 0.1]},
     "jvp_cuda_sim": lambda m, r: {"atomic_sub_squares": m._atomic_sub_case(r)[1]},
     "warp_cuda_sim": lambda m, r: {n: make(r) for n, (k, _, make) in m.CASES.items()},
+    "atomic_extrema_cuda_sim": lambda m, r: {n: make(r) for n, (k, _, make) in
+                                             m.CASES.items()},
+    "test_cuda_atomic_extrema": lambda m, r: {
+        n: [r.random(8) for _ in range(3 if n == "uses_result" else 2)] for n in (
+            "uses_result", "nan_max", "two_on_one", "in_loop", "on_shared",
+            "target_read")},
     "test_cuda_warp": lambda m, r: {n: [r.random(8), np.zeros(8)] for n in (
         "shuffle_under_branch", "shuffle_in_thread_loop", "shuffle_after_early_return",
         "shuffle_partial_mask")},

@@ -7,7 +7,8 @@ identifies it, so the same tree comes out of numba-cuda's typing context and of 
 simulator shim (:mod:`kadj.cuda.shim`), and the generated source calls ``cuda.<path>``.
 
 ``cuda.atomic.add``/``sub`` become accumulating :class:`~kadj.ir.Store` statements.
-Refused (DifferentiationError): ``atomic.max``/``min`` and other intrinsics not listed.
+``cuda.atomic.max``/``min``: a store of the winning thread (:mod:`kadj.cuda.atomic_extrema`).
+Refused (DifferentiationError): intrinsics not listed.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .. import ir
 from ..frontend import resolve_value
 from ..structurize import Structurizer, run_structurizer
 from . import shim as _shim
-from . import warp
+from . import atomic_extrema, warp
 from .intrinsics import INDEX_FUNCS, SPECIAL_REGS, CudaIntrinsic
 
 _FOLD = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.lshift,
@@ -77,17 +78,12 @@ class CudaStructurizer(Structurizer):
             return warp.convert(self, tgt, e, loc, path)
         if path in ("atomic.add", "atomic.sub"):
             return self.convert_atomic(tgt, e, loc, path[len("atomic."):])
-        if path in ("atomic.max", "atomic.min", "atomic.nanmax", "atomic.nanmin"):
-            self.error(f"cuda.{path}() in a differentiated kernel is not supported",
-                       loc=loc, construct=f"cuda.{path}",
-                       remedy="its adjoint must be routed to the thread whose value won; "
-                              "compute the winner explicitly (e.g. a second pass that "
-                              "compares each value with the result) or mark the "
-                              "values non-differentiable (wrt=...)")
+        if path in atomic_extrema.PATHS:
+            return atomic_extrema.convert(self, tgt, e, loc, path)
         self.error(f"cuda.{path}() is not supported in differentiated kernels", loc=loc,
                    construct=f"cuda.{path}",
                    remedy="supported: cuda.grid, cuda.gridsize, threadIdx/blockIdx/"
-                          "blockDim/gridDim, cuda.atomic.add/sub, cuda.shfl_*_sync, "
+                          "blockDim/gridDim, cuda.atomic.add/sub/max/min, cuda.shfl_*_sync, "
                           "cuda.ballot_sync, cuda.activemask, cuda.lanemask_lt")
 
     def convert_atomic(self, tgt, e, loc, op):
@@ -170,7 +166,7 @@ def ir_var(name, loc):
 def structurize_cuda(tk):
     from .. import scratch_loops        # thread-local arrays allocated inside loops
     kernel = scratch_loops.hoist(run_structurizer(CudaStructurizer, tk), _thread_local)
-    return warp.check_convergent(kernel)
+    return atomic_extrema.attach(warp.check_convergent(kernel))
 
 
 def _thread_local(alloc):

@@ -83,6 +83,9 @@ class CudaTangentWriter(TangentWriter):
         super().assign(s, out)
 
     def store(self, s, out):
+        if s.accumulate == "claim":     # cuda.atomic.max/min (kadj.cuda.atomic_extrema)
+            from .atomic_extrema import refuse_tangent
+            refuse_tangent(self.k.name, s)
         if not s.accumulate:
             return super().store(s, out)
         # cuda.atomic.add / sub: an increment, linear in its value

@@ -142,6 +142,12 @@ def _write(prepared, facts, plan, options):
     index = writer.state.index
     extra = {"dims": (tuple(index.block_dims), tuple(index.grid_dims)), "gather": None}
     forms = {}
+    from ..cuda.atomic_extrema import report as extrema_report
+    extrema = extrema_report(kernel, plan.arg_names)
+    if extrema:
+        report["atomic_extrema"] = extrema
+        report["gather"] = {"used": False, "why": "cuda.atomic.max/min in the kernel"}
+        return Written(adj, forms, report, extra)
     if not options["gather"]:
         report["gather"] = {"used": False, "why": "disabled (gather=False)"}
         return Written(adj, forms, report, extra)

@@ -1,0 +1,349 @@
+"""``cuda.atomic.max`` / ``cuda.atomic.min`` in differentiated kernels.
+
+After a launch, ``arr[idx] = max(arr_before[idx], max over the contributions v)``.  The
+cotangent ``adj_arr[idx]`` flows to exactly one contributor, the *winner*:
+
+- the pre-call value when it equals the result (then ``adj_arr[idx]`` stays, and flows
+  on to whatever produced ``arr`` before the launch);
+- else the contribution equal to the result made by the thread of lowest linear index
+  (``(block linear index) * (threads per block) + (thread linear index in its block)``);
+  its ``v`` takes ``adj_arr[idx]``, which becomes zero.
+
+Ties are thus assigned deterministically: the pre-call value first, then the lowest
+thread.  No thread knows whether it won before every thread contributed, so the
+adjoint runs three launches (:func:`winners`, called by the adjoint launch):
+
+1. the forward kernel itself, on copies of the arguments: the final values;
+2. a *claim* kernel, the forward's Python source with the atomic replaced by "if my
+   value equals the final one and differs from the pre-call one, ``atomic.min`` my
+   thread index into the element of an int64 winner array", on fresh copies;
+3. the adjoint kernel, which takes the winner arrays as extra parameters (after the
+   forward's arguments): in its region tree the atomic is ``if win[idx] == tid:
+   arr[idx] = v`` (a store with ``accumulate="claim"``), whose adjoint is a plain
+   store's: ``adj_v += adj_arr[idx]; adj_arr[idx] = 0`` in the winning thread only.
+
+Supported: one ``atomic.max``/``min`` per global array argument, outside loops, whose
+result is unused, on an array the kernel does not otherwise read or write.  Refused
+with the location: the other cases, ``atomic.nanmax``/``nanmin``, and forward mode.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import operator
+import textwrap
+
+import numpy as np
+from numba.core import types
+
+from .. import ir
+from ..errors import DifferentiationError
+from .intrinsics import CudaIntrinsic
+
+PATHS = ("atomic.max", "atomic.min", "atomic.nanmax", "atomic.nanmin")
+CLAIM = "claim"
+_PREFIX = "kadj_win_"
+_TID = "kadj.linear_thread_index"     # placeholder, replaced in attach()
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _components(block, grid):
+    """(index path, extent path) of the thread components the kernel reads, in the
+    order of the linear index: threadIdx x, y, z, then blockIdx x, y, z.  A launch
+    extends only along those (kadj.cuda.threads.check_launch_dims), so the others
+    are 0 and the index is unique per thread."""
+    return [(f"threadIdx.{'xyz'[d]}", f"blockDim.{'xyz'[d]}") for d in block] + \
+        [(f"blockIdx.{'xyz'[d]}", f"gridDim.{'xyz'[d]}") for d in grid]
+
+
+def tid_text(block, grid, module="cuda"):
+    """The linear thread index c0 + e0 * (c1 + e1 * (...)) as Python source."""
+    comps = _components(block, grid)
+    if not comps:
+        return "0"
+    text = f"{module}.{comps[-1][0]}"
+    for idx, ext in reversed(comps[:-1]):
+        text = f"{module}.{idx} + {module}.{ext} * ({text})"
+    return text
+
+
+def _expand_tid(stmt, block, grid, tys):
+    """The placeholder assignment -> the ops computing the linear thread index."""
+    name, loc, out = stmt.target, stmt.loc, []
+    comps = _components(block, grid)
+
+    def op(fn, args, typ):
+        t = f"{name}_{len(out)}"
+        tys[t] = typ
+        out.append(ir.Assign(t, ir.Op(fn, tuple(args)), loc=loc))
+        return ir.Var(t)
+
+    if not comps:
+        return [ir.Assign(name, ir.Copy(ir.Const(0)), loc=loc)]
+    acc = op(CudaIntrinsic(comps[-1][0]), (), types.int32)
+    for idx, ext in reversed(comps[:-1]):
+        prod = op(operator.mul, (op(CudaIntrinsic(ext), (), types.int32), acc),
+                  types.int64)
+        acc = op(operator.add, (op(CudaIntrinsic(idx), (), types.int32), prod),
+                 types.int64)
+    last = out.pop()                   # the index itself: named as the placeholder
+    tys.pop(last.target, None)
+    return out + [ir.Assign(name, last.expr, loc=loc)]
+
+
+def _replace_tid(seq, block, grid, tys):
+    out = []
+    for s in seq:
+        if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Op) and isinstance(
+                s.expr.fn, CudaIntrinsic) and s.expr.fn.path == _TID:
+            out.extend(_expand_tid(s, block, grid, tys))
+        elif isinstance(s, ir.If):
+            out.append(dataclasses.replace(s, then=_replace_tid(s.then, block, grid, tys),
+                                           orelse=_replace_tid(s.orelse, block, grid,
+                                                               tys)))
+        elif isinstance(s, (ir.ForRange, ir.Loop)):
+            out.append(dataclasses.replace(s, body=_replace_tid(s.body, block, grid, tys)))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def win_name(arr):
+    """The adjoint's parameter holding the winners of ``arr``'s elements."""
+    return _PREFIX + arr
+
+
+# ---- structure: the call becomes a guarded store ------------------------------------
+def convert(st, tgt, e, loc, path):
+    """``cuda.atomic.max(arr, idx, v)`` -> ``if kadj_win_arr[idx] == tid: arr[idx] = v``
+    (a Store with ``accumulate="claim"``); ``st`` is the CUDA structurizer."""
+    construct = f"cuda.{path}"
+    if path in ("atomic.nanmax", "atomic.nanmin"):
+        st.error(f"cuda.{path}() in a differentiated kernel is not supported", loc=loc,
+                 construct=construct,
+                 remedy=f"use cuda.{path.replace('nan', '')} (its adjoint goes to the "
+                        "element that won) when the values hold no NaN")
+    if len(e.args) != 3 or e.kws:
+        st.error(f"cuda.{path} takes (array, index, value)", loc=loc, construct=construct)
+    arr, idx, val = e.args
+    if not isinstance(st.types.get(arr.name), types.Array):
+        st.error(f"cuda.{path} on a non-array", loc=loc, construct=construct)
+    if st.var_used(tgt):
+        st.error(f"the value returned by cuda.{path} (the element's old value) is used; "
+                 "kadj does not differentiate that", loc=loc,
+                 construct=f"result of cuda.{path}",
+                 remedy="do not use the return value of the atomic in a differentiated "
+                        "kernel")
+    c = st.const_of(idx)
+    if c is not None:
+        index = tuple(ir.Const(int(x)) for x in c.value) if isinstance(
+            c.value, tuple) else (c,)
+    else:
+        index = st.index_operands(idx)
+    a = st.avar(arr)
+    out = []
+
+    def op(fn, args, typ, base="aw"):
+        name = st.fresh(base, typ)
+        out.append(ir.Assign(name, ir.Op(fn, tuple(args)), loc=loc))
+        return ir.Var(name)
+
+    tid = op(CudaIntrinsic(_TID), (), types.int64, "tid")   # expanded by attach()
+    win = st.fresh("won_by", types.int64)
+    out.append(ir.Assign(win, ir.Load(ir.Var(win_name(a.name)), index), loc=loc))
+    won = op(operator.eq, (ir.Var(win), tid), types.boolean, "won")
+    store = ir.Store(a, index, st.operand(val), loc=loc, accumulate=CLAIM)
+    out.append(ir.If(won, (store,), (), loc=loc))
+    return out
+
+
+def attach(kernel):
+    """Check where the atomics stand and add the winner arrays to the kernel's
+    arguments (after the forward's)."""
+    found = [(s.array.name, "max/min", s.loc) for s in ir.walk(kernel.body)
+             if isinstance(s, ir.Store) and s.accumulate == CLAIM]
+    if not found:
+        return kernel
+    name = kernel.name
+    seen = {}
+    for arr, what, loc in found:
+        if arr in seen:
+            raise DifferentiationError(
+                f"several cuda.atomic.max/min calls on the array '{arr}' (also at line "
+                f"{getattr(seen[arr], 'line', '?')}); kadj routes the adjoint of one "
+                "per array", kernel=name, loc=loc,
+                construct="several cuda.atomic.max/min on one array",
+                remedy="combine the values in the thread first (v = max(a, b)) and call "
+                       "the atomic once")
+        seen[arr] = loc
+        if arr not in kernel.args:
+            raise DifferentiationError(
+                f"cuda.atomic.{what} on '{arr}', which is not an argument of the kernel "
+                "(a shared or local array); kadj differentiates it on global arrays "
+                "only", kernel=name, loc=loc,
+                construct=f"cuda.atomic.{what} on a shared or local array",
+                remedy="reduce in shared memory with plain max() and a tree reduction "
+                       "(sm[tid] = max(sm[tid], sm[tid + s])), or apply the atomic to a "
+                       "global array")
+    _check_places(kernel.body, {a for a, _, _ in found}, name, 0)
+    from .threads import thread_dims
+    block, grid = thread_dims(kernel)
+    args = tuple(kernel.args) + tuple(win_name(a) for a, _, _ in found)
+    tys = dict(kernel.types)
+    body = _replace_tid(kernel.body, block, grid, tys)
+    for a, _, _ in found:
+        tys[win_name(a)] = types.Array(types.int64, kernel.types[a].ndim, "C")
+    return ir.Kernel(kernel.name, args, body, tys, kernel.return_type, kernel.loc)
+
+
+def _check_places(seq, arrays, name, loops):
+    for s in seq:
+        if isinstance(s, ir.Store) and s.array.name in arrays:
+            if s.accumulate != CLAIM:
+                _refuse_other(s.array.name, s.loc, name, "written")
+            elif loops:
+                raise DifferentiationError(
+                    f"cuda.atomic.max/min on '{s.array.name}' inside a loop; kadj "
+                    "routes the adjoint to the winning thread of a single contribution "
+                    "per thread", kernel=name, loc=s.loc,
+                    construct="cuda.atomic.max/min inside a loop",
+                    remedy="take the maximum over the loop in a local variable and call "
+                           "the atomic once, after the loop")
+        elif isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and \
+                s.expr.array.name in arrays:
+            _refuse_other(s.expr.array.name, s.loc, name, "read")
+        elif isinstance(s, ir.If):
+            _check_places(s.then, arrays, name, loops)
+            _check_places(s.orelse, arrays, name, loops)
+        elif isinstance(s, (ir.ForRange, ir.Loop)):
+            _check_places(s.body, arrays, name, loops + 1)
+
+
+def _refuse_other(arr, loc, name, how):
+    raise DifferentiationError(
+        f"the array '{arr}', target of cuda.atomic.max/min, is also {how} elsewhere in "
+        "the kernel; kadj differentiates an atomic max/min on an array used by nothing "
+        "else", kernel=name, loc=loc, construct=f"atomic.max/min target {how} elsewhere",
+        remedy="give the atomic max/min its own output array")
+
+
+def report(kernel, arg_names):
+    """[{array, arg (its position), param, block, grid}] for the adjoint launch
+    (JSON-able); block/grid: the thread dimensions the linear index is made of."""
+    from .threads import thread_dims
+    block, grid = thread_dims(kernel)
+    return [{"array": a[len(_PREFIX):], "arg": arg_names.index(a[len(_PREFIX):]),
+             "param": a, "block": list(block), "grid": list(grid)}
+            for a in kernel.args if a.startswith(_PREFIX)]
+
+
+def extrema_of(comp):
+    return comp.report.get("atomic_extrema") or []
+
+
+def signature_extra(comp, fwd_types):
+    """numba types of the adjoint's winner parameters."""
+    return tuple(types.Array(types.int64, fwd_types[e["arg"]].ndim, "C")
+                 for e in extrema_of(comp))
+
+
+# ---- the launches before the adjoint -------------------------------------------------
+def winners(k, comp, config, fwd):
+    """The winner arrays of the adjoint launch ``config`` (passes 1 and 2 of the module
+    doc), or () when the kernel has no atomic max/min."""
+    from .. import arrays
+    info = extrema_of(comp)
+    if not info:
+        return ()
+
+    def copies():
+        return [arrays.copy(a) if arrays.is_array(a) else a for a in fwd]
+
+    final = copies()
+    k.dispatcher[config](*final)              # 1: the final values
+    wins = [arrays.like(fwd[e["arg"]], np.full(fwd[e["arg"]].shape, _INT64_MAX,
+                                               np.int64)) for e in info]
+    claim = claim_kernel(k, [e["array"] for e in info], info[0]["block"],
+                         info[0]["grid"])
+    claim[config](*copies(), *[final[e["arg"]] for e in info], *wins)   # 2: winners
+    return tuple(wins)
+
+
+def claim_kernel(k, arrays_, block, grid):
+    """The claim kernel (module doc) of the differentiated kernel ``k``, compiled once."""
+    cached = getattr(k, "_kadj_claim_kernel", None)
+    if cached is not None:
+        return cached
+    from numba import cuda
+    fn = _claim_function(k.py_func, arrays_, tid_text(block, grid, "_kadj_cuda"))
+    kern = cuda.jit(fn)
+    k._kadj_claim_kernel = kern
+    return kern
+
+
+def _claim_function(py_func, arrays_, tid):
+    try:
+        src = textwrap.dedent(inspect.getsource(py_func))
+    except (OSError, TypeError) as exc:
+        raise DifferentiationError(
+            f"the adjoint of cuda.atomic.max/min recomputes the kernel from its source, "
+            f"which is not available ({exc})", kernel=py_func.__name__,
+            construct="cuda.atomic.max/min in a kernel without source",
+            remedy="define the kernel in a module file") from exc
+    tree = ast.parse(src)
+    fdef = tree.body[0]
+    fdef.decorator_list = []
+    for a in arrays_:
+        fdef.args.args.append(ast.arg(arg=f"_kadj_final_{a}"))
+    for a in arrays_:
+        fdef.args.args.append(ast.arg(arg=f"_kadj_win_{a}"))
+    claim = _Claim(set(arrays_), tid)
+    claim.visit(fdef)
+    if sorted(claim.done) != sorted(arrays_):
+        # e.g. the atomic stands in a device function: no winner would be found
+        raise DifferentiationError(
+            "cuda.atomic.max/min must be called in the kernel's own body, on an argument "
+            f"by its name (found for {sorted(claim.done)} of {sorted(arrays_)})",
+            kernel=py_func.__name__, construct="cuda.atomic.max/min outside the kernel",
+            remedy="call the atomic in the kernel, not in a device function")
+    ast.fix_missing_locations(tree)
+    from numba import cuda
+    glb = dict(py_func.__globals__)
+    glb["_kadj_cuda"] = cuda
+    glb["_kadj_INT64"] = np.int64
+    code = compile(tree, inspect.getsourcefile(py_func) or "<kadj claim>", "exec")
+    exec(code, glb)
+    return glb[fdef.name]
+
+
+class _Claim(ast.NodeTransformer):
+    """``cuda.atomic.max(arr, idx, v)`` -> claim the element when ``v`` won."""
+
+    def __init__(self, arrays_, tid):
+        self.arrays, self.tid, self.done = arrays_, tid, []
+
+    def visit_Expr(self, node):
+        c = node.value
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and \
+                c.func.attr in ("max", "min") and isinstance(c.func.value, ast.Attribute) \
+                and c.func.value.attr == "atomic" and len(c.args) == 3 and \
+                isinstance(c.args[0], ast.Name) and c.args[0].id in self.arrays:
+            a = c.args[0].id
+            self.done.append(a)
+            idx, val = ast.unparse(c.args[1]), ast.unparse(c.args[2])
+            text = (f"_kadj_i = {idx}\n_kadj_v = {val}\n"
+                    f"if _kadj_v == _kadj_final_{a}[_kadj_i] and _kadj_v != {a}[_kadj_i]:\n"
+                    f"    _kadj_cuda.atomic.min(_kadj_win_{a}, _kadj_i, "
+                    f"_kadj_INT64({self.tid}))\n")
+            return [ast.copy_location(s, node) for s in ast.parse(text).body]
+        return node
+
+
+def refuse_tangent(kernel_name, store):
+    raise DifferentiationError(
+        f"forward mode (jvp) of cuda.atomic.max/min on '{store.array.name}' is not "
+        "supported: the tangent of the result is the winner's, which needs the "
+        "winners found before the launch", kernel=kernel_name, loc=store.loc,
+        construct="cuda.atomic.max/min in jvp",
+        remedy="use reverse mode (k.adjoint) for this kernel")

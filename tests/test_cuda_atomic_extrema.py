@@ -1,0 +1,116 @@
+"""cuda.atomic.max / atomic.min in differentiated CUDA kernels (kadj.cuda.atomic_extrema).
+
+- Simulator (tests/atomic_extrema_cuda_sim.py in a subprocess): max pooling, a max over
+  all elements above a pre-call floor, a row-wise atomic.min on a 2-D launch, against
+  float64 central differences; the exact cotangent routing; ties (lowest thread wins,
+  the pre-call value before any thread).
+- PTX: the adjoint, with its winner array, compiles with numba.cuda.compile_ptx.
+- Refusals, located: the returned value used, nanmax, two atomics on one array, inside
+  a loop, on a shared array, the target read elsewhere, forward mode (jvp).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda, float64
+
+import atomic_extrema_cuda_sim as sim
+import kadj
+from cudatools import nvvm_available, run_sim_cases
+
+
+def test_gradients_in_the_simulator():
+    names = list(sim.CASES) + ["exact:max_pool", "ties"]
+    res = run_sim_cases("atomic_extrema_cuda_sim.py", names)
+    bad = {n: r for n, r in res.items() if r[0] != "OK"}
+    assert not bad, bad
+
+
+def test_adjoint_takes_the_winner_array():
+    src = sim.max_pool.adjoint_source(np.zeros(16), np.zeros(4))
+    assert "def max_pool_adjoint(x, out, kadj_win_out, adj_x, adj_out)" in src, src
+    rep = sim.max_pool.adjoint_report(np.zeros(16), np.zeros(4))
+    assert rep["atomic_extrema"][0]["array"] == "out"
+    assert rep["arrays"]["x"]["accumulation"] == "plain", rep["arrays"]
+
+
+@pytest.mark.parametrize("name", list(sim.CASES))
+def test_adjoint_compiles_to_ptx(name):
+    ok, why = nvvm_available()
+    if not ok:
+        pytest.skip(why)
+    k, config, make = sim.CASES[name]
+    ptx = k.adjoint_ptx(*make(np.random.default_rng(0)), cc=(9, 0))
+    assert ".entry" in ptx and "ld.global" in ptx
+
+
+@kadj.differentiate
+@cuda.jit
+def uses_result(x, out, old):
+    i = cuda.grid(1)
+    old[i] = cuda.atomic.max(out, 0, x[i])
+
+
+@kadj.differentiate
+@cuda.jit
+def nan_max(x, out):
+    i = cuda.grid(1)
+    cuda.atomic.nanmax(out, 0, x[i])
+
+
+@kadj.differentiate
+@cuda.jit
+def two_on_one(x, out):
+    i = cuda.grid(1)
+    cuda.atomic.max(out, 0, x[i])
+    cuda.atomic.max(out, 1, 2.0 * x[i])
+
+
+@kadj.differentiate
+@cuda.jit
+def in_loop(x, out):
+    i = cuda.grid(1)
+    for j in range(3):
+        cuda.atomic.max(out, j, x[i] * j)
+
+
+@kadj.differentiate
+@cuda.jit
+def on_shared(x, out):
+    i = cuda.grid(1)
+    sm = cuda.shared.array(1, float64)
+    cuda.atomic.max(sm, 0, x[i])
+    cuda.syncthreads()
+    if i == 0:
+        out[0] = sm[0]
+
+
+@kadj.differentiate
+@cuda.jit
+def target_read(x, out):
+    i = cuda.grid(1)
+    cuda.atomic.max(out, 0, x[i] * out[1])
+
+
+@pytest.mark.parametrize("kernel, nargs, words", [
+    (uses_result, 3, "the value returned by cuda.atomic.max"),
+    (nan_max, 2, "cuda.atomic.nanmax() in a differentiated kernel is not supported"),
+    (two_on_one, 2, "several cuda.atomic.max/min calls on the array 'out'"),
+    (in_loop, 2, "inside a loop"),
+    (on_shared, 2, "not an argument of the kernel"),
+    (target_read, 2, "also read elsewhere"),
+])
+def test_refused_with_location(kernel, nargs, words):
+    with pytest.raises(kadj.DifferentiationError) as info:
+        kernel.adjoint_source(*[np.zeros(8)] * nargs)
+    msg = str(info.value)
+    assert words in msg, msg
+    assert "test_cuda_atomic_extrema.py:" in msg, msg
+
+
+def test_jvp_refused_with_location():
+    with pytest.raises(kadj.DifferentiationError) as info:
+        sim.max_pool.jvp_source(np.zeros(16), np.zeros(4))
+    msg = str(info.value)
+    assert "forward mode (jvp) of cuda.atomic.max/min" in msg, msg
+    assert "atomic_extrema_cuda_sim.py:" in msg, msg
