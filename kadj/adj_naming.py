@@ -3,6 +3,7 @@ primal expressions and the symbolic derivatives of kadj.rules, as Python text.""
 from __future__ import annotations
 
 import builtins
+import cmath
 import keyword
 import math
 import operator
@@ -35,7 +36,8 @@ _SYM_FUNCS = {"sin": "math.sin", "cos": "math.cos", "tan": "math.tan", "sinh": "
               "log": "math.log", "sqrt": "math.sqrt", "pow": "math.pow",
               "copysign": "math.copysign", "sign": "_sign", "floor": "math.floor",
               "trunc": "math.trunc"}
-# functions whose complex version is NumPy's (numba compiles np.<name> on complex scalars)
+# functions whose complex version is cmath's (numba compiles cmath.<name> on complex
+# scalars on the CPU and in CUDA kernels; numba-cuda has no np.sqrt/np.exp of them)
 _COMPLEX_FUNCS = frozenset(["sin", "cos", "tan", "sinh", "cosh", "tanh", "exp", "log",
                             "sqrt"])
 
@@ -333,7 +335,7 @@ class Naming:
             if complex_arg and s.name == "pow":
                 return f"({args[0]} ** {args[1]})"
             if complex_arg and s.name in _COMPLEX_FUNCS:
-                return f"np.{s.name}({args[0]})"
+                return f"{self.bind(getattr(cmath, s.name), s.name)}({args[0]})"
             if complex_arg and s.name != "sign":
                 from .errors import DifferentiationError
                 raise DifferentiationError(

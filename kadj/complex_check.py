@@ -1,10 +1,15 @@
-"""Where complex values are refused: kernels of targets other than the CPU (their
-writers, lowerings and tapes handle real values only), with the kernel's name."""
+"""Where complex values are refused: kernels of targets whose writers, lowerings and
+tapes handle real values only (today every target but the CPU's and CUDA's), with the
+kernel's name."""
 from __future__ import annotations
 
 from numba.core import types
 
 from .errors import DifferentiationError
+
+#: the targets that differentiate complex values (CUDA: a complex atomic accumulation
+#: is two float atomics on the real and imaginary parts, kadj.cuda.lower)
+COMPLEX_TARGETS = frozenset({"cpu", "cuda"})
 
 
 def is_complex(t):
@@ -14,14 +19,15 @@ def is_complex(t):
 
 
 def check_target(target, kernel, kernel_name):
-    """Refuse a complex argument or value of a kernel whose target is not the CPU."""
-    if target.name == "cpu":
+    """Refuse a complex argument or value of a kernel whose target does not
+    differentiate complex values."""
+    if target.name in COMPLEX_TARGETS:
         return
     for name, t in kernel.types.items():
         if is_complex(t):
             raise DifferentiationError(
-                f"'{name}' is complex ({t}); complex values are differentiated on the "
-                f"CPU only, not in {target.title} kernels",
+                f"'{name}' is complex ({t}); complex values are not differentiated in "
+                f"{target.title} kernels",
                 kernel=kernel_name, loc=getattr(kernel, "loc", None),
                 construct="complex value",
                 remedy="split the computation into real and imaginary parts, or "

@@ -44,6 +44,7 @@ def jvp(f, primals, tangents):
         if isinstance(x, np.ndarray):
             bufs.append(np.zeros_like(x) if t is None else np.array(t, dtype=dtype))
         else:
+            scalar = complex if dtype.kind == "c" else float
             bufs.append(np.zeros(1, dtype) if t is None else
-                        np.full(1, float(t), dtype))
+                        np.full(1, scalar(t), dtype))
     return jvp_call.run(k, args + tuple(bufs), {})

@@ -40,7 +40,7 @@ from numba.np import numpy_support
 
 from . import ir
 from . import rules
-from .complex_parts import PARTS
+from .complex_parts import METHODS, PARTS, method_call
 from .condition_flags import flag_condition
 from .errors import DifferentiationError, InternalError
 from .frontend import resolve_value
@@ -869,6 +869,8 @@ class Structurizer:
             if isinstance(vtype, types.Complex) and e.attr in PARTS:  # z.real, z.imag
                 return [ir.Assign(tgt, ir.Op(PARTS[e.attr], (self.operand(e.value),)),
                                   loc=loc)]
+            if isinstance(vtype, types.Complex) and e.attr in METHODS:  # z.conjugate
+                return []                                 # (read where it is called)
             if self.const_of(ir_var(tgt, loc)) is not None:
                 return []
             try:
@@ -940,6 +942,10 @@ class Structurizer:
                    remedy="rewrite it with scalar operations and element-wise loops")
 
     def convert_call(self, tgt, e, loc):
+        method = method_call(self.fir, self.types, e.func)
+        if method is not None and not e.args and not e.kws:   # z.conjugate()
+            return [ir.Assign(tgt, ir.Op(method[0], (self.operand(method[1]),)),
+                              loc=loc)]
         try:
             fn = resolve_value(self.fir, e.func)
         except (LookupError, AttributeError):

@@ -20,11 +20,18 @@ assigned when its rule does not read the result (so ``x = x * y`` gives
 statement also reads ``v``.  A store's tangent is stored next to it, so an array both
 read and written (``u[i] = u[i - 1] + ...``) has its tangent read in the state the
 primal reads.
+
+The writer is target-neutral: what a target spells or lowers differently (a GPU's
+intrinsics, barriers, shared and local arrays, the forward's atomics) comes in a
+:class:`TangentContext` (the CUDA target's: :func:`kadj.cuda.context.tangent_context`).
 """
 from __future__ import annotations
 
 import ast
 import linecache
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Callable, Mapping
 
 from numba.core import types
 
@@ -40,13 +47,55 @@ from .simplify_expr import (drop_bool_casts, drop_orphan_comments, fold_single_u
 from .source_header import self_contained
 
 
-class TangentWriter(Naming):
-    """Builds the tangent function of one kernel (``build``)."""
+def refuse_barrier(w, s, out):
+    """A CPU kernel has no block of threads to meet."""
+    raise DifferentiationError("barriers exist only in GPU kernels", kernel=w.k.name,
+                               loc=s.loc, construct="barrier")
 
-    def __init__(self, kernel, facts, slot_args, returns_value, fname, tangent_only=False):
+
+@dataclass(frozen=True)
+class TangentContext:
+    """A target's part in building one tangent function (:class:`TangentWriter`): what
+    differs from the host's, as data and lowerings.  The host's is :data:`HOST_TANGENT`;
+    the CUDA target's, :func:`kadj.cuda.context.tangent_context`.
+
+    syntax:      the printer's spelling of barriers and atomic adds.
+    intrinsics:  the target's :class:`kadj.targets.base.Intrinsics` (how its callables
+                 and special registers are spelled), or None.
+    namespace:   objects the source names besides ``math`` and ``np``.
+    barrier:     ``(writer, barrier statement, out)``: a primal barrier's tangent code
+                 (the host refuses it).
+    declare:     ``(writer, assignment of an Alloc, out) -> bool``: an array the target
+                 declares itself (``cuda.shared.array``...), written with its tangent's
+                 declaration; False leaves it to the host's (``np.zeros_like``).
+    accumulate:  ``(writer, accumulating store, out)``: a store ``x[i] += v`` of the
+                 forward (an atomic add) and its tangent, or None: plain ``+=``.
+    op_tangent:  ``(writer, assignment of an Op) -> text or None``: the tangent of an
+                 operation across threads (a warp shuffle), None for the rule table's.
+    """
+
+    syntax: Syntax = Syntax()
+    intrinsics: object = None
+    namespace: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    barrier: Callable = refuse_barrier
+    declare: Callable = None
+    accumulate: Callable = None
+    op_tangent: Callable = None
+
+
+HOST_TANGENT = TangentContext()
+
+
+class TangentWriter(Naming):
+    """Builds the tangent function of one kernel (``build``) for any target; the
+    target's :class:`TangentContext` gives its spellings and lowerings."""
+
+    def __init__(self, kernel, facts, slot_args, returns_value, fname, tangent_only=False,
+                 context=HOST_TANGENT):
         """``returns_value``: the kernel returns a float, and the tangent function returns
         ``(value, tangent)``, or only the tangent with ``tangent_only`` (the directional
         derivative :mod:`kadj.hessian` differentiates again)."""
+        self.ctx = context
         self.k = kernel
         self.a = facts
         self.T = kernel.types
@@ -55,8 +104,23 @@ class TangentWriter(Naming):
         self.tangent_only = tangent_only
         self.fname = fname
         self.init_names(kernel, fname)
+        self.ns.update(context.namespace)
         self._last_loc = None
         self._g = None
+
+    # ---- the target's intrinsics in the source ------------------------------------------
+    def bind(self, obj, hint):
+        table = self.ctx.intrinsics
+        text = table.name(obj) if table is not None else None
+        return text if text is not None else super().bind(obj, hint)
+
+    def expr(self, e):
+        table = self.ctx.intrinsics
+        if table is not None and isinstance(e, ir.Op):
+            text = table.value(e.fn)
+            if text is not None:
+                return text
+        return super().expr(e)
 
     # ---- names ----------------------------------------------------------------------
     def arr(self, var):
@@ -160,8 +224,7 @@ class TangentWriter(Naming):
                 self.comment(s.loc, out)
             out.append(A.Return(self._ret_text(s.value)))
         elif isinstance(s, ir.Barrier):
-            raise DifferentiationError("barriers exist only in GPU kernels",
-                                       kernel=self.k.name, loc=s.loc, construct="barrier")
+            self.ctx.barrier(self, s, out)
         else:
             raise DifferentiationError(
                 f"forward mode does not support the statement {type(s).__name__}",
@@ -185,6 +248,9 @@ class TangentWriter(Naming):
 
     def assign(self, s, out):
         v, e = s.target, s.expr
+        if isinstance(e, ir.Alloc) and self.ctx.declare is not None and \
+                self.ctx.declare(self, s, out):
+            return
         if v not in self.a.varied:
             none = e.src if isinstance(e, ir.Copy) else e
             if v in self.returned_none and isinstance(none, ir.Const) and \
@@ -242,6 +308,9 @@ class TangentWriter(Naming):
                 return [], False
             return [self.elem(self.dot(arr), [self.o(i) for i in e.index])], False
         if isinstance(e, ir.Op):
+            term = None if self.ctx.op_tangent is None else self.ctx.op_tangent(self, s)
+            if term is not None:
+                return [term], False
             return self._op_terms(s, out_name)
         if isinstance(e, ir.Item) and self.active(e.value):
             self._refuse_item(s)
@@ -285,6 +354,8 @@ class TangentWriter(Naming):
             remedy="unpack the tuple into separate variables")
 
     def store(self, s, out):
+        if s.accumulate and self.ctx.accumulate is not None:
+            return self.ctx.accumulate(self, s, out)
         arr = s.array.name
         index = [self.o(i) for i in s.index]
         op = {"add": "+=", "sub": "-="}.get(s.accumulate, "=")
@@ -318,10 +389,12 @@ def check_target(target, kernel_name):
                    "@njit version on the CPU")
 
 
-def build_tangent(kernel, facts, slot_args, returns_value):
-    """The tangent function of a CPU kernel as adjoint IR: (Function, writer); the
-    writer holds the namespace the source needs."""
-    w = TangentWriter(kernel, facts, slot_args, returns_value, f"{kernel.name}_jvp")
+def build_tangent(kernel, facts, slot_args, returns_value, context=HOST_TANGENT):
+    """The tangent function of a kernel as adjoint IR: (Function, writer); the writer
+    holds the namespace the source needs.  ``context``: the target's
+    (:class:`TangentContext`), the host's by default."""
+    w = TangentWriter(kernel, facts, slot_args, returns_value, f"{kernel.name}_jvp",
+                      context=context)
     return A.built(readable(w.build()), "tangent"), w
 
 
@@ -337,9 +410,9 @@ def readable(fn):
     return fn
 
 
-def write_tangent(kernel, facts, slot_args, returns_value):
+def write_tangent(kernel, facts, slot_args, returns_value, context=HOST_TANGENT):
     """The :class:`kadj.reverse.AdjointSource` of the tangent function."""
-    fn, w = build_tangent(kernel, facts, slot_args, returns_value)
-    source, supplied = self_contained(render(fn, Syntax()), w.ns)
+    fn, w = build_tangent(kernel, facts, slot_args, returns_value, context)
+    source, supplied = self_contained(render(fn, context.syntax), w.ns)
     return AdjointSource(name=fn.name, source=source, namespace=supplied,
                          param_names=fn.params)

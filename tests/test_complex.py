@@ -266,17 +266,24 @@ def test_jvp_of_mixes_matches_finite_differences():
     assert abs(tan - fd) <= 1e-6 * max(1.0, abs(fd))
 
 
-def test_complex_values_refused_on_cuda_with_location():
-    from kadj.complex_check import check_target
-    from kadj import targets
+def test_complex_values_refused_on_targets_without_them():
+    """CPU and CUDA kernels differentiate complex values (tests/test_complex_cuda.py);
+    a target that does not is refused with the kernel's name."""
+    import dataclasses
+
+    from kadj.complex_check import COMPLEX_TARGETS, check_target
+    from kadj.targets.cuda import CUDA
+
+    assert {"cpu", "cuda"} <= COMPLEX_TARGETS
 
     class K:
         types = {"z": numba.types.complex128}
         loc = None
 
-    with pytest.raises(kadj.DifferentiationError, match="complex"):
-        check_target(targets.get("cuda") if hasattr(targets, "get") else
-                     targets.CUDA, K(), "k")
+    check_target(CUDA, K(), "k")     # accepted
+    other = dataclasses.replace(CUDA, name="other", title="Other")
+    with pytest.raises(kadj.DifferentiationError, match="complex .*Other kernels"):
+        check_target(other, K(), "k")
 
 
 @kadj.differentiate

@@ -10,16 +10,23 @@ GPU thread's is data and functions handed to it here:
 - the lowerings (:mod:`kadj.cuda.lower`): accumulation policy, barriers, bounded tape,
   ``cuda.local`` / ``cuda.shared`` arrays, the block sum of scalar adjoints;
 - the refusals (:func:`check`) and the policies of the forward sweep's liveness.
+
+Forward mode's counterpart is :func:`tangent_context`: the one
+:class:`kadj.tangent.TangentWriter` gets the CUDA spellings and the tangent lowerings
+of :mod:`kadj.cuda.lower` (barriers kept, shared/local arrays declared with their
+tangents, the forward's atomics and their tangents).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from .. import ir
+from ..complex_check import is_complex, tape_refusal
 from ..errors import DifferentiationError
 from ..lowering import Context
 from ..printer import Syntax
-from . import lower
+from ..tangent import TangentContext
+from . import lower, warp
 from .checkpoints import own_element
 from .indexing import ThreadIndex, array_accesses
 from .intrinsics import TABLE, CudaIntrinsic
@@ -45,6 +52,7 @@ class CudaState:
     uniform_report: dict = field(default_factory=dict)
     block_ids: object = None    # (tid, nthreads) names, once a shared array is zeroed
     gather: object = None       # the gather form's passes (kadj.cuda.gather)
+    complex_atomics: dict = field(default_factory=dict)  # array -> atomics split in two
 
 
 def cuda_state(kernel, an, cells=None):
@@ -75,6 +83,14 @@ def cuda_context(kernel, an, cells=None, lowerings=SCATTER, expressions=()):
                    space=state.space, namespace={"cuda": cuda}, state=state)
 
 
+def tangent_context():
+    """The CUDA target's part in building a tangent kernel (forward mode)."""
+    from numba import cuda
+    return TangentContext(syntax=SYNTAX, intrinsics=TABLE, namespace={"cuda": cuda},
+                          barrier=lower.tangent_barrier, declare=lower.tangent_declare,
+                          accumulate=lower.tangent_atomic, op_tangent=warp.tangent_term)
+
+
 def check(w):
     """The CUDA target's refusals of a kernel it cannot differentiate."""
     a, k, st = w.a, w.k, w.state
@@ -103,6 +119,25 @@ def check(w):
             kernel=k.name, construct="array allocation",
             remedy="use cuda.local.array or cuda.shared.array")
     check_single_writers(k, st.index, st.space, a)
+    _check_complex_saves(k, a)
+
+
+def _check_complex_saves(k, a):
+    """A thread-local or own-element array a loop reversed from checkpoints saves on
+    the tape element by element: the bounded tape holds real values only, so a
+    complex one is refused (a complex scalar is saved as its two parts)."""
+    saved = set()
+    for names in list(a.checkpoint_arrays.values()) + list(a.checkpoint_owned.values()):
+        saved.update(names)
+    cplx = sorted(n for n in saved if is_complex(k.types.get(n)))
+    if cplx:
+        err = tape_refusal(k.types[cplx[0]])
+        raise DifferentiationError(
+            f"the complex array(s) {', '.join(cplx)} would have to be saved on the "
+            "tape of a loop reversed from checkpoints, which holds real values only",
+            kernel=k.name, loc=_first_store(k, cplx), construct=err.construct,
+            remedy="keep the complex values in two real arrays (real and imaginary "
+                   "parts), or in scalars")
 
 
 def _first_store(kernel, arrays):

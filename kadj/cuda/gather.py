@@ -256,7 +256,7 @@ def build_passes(w):
         # the scalar arguments' adjoints come from the own pass only
         block.body += [A.Assign(w.adj_var(v), w.zero(w.T[v]))
                        for v in sorted(sorted(a.varied), key=w.n)
-                       if isinstance(w.T.get(v), types.Float) and
+                       if isinstance(w.T.get(v), (types.Float, types.Complex)) and
                        v not in w.single_use and (n_pass == 0 or v not in g.sinks)]
     prologue.body += w.declarations() + [
         A.Assign(w.n(v), w.zero(w.T.get(v))) for v in sorted(w.declare, key=w.n)]
@@ -275,7 +275,7 @@ def build_gather(kernel, an, slot_args, plan, mode, cells=None, lowered=True):
     if not lowered:
         return fn, w
     fn = lower_declarations(fn, w, w.ctx.declarations)
-    return A.built(simplify(fn), mode), w
+    return A.built(lower.complex_atomics(simplify(fn), w), mode), w
 
 
 def write_gather(kernel, an, slot_args, plan, cells=None):

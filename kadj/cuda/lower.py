@@ -23,6 +23,15 @@ The declaration lowerings (:data:`DECLARATIONS`, applied by
 :class:`adj_ir.FinishScalar`, :func:`local_tape` (a bounded tape is a
 ``cuda.local.array``), :func:`local_array` (``cuda.local`` / ``cuda.shared`` arrays),
 :func:`zero_array` (a shared array zeroed by the block together), :func:`local_sums`.
+
+Complex values: numba-cuda has no atomic add of complex numbers, so the finished
+function's complex atomic accumulations are each split into two float atomics on the
+real and imaginary parts (:func:`complex_atomics`).
+
+The tangent's lowerings (forward mode, :class:`kadj.tangent.TangentContext`):
+:func:`tangent_barrier`, :func:`tangent_declare` (shared and local arrays declared
+with their tangents), :func:`tangent_atomic` (the forward's atomics and their
+tangents).
 """
 from __future__ import annotations
 
@@ -200,3 +209,89 @@ def local_sums(w, node):
 DECLARATIONS = {"FinishScalar": block_sum, "TapeDecl": local_tape,
                 "LocalArray": local_array, "ZeroArray": zero_array,
                 "LocalSums": local_sums}
+
+
+def _is_complex_target(w, t):
+    if not isinstance(t, A.AdjElem):
+        return False
+    ty = w.T.get(t.array)
+    return isinstance(getattr(ty, "dtype", ty), types.Complex)
+
+
+def complex_atomics(fn, w):
+    """numba-cuda has no atomic add of complex values: each atomic accumulation into a
+    complex element (an adjoint array's, a block sum's slot) becomes two float atomics,
+    on the real and the imaginary parts of the element (``adj.real`` / ``adj.imag``,
+    views of the array's real pairs), the value read once.  Each thread's addition is
+    exact per part, so the result is the complex sum, in some order per part.  Run on
+    the finished function (after :func:`kadj.simplify.simplify`)."""
+    split = w.state.complex_atomics
+
+    def rewrite(body):
+        out = []
+        for node in body:
+            for child in node.children():
+                child[:] = rewrite(child)
+            if not (isinstance(node, A.Accumulate) and node.how == "atomic" and
+                    _is_complex_target(w, node.target)):
+                out.append(node)
+                continue
+            t, value = node.target, node.value
+            if not value.isidentifier():
+                tmp = w.fresh(f"c_{t.base.lstrip('_')}")
+                out.append(A.Assign(tmp, value))
+                value = tmp
+            for part in ("real", "imag"):
+                view = A.AdjElem(t.array, t.index, f"{t.base}.{part}", t.index_texts)
+                out.append(A.Accumulate(view, node.op, f"{value}.{part}", "atomic"))
+            split[t.array] = split.get(t.array, 0) + 1
+        return out
+
+    for body in fn.children():
+        body[:] = rewrite(body)
+    return fn
+
+
+# ---- the tangent's lowerings (kadj.tangent.TangentContext) ------------------------------
+def tangent_barrier(w, s, out):
+    """``cuda.syncthreads()`` stays where it is: a shared array's tangent is written and
+    read next to the primal between the same barriers."""
+    out.append(A.Barrier(loc=s.loc))
+
+
+def tangent_declare(w, s, out):
+    """A ``cuda.shared.array`` / ``cuda.local.array`` and its tangent, declared alike
+    (a shared one is shared by the block, a local one private to the thread), right
+    after it; False for allocations that are not the target's."""
+    from .intrinsics import CudaIntrinsic
+    if not isinstance(s.expr.fn, CudaIntrinsic):
+        return False
+    w.comment(s.loc, out)
+    decl = w.expr(s.expr)
+    out.append(A.Assign(w.n(s.target), decl))
+    if w.active_array(s.target):
+        out.append(A.Assign(w.dot(s.target), decl))
+    return True
+
+
+def tangent_atomic(w, s, out):
+    """``cuda.atomic.add(x, idx, v)`` in the forward is linear: its tangent is
+    ``cuda.atomic.add(dot_x, idx, dot_v)`` (``atomic.sub``: the negated tangent),
+    before the forward's own atomic, which stays an atomic.  The winner's store of a
+    ``cuda.atomic.max``/``min`` is refused (:mod:`kadj.cuda.atomic_extrema`)."""
+    if s.accumulate == "claim":
+        from .atomic_extrema import refuse_tangent
+        refuse_tangent(w.k.name, s)
+    arr = s.array.name
+    index = tuple(s.index)
+    texts = tuple(w.o(i) for i in index)
+    sign = "-" if s.accumulate == "sub" else ""
+    w.comment(s.loc, out)
+    if w.active_array(arr) and w.active(s.value):
+        out.append(A.Accumulate(A.AdjElem(arr, index, w.dot(arr), texts), "+=",
+                                sign + w.dot(s.value.name), "atomic"))
+    value = w.o(s.value)
+    if sign:
+        value = f"-{value}" if value.isidentifier() else f"-({value})"
+    out.append(A.Accumulate(A.AdjElem(arr, index, w.arr(arr), texts), "+=", value,
+                            "atomic"))

@@ -8,7 +8,8 @@ simulator shim (:mod:`kadj.cuda.shim`), and the generated source calls ``cuda.<p
 
 ``cuda.atomic.add``/``sub`` become accumulating :class:`~kadj.ir.Store` statements.
 ``cuda.atomic.max``/``min``: a store of the winning thread (:mod:`kadj.cuda.atomic_extrema`).
-Refused (DifferentiationError): intrinsics not listed.
+Refused (DifferentiationError): atomics on complex arrays (no such atomic in numba-cuda)
+and intrinsics not listed.
 """
 from __future__ import annotations
 
@@ -96,6 +97,13 @@ class CudaStructurizer(Structurizer):
         if not isinstance(self.types.get(arr.name), types.Array):
             self.error(f"cuda.atomic.{op} on a non-array", loc=loc,
                        construct=f"cuda.atomic.{op}")
+        if isinstance(self.types[arr.name].dtype, types.Complex):
+            # (the simulator would run it; numba-cuda has no complex atomics)
+            self.error(f"cuda.atomic.{op} on the complex array '{arr.name}': numba-cuda "
+                       "has no atomic operations on complex values", loc=loc,
+                       construct=f"complex cuda.atomic.{op}",
+                       remedy="accumulate into two real arrays (the real and the "
+                              "imaginary parts) with float atomics instead")
         if self.var_used(tgt):
             self.error(f"the value returned by cuda.atomic.{op} (the element's old "
                        "value) is used; kadj does not differentiate that", loc=loc,

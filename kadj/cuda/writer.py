@@ -18,6 +18,11 @@ Each thread of the adjoint kernel replays its forward part, then runs its revers
 - **The tape is per thread and bounded**: ``cuda.local.array`` stacks whose size is
   the number of values recorded outside loops plus those of one replayed iteration.
   Recording inside a loop that is not replayed is refused.
+- **Complex adjoints** (complex64/complex128 arrays and scalars, the CPU's convention
+  dL/dx + i dL/dy): numba-cuda has no complex atomic add, so each complex atomic
+  accumulation is two float atomics on the element's real and imaginary parts
+  (:func:`kadj.cuda.lower.complex_atomics`, counted in the report's
+  ``complex_atomics``).
 - **Loops that carry state** (per-thread time stepping, recurrences) are reversed from
   checkpoints (:mod:`kadj.checkpoint_reverse`, with :mod:`kadj.cuda.checkpoints` for
   each thread's own element of shared arrays).
@@ -29,6 +34,7 @@ from ..lowering import lower_declarations
 from ..reverse import Writer, adjoint_source
 from ..simplify import simplify
 from .context import SYNTAX, cuda_context
+from .lower import complex_atomics
 
 DEFAULT_SLOTS = 24
 
@@ -64,6 +70,8 @@ def report(w):
         # launch may extend only along those (kadj.cuda.threads.check_launch_dims)
         "thread_dims": {"block": "".join("xyz"[d] for d in st.index.block_dims),
                         "grid": "".join("xyz"[d] for d in st.index.grid_dims)},
+        # complex accumulations written as two float atomics (real, imaginary part)
+        **({"complex_atomics": dict(st.complex_atomics)} if st.complex_atomics else {}),
         "in_place_cells": {a: "the thread's own element, updated in place, held in "
                               "a scalar" for a in sorted(st.cells)},
     }
@@ -81,7 +89,7 @@ def build_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS, cells=None,
     if not lowered:
         return fn, w
     fn = lower_declarations(fn, w, w.ctx.declarations)
-    return A.built(simplify(fn), "scatter"), w
+    return A.built(complex_atomics(simplify(fn), w), "scatter"), w
 
 
 def write_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS, cells=None):

@@ -214,8 +214,13 @@ def _load(key, request):
 
 
 def _write_tangent(prepared, facts, plan):
-    from ..cuda.tangent import write_tangent
-    return write_tangent(prepared, facts, plan)
+    """The tangent kernel's source: the host's tangent writer (:mod:`kadj.tangent`)
+    with the CUDA target's spellings and lowerings (:func:`kadj.cuda.context.
+    tangent_context`), on the prepared kernel (cells of a thread's own element)."""
+    from ..cuda.context import tangent_context
+    from ..tangent import write_tangent
+    slot_args = tuple(plan.arg_names[i] for i in plan.adjoint_args)
+    return write_tangent(prepared.kernel, facts, slot_args, False, tangent_context())
 
 
 def _compile_tangent(plan, source, pyfunc, disk_cached, jit_options):

@@ -113,6 +113,11 @@ def check_grad(kernel, args, wrt=None, *, rtol=None, atol=None, eps=None, seed=0
     ``explain_max``: on a failure, arguments with at most this many elements are
     examined element by element for the message.
 
+    Complex arguments and written complex arrays are checked as their real and
+    imaginary parts: each element is probed in both directions, and the adjoint is read
+    as ``dL/dx + i dL/dy`` (kadj's convention); a mismatch names the part
+    (``z[3].imag``).
+
     Raises ``AssertionError`` naming the kernel and argument on a mismatch confirmed
     with a smaller step (and the elements, and suspected kinks or ties), and where
     finite-difference rounding noise is too large for the inner-product test to

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .forward import _copy_args, _is_array
+from .forward import _copy_args, _is_array, from_pairs, real_pairs
 
 
 def _vjp(problem, ct):
@@ -22,7 +22,9 @@ def _vjp(problem, ct):
         a = problem.args[i]
         if i in out_slots:
             s = out_slots[i]
-            buffers.append(ct[s.start:s.stop].reshape(s.shape).astype(s.dtype))
+            # a complex output's cotangent: dL/dx + i dL/dy (kadj's convention)
+            seed = from_pairs(ct[s.start:s.stop], s)
+            buffers.append(seed.reshape(s.shape).astype(np.asarray(a).dtype))
         elif _is_array(a):
             buffers.append(np.zeros_like(a))
         else:
@@ -43,7 +45,7 @@ def _vjp(problem, ct):
     by_index = dict(zip(plan.adjoint_args, buffers))
     g = np.empty(problem.n_in)
     for s in problem.inputs:
-        g[s.start:s.stop] = np.ravel(by_index[s.index])
+        g[s.start:s.stop] = real_pairs(by_index[s.index])
     return g
 
 

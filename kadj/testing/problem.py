@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import DifferentiationError
 from .boundscheck import _BoundsChecked
-from .forward import (_copy_args, _evaluate, _is_array, _is_float_array,
+from .forward import (_copy_args, _evaluate, _is_array, _is_float_or_complex_array,
                       _on_host, _read_inputs)
 
 _DEFAULTS = {
@@ -38,6 +38,7 @@ class _Slot:
     is_array: bool
     start: int
     stop: int
+    complex: bool = False   # a complex argument: (real, imaginary) pairs, dtype theirs
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ def _as_differentiated(kernel):
 
 def _check_plan_covers_outputs(plan, args):
     for i in plan.written:
-        if _is_float_array(args[i]) and i not in plan.adjoint_args:
+        if _is_float_or_complex_array(args[i]) and i not in plan.adjoint_args:
             raise AssertionError(
                 f"Kernel '{plan.kernel_name}' writes floating-point array "
                 f"'{plan.arg_names[i]}' but its adjoint plan gives it no adjoint "
@@ -148,19 +149,22 @@ def _slots(plan, args, indices):
             shape, dtype, size = a.shape, a.dtype, a.size
         else:
             shape, dtype, size = (), _scalar_dtype(a, plan, i), 1
+        cplx = dtype.kind == "c"
+        if cplx:    # probed in the real and the imaginary direction of each element
+            dtype, size = np.dtype(np.finfo(dtype).dtype), 2 * size
         slots.append(_Slot(i, plan.arg_names[i], shape, dtype, _is_array(a),
-                           start, start + size))
+                           start, start + size, cplx))
         start += size
     return tuple(slots)
 
 
 def _scalar_dtype(value, plan, i):
     dtype = np.asarray(value).dtype
-    if dtype.kind != "f":
+    if dtype.kind not in "fc":
         raise DifferentiationError(
             f"Kernel '{plan.kernel_name}' lists argument '{plan.arg_names[i]}' "
             f"({type(value).__name__}) as differentiable, but check_grad can only "
-            "perturb floating-point scalars.")
+            "perturb floating-point and complex scalars.")
     return dtype
 
 
@@ -207,7 +211,10 @@ def _element_name(problem, j):
 
 
 def _index_name(slot, k):
+    part = ""
+    if slot.complex:
+        k, part = k // 2, (".real", ".imag")[k % 2]
     if not slot.shape:
-        return slot.name
+        return slot.name + part
     idx = np.unravel_index(k, slot.shape)
-    return f"{slot.name}[{', '.join(str(int(v)) for v in idx)}]"
+    return f"{slot.name}[{', '.join(str(int(v)) for v in idx)}]{part}"
