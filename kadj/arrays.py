@@ -240,8 +240,9 @@ def copy_into(dst, src):
     if k == "host":
         np.copyto(dst, to_host(src))
     elif k == "cupy":
-        with dst.device:
-            dst[...] = src
+        import cupy
+        with dst.device:    # a NumPy source is uploaded, a device one read in place
+            dst[...] = src if kind(src) == "cupy" else cupy.asarray(src)
     elif k == "simulator" or hasattr(dst, "copy_to_device"):
         dst.copy_to_device(src)
     else:
