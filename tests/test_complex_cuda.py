@@ -98,3 +98,25 @@ def test_complex_local_array_saved_by_a_reversed_loop_is_refused_with_location()
                              r"have to be saved on the tape"):
         k.adjoint_source(*args)
     assert "dot_w = cuda.local.array(3, " in k.jvp_source(*args)
+
+
+@needs_nvvm
+def test_complex_trig_functions_compile_to_ptx():
+    """cmath's trig/hyperbolic functions, log10 and phase in a CUDA kernel: the adjoint
+    and the tangent compile (device functions for cc 9.0 with no GPU: kadj.cuda.ptx_cc)."""
+    import cmath
+
+    import kadj
+
+    @kadj.differentiate
+    @cuda.jit
+    def trig(z, out):
+        i = cuda.grid(1)
+        if i < z.shape[0]:
+            w = z[i]
+            out[i] = (cmath.sin(w) + cmath.cos(w) * cmath.tan(w) + cmath.sinh(w)
+                      - cmath.cosh(w) * cmath.tanh(w) + cmath.log10(w) + cmath.phase(w))
+
+    args = (np.ones(8, np.complex128), np.zeros(8, np.complex128))
+    assert ".entry" in trig.adjoint_ptx(*args, cc=(9, 0))
+    assert ".entry" in trig.jvp_ptx(*args, cc=(9, 0))

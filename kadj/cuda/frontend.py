@@ -69,9 +69,12 @@ def type_cuda_kernel(py_func, arg_types):
     """Typed IR of a CUDA kernel's Python function for ``arg_types``."""
     from numba.cuda.utils import numba_target_override
 
+    from .ptx_cc import for_cc        # called device functions (cmath's) type without a GPU
+
     typingctx, targetctx = contexts()
-    return _run(py_func, typingctx, targetctx, arg_types, "cuda", flags=_flags(),
-                context=numba_target_override())
+    with for_cc(None):
+        return _run(py_func, typingctx, targetctx, arg_types, "cuda", flags=_flags(),
+                    context=numba_target_override())
 
 
 def simulator_enabled():

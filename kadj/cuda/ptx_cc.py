@@ -6,7 +6,8 @@ device (``get_current_device().compute_capability``), which initialises the driv
 :func:`for_cc` stands in a device description with the requested compute capability
 for the duration of one compile, only when no CUDA driver is available (where nothing
 can be launched, so the device functions compiled for ``cc`` are never run on another
-device).  With a GPU present it changes nothing.
+device).  With a GPU present it changes nothing.  ``cc=None``: numba-cuda's default PTX
+compute capability (typing a kernel that calls such functions, before any compile).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import contextlib
 import threading
 from types import SimpleNamespace
 
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
 
 
 @contextlib.contextmanager
@@ -25,6 +26,9 @@ def for_cc(cc):
     if cuda.is_available():
         yield
         return
+    if cc is None:
+        from numba.cuda import config
+        cc = config.CUDA_DEFAULT_PTX_CC
     with _LOCK:
         saved = dispatcher.get_current_device
         dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=tuple(cc))
