@@ -119,3 +119,12 @@ def test_refused_with_location(kernel, words):
     msg = str(info.value)
     assert words in msg, msg
     assert "test_cuda_warp.py:" in msg and "cuda.shfl_" in msg, msg
+
+
+def test_a_wrong_shuffle_rule_fails_the_checks():
+    """The gradient checks above can fail: with shfl_down's adjoint reversed in the
+    wrong direction (a shfl_down of the adjoint instead of a shfl_up), the warp sum's
+    gradients disagree with finite differences."""
+    names = ["warp_sum_unrolled"]
+    res = run_sim_cases("warp_cuda_sim.py", names, env={"KADJ_TEST_WRONG_WARP_RULE": "1"})
+    assert all(res[n][0] == "FAIL" for n in names), res

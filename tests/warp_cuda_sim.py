@@ -188,6 +188,11 @@ def main(names):
     import warp_sim_api
     from cudatools import report_cases
     warp_sim_api.install()
+    if os.environ.get("KADJ_TEST_WRONG_WARP_RULE"):
+        # a deliberately wrong rule (shfl_down reversed in the wrong direction), to show
+        # that the checks above can fail (tests/test_cuda_warp.py)
+        from kadj.cuda import warp
+        warp._SOURCES["warp_down_adjoint"] = warp._SOURCES["warp_up_adjoint"]
     cases = {n: (lambda n=n: run_case(n)) for n in CASES}
     cases.update({f"jvp:{n}": (lambda n=n: run_case(f"jvp:{n}")) for n in CASES})
     report_cases(cases, names)
