@@ -38,7 +38,7 @@ import numpy as np
 
 __all__ = [
     "MAX_OVERLAP_WORK", "Undecided", "add_into", "arrays_in", "copy", "copy_into", "describe",
-    "filled",
+    "KeyMemo", "filled",
     "is_array", "kind", "like", "may_overlap", "memory", "memory_key", "overlap",
     "self_overlapping", "shares", "span", "to_host", "writeable", "zeros", "zeros_like",
 ]
@@ -56,10 +56,17 @@ class Undecided(Exception):
 
 
 # ---- kinds ---------------------------------------------------------------------------
+# Python and NumPy scalar types, certainly not arrays (kind() answers them at once)
+_SCALARS = frozenset([int, float, complex, bool, np.float64, np.float32, np.int64,
+                      np.int32, np.complex128, np.complex64, np.bool_])
+
+
 def kind(a):
     """``"host"``, ``"simulator"``, ``"cupy"`` or ``"device"``; None for a non-array."""
     if isinstance(a, np.ndarray):
         return "host"
+    if type(a) in _SCALARS:
+        return None
     if isinstance(getattr(a, "_ary", None), np.ndarray):
         return "simulator"
     if hasattr(a, "__cuda_array_interface__"):
@@ -132,9 +139,60 @@ def writeable(a):
 def memory_key(a):
     """An array's exact memory view, (space, pointer, shape, strides, dtype): equal
     keys mean the same elements."""
+    if type(a) is np.ndarray:
+        return ("host", a.__array_interface__["data"][0], a.shape, a.strides,
+                a.dtype.str)
     k = kind(a)
     ptr, shape, strides, dtype = _layout(a, k)
     return (_space(k), ptr, tuple(shape), tuple(strides), dtype.str)
+
+
+class KeyMemo:
+    """The memory keys and spans of NumPy arrays, remembered by the array object's
+    identity, for code that asks for them many times per launch (the tape, the
+    checkpointed loop).  Reading an array's interface costs a few microseconds; a
+    remembered key costs a dictionary lookup and a comparison of the shape, strides
+    and dtype, which can be set in place (then the key is computed again; an ndarray's
+    data pointer cannot change while the memo holds a reference to it).  The memo
+    holds a reference to each array it remembers, so an identity is never reused
+    while remembered, and forgets everything when it holds ``limit`` arrays.  Arrays
+    of other kinds are computed every time (:func:`memory_key`, :func:`span`)."""
+
+    __slots__ = ("_ids", "limit")
+
+    def __init__(self, limit=256):
+        self._ids = {}       # id(array) -> (array, shape, strides, dtype, key, span)
+        self.limit = limit
+
+    def _entry(self, a):
+        hit = self._ids.get(id(a))
+        if hit is not None and hit[0] is a and a.shape == hit[1] and \
+                a.strides == hit[2] and a.dtype is hit[3]:
+            return hit
+        if type(a) is not np.ndarray:
+            return None
+        shape, strides, dtype = a.shape, a.strides, a.dtype
+        ptr = a.__array_interface__["data"][0]
+        hit = (a, shape, strides, dtype, ("host", ptr, shape, strides, dtype.str),
+               _span("host", ptr, shape, strides, dtype))
+        ids = self._ids
+        if len(ids) >= self.limit:
+            ids.clear()
+        ids[id(a)] = hit
+        return hit
+
+    def key(self, a):
+        """:func:`memory_key` of ``a``."""
+        hit = self._entry(a)
+        return hit[4] if hit is not None else memory_key(a)
+
+    def span(self, a):
+        """:func:`span` of ``a``."""
+        hit = self._entry(a)
+        return hit[5] if hit is not None else span(a)
+
+    def clear(self):
+        self._ids.clear()
 
 
 def span(a):
@@ -142,13 +200,17 @@ def span(a):
     ``lo == hi`` for an empty array."""
     k = kind(a)
     ptr, shape, strides, dtype = _layout(a, k)
+    return _span(_space(k), ptr, shape, strides, dtype)
+
+
+def _span(space, ptr, shape, strides, dtype):
     lo = hi = ptr
     for n, st in zip(shape, strides):
         if n == 0:
-            return _space(k), ptr, ptr
+            return space, ptr, ptr
         lo += min(0, (n - 1) * st)
         hi += max(0, (n - 1) * st)
-    return _space(k), lo, hi + dtype.itemsize
+    return space, lo, hi + dtype.itemsize
 
 
 def memory(a):

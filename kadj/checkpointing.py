@@ -11,7 +11,9 @@ working copy of the state, advances unrecorded, and reverses step ``i`` by recor
 on a private tape (its last launch recorded without running: a kadj adjoint recomputes
 its own forward) and replaying that tape's adjoints in reverse directly over the loop's
 adjoint buffers of the state arrays and the buffers of the inputs handed over (so the
-step's gradients of the inputs add into them, once per step).
+step's gradients of the inputs add into them, once per step).  How steps run and are
+reversed, and the reversal of one-launch steps without a private tape once one has
+checked their launch: :mod:`kadj.tape_step`.
 
 Kinds of arrays.  The state and the inputs may be any arrays :mod:`kadj.arrays` accepts
 (NumPy arrays for CPU kernels; NumPy, numba device, CuPy or simulator arrays for CUDA
@@ -22,10 +24,14 @@ live: the loop itself moves no array to the host.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import arrays, schedules
 from . import tape as _tape
+from .tape_step import Reverser, Runner, StepReplay, next_roles
+from .tape_threads import restore_stack, swap_stack
 from .tape_report import nbytes
 from .errors import DifferentiationError
 from .plan import AdjointPlan
@@ -82,7 +88,8 @@ def checkpointed_loop(step, state, steps=None, snapshots=None, *, until=None):
     if outer is None:
         cur, i = state, 0
         while steps is None or i < steps:
-            cur = _next_state(step, i, cur, cur)
+            roles = next_roles(step, i, cur, cur)
+            cur = tuple([cur[a] for a in roles])
             if until is not None and until(i, *cur):
                 break
             i += 1
@@ -94,71 +101,12 @@ def checkpointed_loop(step, state, steps=None, snapshots=None, *, until=None):
     return tuple(state[a] for a in loop.final_roles)
 
 
-def _next_state(step, i, cur, base):
-    """Run ``step(i, *cur)``; return the next state's arrays (checked to be ``base``'s)."""
-    out = step(i, *cur)
-    if not isinstance(out, (tuple, list)) or len(out) != len(cur) or \
-            not all(any(o is b for b in base) for o in out) or \
-            len({id(o) for o in out}) != len(out):
-        raise DifferentiationError(
-            f"The step function of checkpointed_loop returned {type(out).__name__} at "
-            f"step {i}; it must return the next state: the {len(cur)} state arrays "
-            "it was given, in any order.")
-    return tuple(out)
-
-
-def _roles(out, base):
-    return tuple(next(a for a, b in enumerate(base) if b is o) for o in out)
-
-
-class _Runner:
-    """Stands in for the active tape while steps run unrecorded: runs each launch,
-    checks that it writes only state arrays, and notes the other arrays and the float
-    scalars it reads."""
-
-    def __init__(self, loop, state, first_run):
-        self.loop, self.keys = loop, {arrays.memory_key(a) for a in state}
-        self.first_run = first_run
-        self.position = 0
-
-    def record(self, kernel, args, config=None):
-        args = tuple(args)
-        plan = kernel.adjoint_plan(*args)
-        self.loop.note_launch(kernel, args, plan, self.keys, self.position,
-                              self.first_run)
-        self.position += 1
-        with _tape.swapped_stack([]):
-            return kernel.forward(*args) if config is None else \
-                kernel.forward(config, *args)
-
-
-class _Reverser:
-    """Stands in for the active tape while a step is reversed: records its launches on
-    a private tape, each run when the next one comes, the last one not run at all."""
-
-    def __init__(self, loop, state, inner):
-        self.loop, self.keys, self.inner = loop, {arrays.memory_key(a) for a in state}, inner
-        self.pending = None
-        self.position = 0
-
-    def record(self, kernel, args, config=None):
-        args = tuple(args)
-        plan = kernel.adjoint_plan(*args)
-        self.loop.note_launch(kernel, args, plan, self.keys, self.position, forward=False)
-        self.position += 1
-        self.flush()
-        if plan.returns_value:
-            with _tape.swapped_stack([]):
-                return self.inner.record(kernel, args, config)
-        self.pending = (kernel, args, config)
-        return None
-
-    def flush(self, run=True):
-        if self.pending is not None:
-            kernel, args, config = self.pending
-            self.pending = None
-            with _tape.swapped_stack([]):
-                self.inner.record(kernel, args, config, run=run)
+@functools.lru_cache(maxsize=32, typed=True)
+def _binomial(steps, snapshots):
+    """:func:`kadj.schedules.binomial` (an immutable schedule), computed once per
+    length and number of snapshots (a gradient per optimizer iteration asks for the
+    same schedule every time)."""
+    return schedules.binomial(steps, snapshots)
 
 
 class _Loop:
@@ -169,7 +117,7 @@ class _Loop:
     def __init__(self, step, state, steps, snapshots, until=None):
         self.step, self.n, self.k = step, steps, len(state)
         self.user, self.until, self.limit = state, until, snapshots
-        self.schedule = None if until is not None else schedules.binomial(steps, snapshots)
+        self.schedule = None if until is not None else _binomial(steps, snapshots)
         self.memory_listeners = []  # the recording tapes' byte counters
         self.snapshot_bytes = 0     # bytes of self.snaps
         self.peak_bytes = 0
@@ -181,6 +129,11 @@ class _Loop:
         self.executions = 0         # forward step executions (first sweep included)
         self.peak_snapshots = 1     # snapshots held at once, the tape's state 0 included
         self.final_roles = tuple(range(self.k))
+        self.runner = None            # the Runner of the latest steps run
+        self.memo = arrays.KeyMemo()  # keys of the arrays the steps launch on
+        self.step_replay = None       # one-launch steps checked, during a backward
+        self.replay_base = None       # key -> adjoint buffer, during a backward
+        self.work_keys = None         # the working state's memory keys, then
         self.plan = AdjointPlan(
             kernel_name="checkpointed_loop",
             arg_names=tuple(f"state{j}" for j in range(self.k)),
@@ -190,36 +143,49 @@ class _Loop:
             returns_value=False)
 
     # -- what the steps touch
-    def note_launch(self, kernel, args, plan, state_keys, position, forward=True):
+    def note_launch(self, kernel, args, plan, runner, position, forward=True):
+        """Check a launch of a step (``runner``: the :class:`kadj.tape_step.Runner` or
+        ``Reverser`` it is made on, whose ``state`` are the state arrays) and, in
+        the forward sweep, note the arrays and scalars it reads."""
         name = plan.kernel_name
+        state = runner.state
         for i, a in enumerate(args):
-            if not arrays.is_array(a):
-                if i in plan.adjoint_args:
+            if type(a) is not np.ndarray and not arrays.is_array(a):
+                if forward and i in plan.adjoint_args:
                     slot = f"{name}[{position}].{plan.arg_names[i]}"
-                    if forward:
-                        self.inputs.setdefault(slot, a)
+                    self.inputs.setdefault(slot, a)
                 continue
-            key = arrays.memory_key(a)
-            if key in state_keys:
-                continue
-            if i in plan.written:
-                raise DifferentiationError(
-                    f"Kernel '{name}', launched by the step function of "
-                    f"checkpointed_loop, writes argument '{plan.arg_names[i]}' "
-                    f"({arrays.describe(a)}), which is not a state array it was given. "
-                    "A step may write only the state arrays passed to it (return them "
-                    "as the next state); the other arrays it reads must stay unchanged "
-                    "during the loop.")
-            if forward:
-                if key not in self.inputs:
-                    self._check_input(name, plan.arg_names[i], a)
-                    self.inputs[key] = a
-            elif key not in self.inputs:
-                raise DifferentiationError(
-                    f"Kernel '{name}' read argument '{plan.arg_names[i]}' when "
-                    "checkpointed_loop recomputed a step, but not when the step first "
-                    "ran; the step function must launch the same kernels on the same "
-                    "arrays each time it runs a given step number.")
+            for b in state:
+                if a is b:
+                    break
+            else:
+                self._note_other(name, i, a, plan, runner, forward)
+
+    def _note_other(self, name, i, a, plan, runner, forward):
+        """Check (and note) array argument ``i``, not one of the state array objects."""
+        key = self.memo.key(a)
+        if runner.keys is None:
+            runner.keys = {self.memo.key(b) for b in runner.state}
+        if key in runner.keys:
+            return          # an identical view of a state array
+        if i in plan.written:
+            raise DifferentiationError(
+                f"Kernel '{name}', launched by the step function of "
+                f"checkpointed_loop, writes argument '{plan.arg_names[i]}' "
+                f"({arrays.describe(a)}), which is not a state array it was given. "
+                "A step may write only the state arrays passed to it (return them "
+                "as the next state); the other arrays it reads must stay unchanged "
+                "during the loop.")
+        if forward:
+            if key not in self.inputs:
+                self._check_input(name, plan.arg_names[i], a)
+                self.inputs[key] = a
+        elif key not in self.inputs:
+            raise DifferentiationError(
+                f"Kernel '{name}' read argument '{plan.arg_names[i]}' when "
+                "checkpointed_loop recomputed a step, but not when the step first "
+                "ran; the step function must launch the same kernels on the same "
+                "arrays each time it runs a given step number.")
 
     def _check_input(self, name, arg, a):
         """Refuse an array read by a step that shares memory with a state array
@@ -249,6 +215,8 @@ class _Loop:
             self._online(state)
         else:
             self._sweep(state, observe=True)
+        self.memo.clear()
+        self.runner = None
 
     def _online(self, base):
         """The first forward sweep of a loop of unknown length."""
@@ -269,6 +237,8 @@ class _Loop:
         self.n = self.schedule.steps
         self.final_roles = self.work_roles = roles
         self.work = tuple(arrays.copy(a) for a in base)
+        self.memo.clear()
+        self.runner = None
 
     def _free(self, i):
         snap = self.snaps.pop(i, None)
@@ -320,11 +290,18 @@ class _Loop:
         self._note()
 
     def _run(self, i, base, roles, observe):
-        cur = tuple(base[a] for a in roles)
-        with _tape.swapped_stack([_Runner(self, cur, observe)]):
-            out = _next_state(self.step, i, cur, base)
+        cur = tuple([base[a] for a in roles])
+        runner = self.runner
+        if runner is None or runner.state is not base or runner.first_run != observe:
+            runner = self.runner = Runner(self, base, observe)
+        runner.position = 0
+        saved = swap_stack((runner,))
+        try:
+            roles = next_roles(self.step, i, cur, base)
+        finally:
+            restore_stack(saved)
         self.executions += 1
-        return _roles(out, base)
+        return roles
 
     def adjoint(self, *args):
         initial, adjoints = args[:self.k], args[self.k:]
@@ -341,6 +318,14 @@ class _Loop:
                 self._free(i)
             self._sweep(self.work, observe=False)
         self.fresh = False
+        self.step_replay = StepReplay(self.memo)
+        # the buffers each reversal starts from: the tape's of the inputs and the
+        # loop's of the working state, by memory key
+        key = self.memo.key
+        self.work_keys = {key(w) for w in self.work}
+        self.replay_base = {k: b for k, b in (buffers or {}).items()
+                            if not isinstance(k, str)}
+        self.replay_base.update({key(self.work[a]): adj[a] for a in adj})
         roles = self.work_roles
         totals = {}            # scalar slot -> its gradient summed over the steps
         for act in self.schedule.backward:
@@ -357,34 +342,52 @@ class _Loop:
                 for j in range(i, act[2]):
                     roles = self._run(j, self.work, roles, observe=False)
             elif kind == schedules.REVERSE:
-                self._reverse(i, roles, adj, buffers or {}, totals)
+                self._reverse(i, roles, buffers or {}, totals)
         for slot, total in totals.items():
             _add_scalar(buffers[slot], total)
         for i in list(self.snaps):
             self._free(i)
+        self.memo.clear()
+        self.runner = None
+        self.step_replay = self.replay_base = self.work_keys = None
 
-    def _reverse(self, i, roles, adj, buffers, totals):
+    def _reverse(self, i, roles, buffers, totals):
         """Reverse step ``i`` (the working state holds state ``i`` in ``roles``):
-        record it on a private tape and replay that tape's adjoints over ``adj`` (the
-        loop's adjoint buffers of the state, by array index) and ``buffers`` (the
-        tape's buffers of the inputs, by memory key or scalar slot); add its scalar
+        record it on a private tape and replay that tape's adjoints over
+        ``replay_base`` (the loop's adjoint buffers of the state and the tape's of the
+        inputs, by memory key); ``buffers``: the tape's buffers of the inputs, by
+        memory key or scalar slot.  Add its scalar
         gradients into ``totals`` (by slot, kept where the replay put them: on the
-        device for launches on device arrays)."""
-        cur = tuple(self.work[a] for a in roles)
-        inner = _tape.Tape(check_unrecorded_changes=False)
-        reverser = _Reverser(self, cur, inner)
-        with _tape.swapped_stack([reverser]):
-            _next_state(self.step, i, cur, self.work)
-        reverser.flush(run=False)
-        launches = inner.launches
-        if not launches:
-            return
-        work = {arrays.memory_key(self.work[a]): adj[a] for a in adj}
-        replay_buffers = {key: b for key, b in buffers.items()
-                          if not isinstance(key, str)}
-        replay_buffers.update(work)
+        device for launches on device arrays).  A step of one launch that a private
+        tape already checked in this backward is replayed without one
+        (:mod:`kadj.tape_step`)."""
+        cur = tuple([self.work[a] for a in roles])
+        reverser = Reverser(self, self.work)
+        reverser.keys = self.work_keys
+        saved = swap_stack((reverser,))
+        try:
+            next_roles(self.step, i, cur, self.work)
+        finally:
+            restore_stack(saved)
+        # buffers of arrays not in replay_base are made by the replay and dropped
+        replay_buffers = dict(self.replay_base)
         scalars = {}
-        _replay_into(inner, launches, replay_buffers, scalars)
+        steps = self.step_replay
+        one = reverser.pending if reverser.inner is None else None
+        sig = None if one is None else steps.signature(one[0], one[1], one[3])
+        if sig is not None and sig[1] in steps.checked:
+            # a one-launch step whose launch a private tape checked in this backward
+            reverser.pending = None
+            launches = [steps.replay(one[0], one[1], one[2], one[3], sig[0],
+                                     replay_buffers, scalars)]
+        else:
+            reverser.flush(run=False)
+            if reverser.inner is None:
+                return
+            launches = reverser.inner._launches
+            _replay_into(reverser.inner, launches, replay_buffers, scalars)
+            if sig is not None:
+                steps.note_checked(one[0], one[3], sig)
         for (index, j), value in scalars.items():
             launch = launches[index]
             slot = f"{launch.plan.kernel_name}[{index}].{launch.arg_name(j)}"

@@ -90,13 +90,12 @@ class DifferentiatedKernel:
 
     def _forward(self, args, run, config=None):
         """Record the forward on the active tape, or ``run()`` it."""
-        from . import tape as _tape
-        t = _tape.active()
+        t = tape_threads.active()
         if t is not None:
             if config is None:
                 return t.record(self, self.complete_args(args))
             return t.record(self, args, config=config)
-        _tape.check_unrecorded(self, args)
+        tape_threads.check_unrecorded(self, args)
         try:
             return run()
         except (NumbaError, NotImplementedError) as exc:
@@ -278,7 +277,7 @@ class DifferentiatedKernel:
         having run nothing, when the call needs those checks (device arrays, a written
         argument whose elements share memory, a changed plan, a damaged disk cache)."""
         for a in args:
-            if arrays.is_array(a) and type(a) is not np.ndarray:
+            if type(a) is not np.ndarray and arrays.is_array(a):
                 return False
         for b in adjoints:
             if type(b) is not np.ndarray:
@@ -287,7 +286,7 @@ class DifferentiatedKernel:
             if arrays.self_overlapping(args[i]):
                 return False                 # refused by adjoint()'s checks
         comp = self.compiled(*args)
-        if comp.plan != plan:
+        if comp.plan is not plan and comp.plan != plan:
             return False
         call = (*args, *adjoints, 0.0) if plan.returns_value else (*args, *adjoints)
         try:

@@ -251,7 +251,7 @@ class Backward:
         """Run one launch's adjoint over ``buffers``; a CUDA launch on ``stream`` (a
         numba stream; None: the configuration it was recorded with)."""
         plan = launch.plan
-        args = tuple(self._pre_call(launch, i) for i in range(len(launch.args)))
+        args = self._pre_call_args(launch)
         device = _device_array(launch) if launch.config is not None else None
         adjoints, extra, seen = [], [], set()
         for i in plan.adjoint_args:
@@ -282,6 +282,24 @@ class Backward:
             launch.kernel.adjoint(*args, *adjoints, **kwargs)
         for key, buffer in extra:
             arrays.add_into(buffers[key], buffer, stream)
+
+    def _pre_call_args(self, launch):
+        """The launch's arguments with each array's pre-call contents
+        (:meth:`_pre_call`, inlined for the common cases)."""
+        tracked_arrays, values = self._arrays, launch.args
+        args = []
+        for i, key in enumerate(launch.keys):
+            if key is None:
+                args.append(values[i])
+                continue
+            tracked, version = tracked_arrays[key], launch.versions[i]
+            if version in tracked.snapshots:
+                args.append(tracked.snapshots[version])
+            elif version == tracked.version:
+                args.append(tracked.array)
+            else:
+                args.append(self._pre_call(launch, i))
+        return tuple(args)
 
     def _pre_call(self, launch, i):
         key = launch.keys[i]

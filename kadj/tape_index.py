@@ -11,7 +11,10 @@ seen:
   the ones the key was made from (an ndarray's data pointer cannot change; its shape,
   strides and dtype can be set in place, and then the key is computed again).  The
   index holds a reference to each tracked array, so an identity is never reused while
-  it is remembered.
+  it is remembered.  The keys and spans of arrays not yet tracked come from a
+  :class:`kadj.arrays.KeyMemo` (computed once per array object for the lookup, the
+  overlap test and the indexing; a checkpointed loop shares its memo with the private
+  tapes that reverse its steps).
 - *does a new array overlap a tracked one without being the same view?*  The tracked
   arrays' byte spans (:func:`kadj.arrays.span`) are kept, per memory space, as sorted
   disjoint *segments*, each the union of the spans that meet; a new array is compared
@@ -57,7 +60,8 @@ class _Segment:
 class ArrayIndex:
     """Tracked arrays by identity (for their keys) and by byte span (for overlaps)."""
 
-    def __init__(self):
+    def __init__(self, memo=None):
+        self._memo = memo if memo is not None else arrays.KeyMemo()
         self._lock = threading.Lock()
         self._ids = {}       # id(array) -> (array, shape, strides, dtype, key, entry)
         self._keys = set()   # the keys of the indexed arrays
@@ -74,7 +78,7 @@ class ArrayIndex:
         if hit is not None and hit[0] is a and a.shape == hit[1] and \
                 a.strides == hit[2] and a.dtype is hit[3]:
             return hit[4], hit[5]
-        return arrays.memory_key(a), None
+        return self._memo.key(a), None
 
     def __contains__(self, key):
         return key in self._keys
@@ -82,7 +86,7 @@ class ArrayIndex:
     def add(self, key, a, entry):
         """Index the array ``a`` with key ``key`` and ``entry`` (what :meth:`find`
         returns with the key)."""
-        space, lo, hi = arrays.span(a)
+        space, lo, hi = self._memo.span(a)
         with self._lock:
             self._keys.add(key)
             if type(a) is np.ndarray:
@@ -109,10 +113,11 @@ class ArrayIndex:
             last += 1
         return first, last
 
-    def overlapping(self, a, extra=()):
+    def overlapping(self, a, extra=(), span=None):
         """An indexed array (or one of ``extra``) that shares memory with ``a``, or
-        None.  ``a`` itself must not be indexed under its own key."""
-        space, lo, hi = arrays.span(a)
+        None.  ``a`` itself must not be indexed under its own key.  ``span``: ``a``'s
+        span when known (else from the memo)."""
+        space, lo, hi = self._memo.span(a) if span is None else span
         if lo == hi:
             return None
         with self._lock:
@@ -134,4 +139,6 @@ class ArrayIndex:
 
     def touches(self, a):
         """Is ``a`` an indexed array, or does it overlap one?"""
-        return arrays.memory_key(a) in self._keys or self.overlapping(a) is not None
+        # not through the memo: the arrays of other threads' launches are not kept
+        return arrays.memory_key(a) in self._keys or \
+            self.overlapping(a, span=arrays.span(a)) is not None

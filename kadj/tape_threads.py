@@ -17,7 +17,8 @@ from . import arrays
 from .errors import DifferentiationError
 
 __all__ = ["TapeError", "active", "check_other_threads", "check_unrecorded", "enter",
-           "entered", "leave", "others_entered", "recording", "stack", "swapped_stack"]
+           "entered", "leave", "others_entered", "recording", "restore_stack", "stack",
+           "swap_stack", "swapped_stack"]
 
 
 class TapeError(DifferentiationError):
@@ -52,6 +53,20 @@ def swapped_stack(tapes):
         yield
     finally:
         _local.stack = saved
+
+
+def swap_stack(tapes):
+    """Make ``tapes`` this thread's active tapes; return the previous ones, for
+    :func:`restore_stack` (:func:`swapped_stack` without a context manager, for loops
+    that run it per step)."""
+    saved = stack()
+    _local.stack = list(tapes)
+    return saved
+
+
+def restore_stack(saved):
+    """Make ``saved`` (from :func:`swap_stack`) this thread's active tapes again."""
+    _local.stack = saved
 
 
 def check_unrecorded(kernel, args):
