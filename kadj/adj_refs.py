@@ -63,7 +63,7 @@ def _uses(text, out):
         out.extend(_roles(text, USE))
 
 
-def _roles_of(x):
+def roles_of(x):
     """[(name, role)] of every name ``x`` itself (not its children) mentions, in order."""
     out = []
     if isinstance(x, (A.Assign, A.Accumulate)):
@@ -103,7 +103,7 @@ def _roles_of(x):
 
 def refs(x):
     """(name, role, node) of every name ``x`` itself (not its children) mentions."""
-    return [(name, role, x) for name, role in _roles_of(x)]
+    return [(name, role, x) for name, role in roles_of(x)]
 
 
 def index(fn, memo=None):
@@ -114,24 +114,13 @@ def index(fn, memo=None):
     are the same objects (the passes replace a target or a text, never change one)."""
     occ, path = {}, {}
     memo = {} if memo is None else memo
-    simple = (A.Assign, A.Accumulate)
 
     def visit(seq, prefix):
         key = id(seq)
         for pos, x in enumerate(seq):
             here = prefix + ((key, pos),)
             path[id(x)] = here
-            if type(x) in simple:
-                seen = memo.get(id(x))
-                if seen is not None and seen[0] is x and seen[1] is x.target and \
-                        seen[2] is x.value and seen[3] == x.op:
-                    roles = seen[4]
-                else:
-                    roles = _roles_of(x)
-                    memo[id(x)] = (x, x.target, x.value, x.op, roles)
-            else:
-                roles = _roles_of(x)
-            for name, role in roles:
+            for name, role in _memo_roles(x, memo):
                 rows = occ.get(name)
                 if rows is None:
                     occ[name] = [(role, x)]
@@ -144,24 +133,191 @@ def index(fn, memo=None):
     return occ, path
 
 
+_SIMPLE = (A.Assign, A.Accumulate)
+
+
+def _memo_roles(x, memo):
+    if type(x) in _SIMPLE:
+        seen = memo.get(id(x))
+        if seen is not None and seen[0] is x and seen[1] is x.target and \
+                seen[2] is x.value and seen[3] == x.op:
+            return seen[4]
+        roles = roles_of(x)
+        memo[id(x)] = (x, x.target, x.value, x.op, roles)
+        return roles
+    return roles_of(x)
+
+
 class Index:
-    """:func:`index` of one function, kept between passes: computed when first asked
-    for, and again only after a pass said it changed the function (:meth:`changed`).
-    A pass that made no change leaves the next one its index."""
+    """The occurrences of one function's names (:func:`index`), kept between passes and
+    updated in place: a pass tells the index what it changed (:meth:`touch` for a
+    statement whose own texts or target it replaced, :meth:`drop` and :meth:`delete`
+    for statements it removed), and the index stays equal to one computed afresh
+    (up to the order of each name's rows).  :meth:`changed` says the function changed
+    in a way the index was not told of: it is computed again when next asked for.
+
+    Positions: :meth:`at` and :meth:`where` (a statement's place in a statement list),
+    from each statement's parent list and owner, which removals leave valid."""
 
     def __init__(self, fn):
         self.fn = fn
-        self._now = None
         self._memo = {}
-
-    def get(self):
-        """(occurrences, paths) of the function as it is now."""
-        if self._now is None:
-            self._now = index(self.fn, self._memo)
-        return self._now
+        self.changed()
 
     def changed(self):
+        self._occ = None        # name -> [(role, node)]
+        self._own = {}          # id(node) -> (node, its roles)
+        self._parent = {}       # id(node) -> (its statement list, the list's owner)
+        self._pos = {}          # id(list) -> (the list, {id(node): position})
+        self._lists = None
         self._now = None
+
+    # ---- asking ---------------------------------------------------------------------
+    def occ(self):
+        """name -> [(role, node)] of the function as it is now."""
+        if self._occ is None:
+            self._build()
+        return self._occ
+
+    def nodes(self):
+        """Every statement of the function as it is now (in no particular order)."""
+        self.occ()
+        return [x for x, _ in self._own.values()]
+
+    def get(self):
+        """(occurrences, paths) of the function as it is now (:func:`index`)."""
+        if self._now is None or self._occ is None:
+            occ = self.occ()
+            self._now = (occ, index(self.fn, self._memo)[1])
+        return self._now
+
+    def lists(self):
+        """:func:`lists` of the function (kept until a removal takes lists away)."""
+        if self._lists is None:
+            self._lists = lists(self.fn)
+        return self._lists
+
+    def at(self, node, seq):
+        """The position in ``seq`` of ``node`` or of the statement of ``seq`` that holds
+        it; None where ``seq`` holds neither."""
+        self.occ()
+        parent = self._parent
+        while True:
+            lst, owner = parent[id(node)]
+            if lst is seq:
+                return self._positions(seq)[id(node)]
+            if owner is None:
+                return None
+            node = owner
+
+    def where(self, node, seq):
+        """``node``'s position in ``seq`` when it is a statement of ``seq`` itself."""
+        self.occ()
+        return self._positions(seq)[id(node)] if self._parent[id(node)][0] is seq \
+            else None
+
+    def _positions(self, seq):
+        got = self._pos.get(id(seq))
+        if got is None or got[0] is not seq:
+            got = self._pos[id(seq)] = (seq, {id(x): k for k, x in enumerate(seq)})
+        return got[1]
+
+    def _build(self):
+        occ, own, parent, memo = {}, {}, {}, self._memo
+
+        def visit(seq, owner):
+            for x in seq:
+                parent[id(x)] = (seq, owner)
+                roles = _memo_roles(x, memo)
+                own[id(x)] = (x, roles)
+                for name, role in roles:
+                    rows = occ.get(name)
+                    if rows is None:
+                        occ[name] = [(role, x)]
+                    else:
+                        rows.append((role, x))
+                for child in x.children():
+                    visit(child, x)
+        visit(self.fn.prologue, None)
+        visit(self.fn.body, None)
+        self._occ, self._own, self._parent, self._pos = occ, own, parent, {}
+        self._now = None
+
+    # ---- telling --------------------------------------------------------------------
+    def touch(self, nodes):
+        """The statements ``nodes`` had their own expressions or targets replaced."""
+        if self._occ is None:
+            return
+        self._now = None
+        for x in nodes:
+            if id(x) not in self._own:
+                continue
+            self._unindex(x)
+            roles = _memo_roles(x, self._memo)
+            self._own[id(x)] = (x, roles)
+            occ = self._occ
+            for name, role in roles:
+                rows = occ.get(name)
+                if rows is None:
+                    occ[name] = [(role, x)]
+                else:
+                    rows.append((role, x))
+
+    def drop(self, ids):
+        """Remove the statements whose ``id`` is in ``ids`` from every list of the
+        function; the lists that lost one, {id(list): list}."""
+        out = {}
+        for seq in self.lists():
+            if any(id(x) in ids for x in seq):
+                self.drop_from(seq, ids)
+                out[id(seq)] = seq
+        return out
+
+    def drop_from(self, seq, ids):
+        """Remove the statements whose ``id`` is in ``ids`` from ``seq``."""
+        kept = []
+        for x in seq:
+            if id(x) in ids:
+                self._forget(x)
+            else:
+                kept.append(x)
+        seq[:] = kept
+        self._pos.pop(id(seq), None)
+
+    def delete(self, seq, pos):
+        """``del seq[pos]``."""
+        self._forget(seq.pop(pos))
+        self._pos.pop(id(seq), None)
+
+    def shortened(self, seq):
+        """Statements without names (comments) were removed from ``seq``."""
+        self._pos.pop(id(seq), None)
+        self._now = None
+
+    def relisted(self):
+        """A statement's lists were replaced (an ``if`` whose branches swapped)."""
+        self._lists = None
+        self._now = None
+
+    def _forget(self, x):
+        self._now = None
+        for y in A.walk([x]):
+            if y.children():
+                self._lists = None
+            if self._occ is not None:
+                self._unindex(y)
+
+    def _unindex(self, x):
+        got = self._own.pop(id(x), None)
+        if got is None:
+            return
+        occ = self._occ
+        for name in {n for n, _ in got[1]}:
+            rows = [r for r in occ[name] if r[1] is not x]
+            if rows:
+                occ[name] = rows
+            else:
+                del occ[name]
 
 
 def drop(fn, ids):

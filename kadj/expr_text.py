@@ -51,7 +51,7 @@ def parse(text):
     return _parse(text)
 
 
-@functools.lru_cache(maxsize=512)   # small: every tree kept is objects the GC walks
+@functools.lru_cache(maxsize=4096)   # bounded: every tree kept is objects the GC walks
 def _parse(text):
     try:
         return ast.parse(text.strip(), mode="eval").body

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from . import adj_ir as A
-from .adj_refs import DEF, FIXED, IDENT, USE, Index, drop, lists, names, pure, rewrite
+from .adj_refs import DEF, FIXED, IDENT, USE, Index, names, pure, rewrite
 from .simplify_adj import sink_resets
 from .simplify_names import drop_free_suffixes
 from .simplify_primal import remove_unused_primal
@@ -32,11 +32,10 @@ def simplify(fn):
     """``fn`` (an :class:`adj_ir.Function`) made easier to read; returns it."""
     scopes = split_scopes(fn)
     sink_resets(fn)
-    idx = Index(fn)     # one index, passed on while no pass changes the function
+    idx = Index(fn)     # one index, passed on and told of every change
     propagate_copies(fn, idx)
     remove_dead(fn, idx)
-    remove_unused_primal(fn)
-    idx.changed()
+    remove_unused_primal(fn, idx)
     drop_bool_casts(fn, idx)
     fold_single_uses(fn, idx=idx)
     inline_index_offsets(fn, idx=idx)
@@ -62,37 +61,38 @@ def propagate_copies(fn, idx=None):
     idx = idx or Index(fn)
     params = set(fn.params)
     while True:
-        # copies dropped in one round are removed after it (positions stay valid); a
-        # copy naming a name an earlier one of the round changed waits for the next
-        touched, dropped = set(), set()
-        for seq in lists(fn):
+        # copies dropped in one round are removed after it (positions stay valid, and
+        # the index is told of the round's changes at its end); a copy naming a name
+        # an earlier one of the round changed waits for the next
+        touched, dropped, rewritten = set(), set(), []
+        occ = idx.occ()
+        for seq in idx.lists():
             for pos, x in enumerate(seq):
                 if (_is_copy(x) and x.target.name not in touched and x.value not in touched
-                        and _propagate(seq, pos, x, *idx.get(), params)):
+                        and _propagate(seq, pos, x, occ, idx, params, rewritten)):
                     touched.update((x.target.name, x.value))
                     dropped.add(id(x))
         if not dropped:
             return
-        idx.changed()
-        drop(fn, dropped)
+        idx.touch(rewritten)
+        idx.drop(dropped)
 
 
-def _propagate(seq, pos, copy, occ, path, params):
+def _propagate(seq, pos, copy, occ, idx, params, rewritten):
     a, b = copy.target.name, copy.value
     if a in params:
         return False
-    key = id(seq)
     uses, last = [], None
     for role, node in occ.get(a, ()):
         if node is copy:
             continue
         if role != USE:
             return False
-        at = [p for lst, p in path[id(node)] if lst == key]
-        if not at or at[0] <= pos:
+        at = idx.at(node, seq)
+        if at is None or at <= pos:
             return False    # read outside the statements after the copy
         uses.append(node)
-        last = at[0] if last is None else max(last, at[0])
+        last = at if last is None else max(last, at)
     if last is None:
         return False        # never read: left to dead-code removal
     # ``b`` keeps its value from the copy to the last read: nothing between assigns it
@@ -100,13 +100,15 @@ def _propagate(seq, pos, copy, occ, path, params):
     for role, node in occ.get(b, ()):
         if role == USE:
             continue
-        at = [p for lst, p in path[id(node)] if lst == key]
-        if at and pos < at[0] < last:
+        at = idx.at(node, seq)
+        if at is not None and pos < at < last:
             return False
-        if at and at[0] == last and (seq[last] is not node or seq[last].children()):
+        if at is not None and at == last and (seq[last] is not node or
+                                              seq[last].children()):
             return False
     for node in uses:
         rewrite(node, a, b)
+    rewritten.extend(uses)
     return True
 
 
@@ -115,7 +117,7 @@ def remove_dead(fn, idx=None):
     idx = idx or Index(fn)
     params = set(fn.params)
     while True:
-        occ, _ = idx.get()
+        occ = idx.occ()
         dead = set()
         for name, rows in occ.items():
             if name in params:
@@ -134,8 +136,7 @@ def remove_dead(fn, idx=None):
                     dead.update(id(n) for n in defs)
         if not dead:
             return
-        idx.changed()
-        drop(fn, dead)
+        idx.drop(dead)
 
 
 def _fill_empty_bodies(nodes):

@@ -16,7 +16,7 @@ code as built.
 from __future__ import annotations
 
 from . import adj_ir as A
-from .adj_refs import DEF, FIXED, USE, lists, names, pure, refs
+from .adj_refs import DEF, FIXED, USE, lists, names, pure, roles_of
 
 _ZERO = "0.0"     # a float64 adjoint's reset (other precisions are left alone)
 
@@ -25,20 +25,23 @@ def sink_resets(fn):
     """``adj_v = 0.0 ... adj_v += e`` -> ``... adj_v = e`` (see the module docstring);
     then the new definitions move past the reads of ``adj_v``'s copies."""
     for seq in lists(fn):
+        # what a compound statement of ``seq`` mentions, kept while ``seq`` is worked
+        # on: only its own statements change then (moved, or an operator replaced)
+        memo = {}
         pos = 0
         while pos < len(seq):
             x = seq[pos]
-            j = _reset_use(seq, pos) if _is_reset(x) else None
+            j = _reset_use(seq, pos, memo) if _is_reset(x) else None
             if j is None:
                 pos += 1
                 continue
             acc = seq[j]
             acc.op = "="
             del seq[pos]
-            if acc.value in _copies_of(seq, j - 1, acc.target.name):
+            if acc.value in _copies_of(seq, j - 1, acc.target.name, memo):
                 del seq[j - 1]      # adj_v = adj_t, a copy of adj_v: nothing changes
             else:
-                _sink_past_copies(seq, j - 1)
+                _sink_past_copies(seq, j - 1, memo)
     return fn
 
 
@@ -47,27 +50,46 @@ def _is_reset(x):
             and x.value == _ZERO)
 
 
-def _mentions(x):
-    """{name: set of roles} over ``x`` and everything nested in it."""
-    out = {}
-    for y in A.walk([x]):
-        for n, role, _ in refs(y):
+def _mentions(x, memo=None):
+    """{name: set of roles} over ``x`` and everything nested in it (read it, never
+    change it: a compound statement's is kept in ``memo``)."""
+    return _summary(x, memo)[0]
+
+
+def _jumps(x, memo=None):
+    return _summary(x, memo)[1]
+
+
+def _summary(x, memo):
+    """(:func:`_mentions`, whether a break, continue or return is in ``x``)."""
+    if not x.children():    # (a plain statement: its own names)
+        out = {}
+        for n, role in roles_of(x):
             out.setdefault(n, set()).add(role)
-    return out
+        return out, isinstance(x, (A.Break, A.Continue, A.Return))
+    compound = memo is not None
+    if compound:
+        got = memo.get(id(x))
+        if got is not None and got[0] is x:
+            return got[1]
+    out, jumps = {}, False
+    for y in A.walk([x]):
+        jumps = jumps or isinstance(y, (A.Break, A.Continue, A.Return))
+        for n, role in roles_of(y):
+            out.setdefault(n, set()).add(role)
+    if compound:
+        memo[id(x)] = (x, (out, jumps))
+    return out, jumps
 
 
-def _jumps(x):
-    return any(isinstance(y, (A.Break, A.Continue, A.Return)) for y in A.walk([x]))
-
-
-def _reset_use(seq, pos):
+def _reset_use(seq, pos, memo):
     """The position of the ``adj_v += e`` that the reset at ``pos`` can become, or None."""
     v = seq[pos].target.name
     for j in range(pos + 1, len(seq)):
         y = seq[j]
-        if _jumps(y):
+        if _jumps(y, memo):
             return None
-        if v not in _mentions(y):
+        if v not in _mentions(y, memo):
             continue
         if (isinstance(y, A.Accumulate) and y.op == "+=" and
                 isinstance(y.target, A.AdjVar) and y.target.name == v and
@@ -78,13 +100,13 @@ def _reset_use(seq, pos):
     return None
 
 
-def _copies_of(seq, j, v):
+def _copies_of(seq, j, v, memo):
     """Names ``c`` of the copies ``c = v`` (or copies of those) before position ``j``
     whose value is still ``v``'s at ``j`` (nothing between assigns ``v`` or ``c``)."""
     start = j
     while start > 0:
-        m = _mentions(seq[start - 1])
-        if DEF in m.get(v, ()) or FIXED in m.get(v, ()) or _jumps(seq[start - 1]):
+        m = _mentions(seq[start - 1], memo)
+        if DEF in m.get(v, ()) or FIXED in m.get(v, ()) or _jumps(seq[start - 1], memo):
             break
         start -= 1
     out = set()
@@ -92,7 +114,7 @@ def _copies_of(seq, j, v):
         if _is_copy(y) and (y.value == v or y.value in out):
             out.add(y.target.name)
             continue
-        out -= {n for n, roles in _mentions(y).items() if roles & {DEF, FIXED}}
+        out -= {n for n, roles in _mentions(y, memo).items() if roles & {DEF, FIXED}}
     return out
 
 
@@ -102,28 +124,28 @@ def _is_copy(y):
             not y.children())
 
 
-def _sink_past_copies(seq, j):
+def _sink_past_copies(seq, j, memo):
     """Move the definition ``adj_v = e`` at ``j`` below the last later read of a copy
     of ``adj_v``, if every statement it passes leaves it and ``e`` alone."""
     x = seq[j]
     v = x.target.name
     if not pure(x.value):
         return
-    copies = _copies_of(seq, j, v)
+    copies = _copies_of(seq, j, v, memo)
     if not copies:
         return
     reads = set(names(x.value))
     last = None
     for k in range(j + 1, len(seq)):
-        m = _mentions(seq[k])
+        m = _mentions(seq[k], memo)
         if copies & {n for n, roles in m.items() if USE in roles}:
             last = k
     if last is None:
         return
     for k in range(j + 1, last + 1):
         y = seq[k]
-        m = _mentions(y)
-        if isinstance(y, A.Comment) or _jumps(y) or v in m or any(
+        m = _mentions(y, memo)
+        if isinstance(y, A.Comment) or _jumps(y, memo) or v in m or any(
                 m.get(n, set()) & {DEF, FIXED} for n in reads):
             return
     seq.insert(last + 1, seq.pop(j))

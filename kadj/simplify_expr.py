@@ -22,11 +22,12 @@ Each pass keeps the adjoint's meaning; where it cannot be sure, it leaves the co
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from . import adj_ir as A
 from . import expr_text as E
-from .adj_refs import DEF, FIXED, USE, Index, drop, lists, names, pure, rewrite
+from .adj_refs import DEF, FIXED, USE, Index, lists, names, pure, rewrite
 
 WIDTH = 70
 _TEMP = re.compile(r"t\d+(_\d+)?\Z")
@@ -104,12 +105,6 @@ def _stable(seq, start, stop, text):
     return True
 
 
-def _where(path, node, seq):
-    """``node``'s position in ``seq`` when it is a statement of ``seq`` itself."""
-    here = path[id(node)]
-    return here[-1][1] if here[-1][0] == id(seq) else None
-
-
 # ---- t2 = bool(t1) ---------------------------------------------------------------------------
 _BOOL = re.compile(r"bool\((\w+)\)\Z")
 
@@ -122,7 +117,7 @@ def drop_bool_casts(fn, idx=None):
 def _drop_one_bool_cast(fn, idx):
     temps = fn.temps
     params = set(fn.params)
-    for seq in lists(fn):
+    for seq in idx.lists():
         for pos in range(1, len(seq)):
             x, prev = seq[pos], seq[pos - 1]
             if not (_is_temp_def(x, temps) and _is_temp_def(prev, temps)):
@@ -131,7 +126,7 @@ def _drop_one_bool_cast(fn, idx):
             if not m or m.group(1) != prev.target or not isinstance(
                     E.parse(prev.value), E.ast.Compare):
                 continue
-            occ, _ = idx.get()
+            occ = idx.occ()
             t1, t2 = prev.target, x.target
             if t1 in params or t2 in params or _defs(occ, t1, temps) != [prev] or \
                     _defs(occ, t2, temps) != [x]:
@@ -141,26 +136,31 @@ def _drop_one_bool_cast(fn, idx):
                 continue
             for _, node in others:
                 rewrite(node, t2, t1)
-            del seq[pos]
+            idx.touch([node for _, node in others])
+            idx.delete(seq, pos)
             return True
     return False
 
 
 def _repeat(step, fn, idx, *args):
     """Run ``step(fn, idx, *args)`` (one rewrite, True when it made one) until it makes
-    none: each rewrite re-indexes the function (``idx``: a
-    :class:`~kadj.adj_refs.Index`), so positions and occurrences stay valid; the
-    index is computed only where a statement has the shape of a rewrite."""
+    none: each rewrite tells the index (``idx``: a :class:`~kadj.adj_refs.Index`) what
+    it changed, so positions and occurrences stay valid."""
     while step(fn, idx, *args):
-        idx.changed()
+        pass
 
 
 def _is_temp_def(x, temps):
     """``x`` defines a temporary: a ``t<n>`` or a name in ``temps`` (the kernel's
     temporaries, :attr:`kadj.adj_naming.Naming.temp_names`)."""
     return (isinstance(x, A.Assign) and x.op == "=" and isinstance(x.target, str)
-            and (_TEMP.match(x.target) is not None or x.target in temps)
+            and (_temp_name(x.target) or x.target in temps)
             and isinstance(x.value, str))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _temp_name(name):
+    return _TEMP.match(name) is not None
 
 
 def _defs(occ, name, temps):
@@ -203,9 +203,9 @@ def fold_single_uses(fn, width=WIDTH, idx=None):
         # folds of one round are removed after it (positions stay valid); statements are
         # visited in order, so a definition has taken in its own operands' folds (its
         # current text) before it is folded into its use
-        occ, path = idx.get()
-        dropped = set()
-        for seq in lists(fn):
+        occ = idx.occ()
+        dropped, folded = set(), []
+        for seq in idx.lists():
             for pos, x in enumerate(seq):
                 if _is_temp_def(x, temps):
                     name, accepts = x.target, _primal_use
@@ -220,7 +220,7 @@ def fold_single_uses(fn, width=WIDTH, idx=None):
                 if len(uses) != 1 or not accepts(uses[0]):
                     continue
                 use = uses[0]
-                at = _where(path, use, seq)
+                at = idx.where(use, seq)
                 if at is None or at <= pos or isinstance(getattr(use, "target", None),
                                                          A.AdjElem) and name in " ".join(
                         use.target.index_texts):
@@ -231,11 +231,12 @@ def fold_single_uses(fn, width=WIDTH, idx=None):
                 if new is None or len(new) > width or not _stable(seq, pos + 1, at, x.value):
                     continue
                 use.value = new
+                folded.append(use)
                 dropped.add(id(x))
         if not dropped:
             return
-        idx.changed()
-        drop(fn, dropped)
+        idx.touch(folded)
+        idx.drop(dropped)
 
 
 # ---- index offsets ----------------------------------------------------------------------------
@@ -288,16 +289,16 @@ def inline_index_offsets(fn, width=WIDTH, idx=None):
 def _inline_one_offset(fn, idx, width):
     temps = fn.temps
     params = set(fn.params)
-    for seq in lists(fn):
+    for seq in idx.lists():
         for pos, x in enumerate(seq):
             if not (_is_temp_def(x, temps) and _offset(x.value)):
                 continue
-            occ, path = idx.get()
+            occ = idx.occ()
             name = x.target
             if name in params or name in names(x.value) or _defs(occ, name, temps) != [x]:
                 continue
             uses = {id(n): n for r, n in occ.get(name, ()) if r == USE}.values()
-            at = [_where(path, n, seq) for n in uses]
+            at = [idx.where(n, seq) for n in uses]
             if not uses or None in at or min(at) <= pos or not all(
                     isinstance(n, (A.Assign, A.Accumulate, A.Consume)) for n in uses):
                 continue
@@ -308,7 +309,8 @@ def _inline_one_offset(fn, idx, width):
                 continue
             for apply in applies:
                 apply()
-            del seq[pos]
+            idx.touch(uses)
+            idx.delete(seq, pos)
             return True
     return False
 
@@ -362,7 +364,7 @@ def merge_accumulations(fn, width=WIDTH, idx=None):
 
 
 def _merge_one_accumulation(fn, idx, width):
-    for seq in lists(fn):
+    for seq in idx.lists():
         for pos, x in enumerate(seq):
             if not _plain_acc(x):
                 continue
@@ -376,7 +378,8 @@ def _merge_one_accumulation(fn, idx, width):
                     if new is not None and len(new) <= width and \
                             _between_ok(seq, pos + 1, at, x, y):
                         y.value = new
-                        del seq[pos]
+                        idx.touch([y])
+                        idx.delete(seq, pos)
                         return True
                     break
     return False

@@ -25,11 +25,12 @@ _WORD = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
 def drop_free_suffixes(fn):
     """``c_i_2`` -> ``c_i`` (and ``adj_c_i_2`` -> ``adj_c_i``) where the plain name
     occurs nowhere in ``fn`` (see the module docstring); returns ``fn``."""
+    suffixed = [name for name in sorted(fn.temps, key=_order) if _SUFFIXED.match(name)]
+    if not suffixed:
+        return fn       # (no name to give back: the function need not be printed)
     taken = set(_WORD.findall(render(fn))) | set(fn.params)
-    for name in sorted(fn.temps, key=_order):
+    for name in suffixed:
         m = _SUFFIXED.match(name)
-        if m is None:
-            continue
         # the temporary and its adjoint are renamed together, so that ``adj_c_i``
         # still reads as the adjoint of ``c_i``
         base = m.group("base")

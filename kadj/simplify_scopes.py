@@ -16,7 +16,7 @@ import dataclasses
 import re
 
 from . import adj_ir as A
-from .adj_refs import IDENT, names, refs, rename
+from .adj_refs import IDENT, names, refs, roles_of
 
 _HANDLED = (A.Assign, A.Accumulate, A.If, A.For, A.While, A.Return, A.Consume,
             A.Push, A.Pop, A.Comment, A.Break, A.Continue, A.Pass, A.Barrier,
@@ -84,7 +84,7 @@ def exposed(seq, defined=frozenset()):
 
 
 def _mentioned(x):
-    return {n for y in A.walk([x]) for n, _, _ in refs(y)}
+    return {n for y in A.walk([x]) for n, _ in roles_of(y)}
 
 
 def _unhandled(x):
@@ -97,7 +97,15 @@ def _renamer(mapping):
     """A function renaming every name of ``mapping`` (old -> new) in an expression text
     at once (the same matches as :func:`kadj.adj_refs.rename` of each pair)."""
     pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, mapping)) + r")(?!\w)")
-    return lambda text: pattern.sub(lambda m: mapping[m.group(1)], text)
+    old = frozenset(mapping)
+
+    def r(text):
+        # a text none of whose names is renamed is left as it is, unscanned (a match
+        # of the pattern is one of the names :func:`names` finds)
+        if old.isdisjoint(names(text)):
+            return text
+        return pattern.sub(lambda m: mapping[m.group(1)], text)
+    return r
 
 
 def _rename_target(t, r):
@@ -139,6 +147,8 @@ def split_scopes(fn):
     """Rename each top-level ``if`` block's own variables that other top-level
     statements reuse; returns what :func:`join_scopes` needs."""
     body = fn.body
+    if not any(isinstance(x, A.If) for x in body):
+        return []       # (no block to rename in)
     params = set(fn.params)
     mentions = [_mentioned(x) for x in body]
     count = {}
@@ -190,6 +200,8 @@ def _fresh(n, taken):
 
 def join_scopes(fn, renamed):
     """Give the renamed variables their names back where that cannot confuse them."""
+    if not renamed:
+        return fn
     top = set(map(id, fn.body))
     where = {}
     for x in fn.prologue + fn.body:

@@ -5,10 +5,12 @@ compare with ``diff -r``: a refactoring of the code generator that must not chan
 generated code shows an empty diff.
 
     python scripts/snapshot_adjoints.py OUT_DIR [--cpu-only|--cuda-only] [--times]
-                                        [--compile] [--clock wall|process]
+                                        [--compile] [--ptx] [--clock wall|process]
 
 ``--times`` writes times.json: the seconds each kernel's adjoint took to generate (CPU:
-and, with ``--compile``, to compile with numba as well, by running it once).
+and, with ``--compile``, to compile with numba as well, by running it once; CUDA: and,
+with ``--ptx``, to compile the adjoint to PTX with ``numba.cuda.compile_ptx``, which
+needs numba-cuda's compiler but no GPU, and not ``NUMBA_ENABLE_CUDASIM=1``).
 ``--clock process`` counts the CPU seconds of this process instead of wall-clock
 seconds: steadier on a machine that other work shares.
 """
@@ -54,7 +56,7 @@ def cpu(out, times, compile_too=False):
         (out / f"cpu__{ex.name}.py.txt").write_text(src)
 
 
-def cuda(out, times):
+def cuda(out, times, ptx=False):
     from kernels.cuda import all_cases
     for case in all_cases():
         k = case.kernel
@@ -63,6 +65,8 @@ def cuda(out, times):
         try:
             src = k.adjoint_source(*args)
             report = k.adjoint_report(*args)
+            if ptx:
+                k.adjoint_ptx(*args)
         except Exception as exc:
             src, report = f"REFUSED {type(exc).__name__}: {exc}\n", None
         times[f"cuda/{case.name}"] = _clock() - t0
@@ -85,6 +89,8 @@ def main(argv=None):
                    help="also write times.json: seconds to generate each adjoint")
     p.add_argument("--compile", action="store_true",
                    help="CPU adjoints: also compile them (run once) inside the timing")
+    p.add_argument("--ptx", action="store_true",
+                   help="CUDA adjoints: also compile them to PTX inside the timing")
     p.add_argument("--clock", choices=("wall", "process"), default="wall",
                    help="wall-clock seconds (default) or this process's CPU seconds")
     opts = p.parse_args(argv)
@@ -96,7 +102,7 @@ def main(argv=None):
     if not opts.cuda_only:
         cpu(out, times, opts.compile)
     if not opts.cpu_only:
-        cuda(out, times)
+        cuda(out, times, opts.ptx)
     if opts.times:
         (out / "times.json").write_text(json.dumps(times, indent=1, sort_keys=True))
     print(f"{len(times)} kernels in {sum(times.values()):.1f} s -> {out}")

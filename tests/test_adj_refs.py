@@ -102,3 +102,40 @@ def test_names_are_read_once_per_text():
     assert names("a + b[i] * math.sin(c)") == ("a", "b", "i", "math", "c")
     assert names(None) == ()
     assert names("x.y") is names("x.y")
+
+
+def _same_occurrences(idx, f):
+    """The kept index equals one computed afresh (rows in any order), and its
+    positions are the fresh paths' positions."""
+    fresh, path = index(f)
+    kept = idx.occ()
+    assert {n: sorted((r, id(x)) for r, x in rows) for n, rows in kept.items()} == \
+        {n: sorted((r, id(x)) for r, x in rows) for n, rows in fresh.items()}
+    for seq in idx.lists():
+        for pos, x in enumerate(seq):
+            assert idx.where(x, seq) == pos
+            for rows in fresh.values():
+                for _, node in rows:
+                    want = [p for lst, p in path[id(node)] if lst == id(seq)]
+                    assert idx.at(node, seq) == (want[0] if want else None)
+
+
+def test_the_index_told_of_each_change_equals_a_fresh_one():
+    from kadj.simplify_primal import remove_unused_primal
+    f = sample()
+    f.body.insert(1, A.Assign("unused", "x[i] + 1.0"))      # for remove_unused_primal
+    f.body.insert(2, A.If("t0", [A.Assign("t9", "2.0")], [A.Pass()]))
+    idx = Index(f)
+    idx.occ()
+    steps = [lambda: propagate_copies(f, idx), lambda: remove_dead(f, idx),
+             lambda: remove_unused_primal(f, idx), lambda: drop_bool_casts(f, idx),
+             lambda: fold_single_uses(f, idx=idx), lambda: inline_index_offsets(f, idx=idx),
+             lambda: fold_single_uses(f, idx=idx), lambda: merge_accumulations(f, idx=idx)]
+    before = render(f)
+    for step in steps:
+        step()
+        _same_occurrences(idx, f)
+    after = render(f)
+    assert after != before and "unused" not in after and "t9" not in after
+    assert "adj_b" not in after and "bool(" not in after
+    assert run(f) == run(sample())
