@@ -6,6 +6,7 @@ from numba.core import types
 
 from . import adj_ir as A
 from . import ir
+from .analysis import fresh_definitions
 from .tape_plan import Frame, FramePlanner
 
 
@@ -22,14 +23,16 @@ class ForwardSweep:
         self.tapes.add(kind)
         return kind
 
-    def push(self, depth, value_text, t, saves=None):
+    def push(self, depth, value_text, t, saves=None, counted=True):
         """Push ``value_text`` (of type ``t``); ``saves``: the location of the statement
-        about to overwrite it (a ``# save`` comment names its line)."""
+        about to overwrite it (a ``# save`` comment names its line); ``counted``: False
+        when the frame's reservation already covers it (``push_exit``)."""
         if self.nopush:
             return
         if isinstance(t, types.Complex):   # its real and imaginary parts, in turn
             for part in ("real", "imag"):
-                self.push(depth, f"({value_text}).{part}", t.underlying_float, saves)
+                self.push(depth, f"({value_text}).{part}", t.underlying_float, saves,
+                          counted)
             return
         kind = self.tape_of(t)
         what = value_text
@@ -44,7 +47,8 @@ class ForwardSweep:
             where = f"{(saves.filename or '').split('/')[-1]}:{saves.line}"
             note = f"save {what} (overwritten at {where})"
         self.put(depth, A.Push(kind, value_text, loc=self._last_loc, note=note))
-        frame.counts[kind] = frame.counts.get(kind, 0) + 1
+        if counted:
+            frame.counts[kind] = frame.counts.get(kind, 0) + 1
 
     def pop(self, depth, target_text, t, restores=False):
         if isinstance(t, types.Complex):   # (pushed as its real, then imaginary part)
@@ -58,20 +62,21 @@ class ForwardSweep:
                               note=f"restore {target_text}" if restores else None))
 
     def open_frame(self, depth, trip=None, operands=(), hoist=None, assigned=None,
-                   body=(), trip_src=None):
+                   body=(), trip_src=None, per_trip=False):
         """Start a frame (kadj.tape_plan).  ``trip``: the trip-count text of a ``for``
         loop; ``operands``: the variables it reads; ``assigned``: the variables the
         loop body assigns (None: nothing can be absorbed); ``hoist``: a replayed
         iteration, whose reservation goes in front of the reversed loop (the tape is
         back at the same height after each reversed iteration).  ``body``: the loop
         body (its loop-invariant definitions let a nested trip count be computed
-        before the loop); ``trip_src``: the (start, stop, step) operands."""
+        before the loop); ``trip_src``: the (start, stop, step) operands;
+        ``per_trip``: a ``while`` loop's frame, opened at each iteration."""
         parent = self.frames[-1] if self.frames else None
         if hoist is not None:
             assigned = hoist["assigned"]
         fr = Frame(depth=depth, trip=trip, operands=set(operands), hoist=hoist,
                    assigned=assigned, parent=parent, cond=self._cond_level,
-                   body=tuple(body), trip_src=trip_src)
+                   body=tuple(body), trip_src=trip_src, per_trip=per_trip)
         if parent is not None:
             parent.children.append(fr)
         self.frames.append(fr)
@@ -244,7 +249,7 @@ class ForwardSweep:
             if isinstance(s, ir.Assign):
                 self.comment(depth, s.loc)
                 if s.target in a.pushed and s.target not in self.suppressed and \
-                        id(s) not in a.replay_fresh:
+                        id(s) not in a.replay_fresh and id(s) not in self.moved_saves():
                     self.push(depth, self.n(s.target), self.T[s.target], saves=s.loc)
                 if isinstance(s.expr, ir.Alloc):
                     self.alloc(s, depth)
@@ -317,10 +322,14 @@ class ForwardSweep:
         self.put(depth, A.For(idx, f"range({lo}, {hi}, {st})", primal=True, trip=trip))
         if counted:
             self.put(depth + 1, A.Assign(cnt, "1", "+="))
+        if not replay:
+            self.push_fresh(s, depth + 1, self.not_first(s))
         with self.mode(nopush=self.nopush or replay,
                        suppressed=self.suppressed | set(saved_vars)):
             self.fwd(s.body, depth + 1, loop_depth + 1)
         self.close_frame()
+        if not replay:
+            self.push_exit(s, depth)
         if counted and loop_depth > 0:
             self.push(depth, cnt, types.int64)
 
@@ -336,10 +345,13 @@ class ForwardSweep:
         self.put(depth, A.While("True", primal=True))
         if counted:
             self.put(depth + 1, A.Assign(cnt, "1", "+="))
-        self.open_frame(depth + 1, assigned=ir.assigned(s.body), body=s.body)
+        self.open_frame(depth + 1, assigned=ir.assigned(s.body), body=s.body,
+                        per_trip=True)
+        self.push_fresh(s, depth + 1, self.not_first(s))
         with self.mode(suppressed=self.suppressed | set(saved_vars)):
             self.fwd(s.body, depth + 1, loop_depth + 1)
         self.close_frame()
+        self.push_exit(s, depth)
         if counted and loop_depth > 0:
             self.push(depth, cnt, types.int64)
 
@@ -376,3 +388,81 @@ class ForwardSweep:
         if key not in self.names:
             self.names[key] = self.fresh("trips")
         return self.names[key]
+
+    # ---- values a loop defines afresh in each iteration (analysis.first_def) ----------
+    def moved_saves(self):
+        """Ids of the fresh definitions whose saves are not made at the definition
+        (moved to the top of the iteration, or not needed)."""
+        if "_moved_saves" not in self.__dict__:
+            self._fresh = fresh_definitions(self.k, self.a)
+            self._moved_saves = frozenset(
+                id(x) for defs, form in self._fresh.values() if form is not None
+                for x in defs)
+        return self._moved_saves
+
+    def fresh_saves(self, loop):
+        """(the fresh definitions of ``loop`` whose values this sweep saves at the top
+        of an iteration, form); form None: none moved."""
+        self.moved_saves()
+        a = self.a
+        defs, form = self._fresh.get(loop.uid, ((), None))
+        if form not in ("guarded", "guarded+exit"):
+            return (), form
+        skip = set(self.suppressed) | set(a.loop_saved.get(loop.uid, ()))
+        return tuple(x for x in defs if id(x) in self.kept and x.target not in skip and
+                     id(x) not in a.replay_fresh), form
+
+    def not_first(self, loop, k=None):
+        """Condition text: this is not the loop's first iteration (forward), or, with
+        ``k`` (the reversed while loop's counter), not its first forward iteration."""
+        if isinstance(loop, ir.ForRange):
+            idx, lo = self.n(loop.index), self.o(loop.start)
+            step = loop.step.value if isinstance(loop.step, ir.Const) else None
+            op = "!=" if not isinstance(step, int) else (">" if step > 0 else "<")
+            return f"{idx} {op} {lo}"
+        cnt = self._count_name(loop)
+        return f"{cnt} > 1" if k is None else f"{k} < {cnt} - 1"
+
+    def loop_ran(self, loop):
+        """Condition text, right after ``loop`` (or before its reverse): it ran at least
+        one iteration (None: always, a ``while True`` loop)."""
+        if isinstance(loop, ir.Loop):
+            return None
+        if self._counted(loop):
+            return f"{self._count_name(loop)} > 0"
+        lo, hi, st = self.o(loop.start), self.o(loop.stop), self.o(loop.step)
+        step = loop.step.value if isinstance(loop.step, ir.Const) else None
+        if isinstance(step, int) and step != 0:
+            return f"{hi} {'>' if step > 0 else '<'} {lo}"
+        return f"_trips({lo}, {hi}, {st}) > 0"
+
+    def push_fresh(self, loop, depth, cond):
+        """From the second iteration of ``loop`` on, at the top of the iteration: the
+        previous iteration's values that this one defines afresh (nothing is saved
+        before the loop computed it)."""
+        defs, form = self.fresh_saves(loop)
+        if not defs or self.nopush:
+            return
+        self.put(depth, A.If(cond))
+        self.put(depth + 1, A.Comment("# the previous iteration's values, before this "
+                                      "one redefines them"))
+        for x in defs:
+            self.push(depth + 1, self.n(x.target), self.T[x.target], saves=x.loc)
+
+    def push_exit(self, loop, depth):
+        """After ``loop`` when an enclosing loop records its iterations: the values the
+        loop defined afresh as it left them (the reverse of this run of the loop starts
+        from them).  A ``for`` loop's reservation counted a save in its first
+        iteration, which is not made: it covers these."""
+        defs, form = self.fresh_saves(loop)
+        if not defs or form != "guarded+exit" or self.nopush:
+            return
+        cond = self.loop_ran(loop)
+        if cond is not None:
+            self.put(depth, A.If(cond))
+            depth += 1
+        self.put(depth, A.Comment("# its last iteration's values (the reverse of this "
+                                  "run of the loop starts from them)"))
+        for x in defs:
+            self.push(depth, self.n(x.target), self.T[x.target],
+                      counted=isinstance(loop, ir.Loop))

@@ -115,7 +115,7 @@ class ReverseSweep:
             if reset:
                 self.put(depth, A.Assign(adjv, self.zero(self.T[v])))
         if v in a.pushed and v not in recomputed and v not in self.suppressed and \
-                id(s) not in a.replay_fresh:
+                id(s) not in a.replay_fresh and id(s) not in self.moved_saves():
             self.pop(depth, self.n(v), self.T[v], restores=True)
 
     def contributions(self, s, g=None, out_name=None):
@@ -278,10 +278,12 @@ class ReverseSweep:
         lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
         self.comment(depth, s.loc)
         self.put(depth, A.Comment(f"# reversed: for {idx} in range({lo}, {hi}, {st})"))
-        if self._counted(s):
+        counted = self._counted(s)
+        if counted and loop_depth > 0:
+            self.pop(depth, self._count_name(s), types.int64)
+        self.pop_exit(s, depth)  # (what the loop left, if the forward saved it)
+        if counted:
             cnt = self._count_name(s)
-            if loop_depth > 0:
-                self.pop(depth, cnt, types.int64)
             k = self.fresh("k")
             self.put(depth, A.For(k, f"range({cnt} - 1, -1, -1)"))
             self.put(depth + 1, A.Assign(idx, _add(lo, f'{k} * {st}' if st != '1' else k)))
@@ -323,6 +325,7 @@ class ReverseSweep:
         saved_vars = a.loop_saved.get(s.uid, ())
         with self.mode(suppressed=self.suppressed | set(saved_vars)):
             self.rev(s.body, depth + 1, loop_depth + 1, frozenset(recomputed))
+        self.pop_fresh(s, depth + 1, self.not_first(s))
         if id(s) in self.kept:
             self.pop_loop_saves(s, depth)
 
@@ -333,7 +336,8 @@ class ReverseSweep:
             return True
         if isinstance(s, ir.Assign):
             return (s.target in a.pushed and id(s) in self.kept and
-                    s.target not in self.suppressed and id(s) not in a.replay_fresh)
+                    s.target not in self.suppressed and id(s) not in a.replay_fresh and
+                    id(s) not in self.moved_saves())
         if isinstance(s, ir.If):
             return any(self.needs_reverse(x) for x in s.then + s.orelse)
         if isinstance(s, (ir.ForRange, ir.Loop)):
@@ -401,10 +405,35 @@ class ReverseSweep:
                                       "trip count"))
             if loop_depth > 0:
                 self.pop(depth, cnt, types.int64)
+            self.pop_exit(s, depth)
             k = self.fresh("k")
             self.put(depth, A.For(k, f"range({cnt})"))
             saved_vars = self.a.loop_saved.get(s.uid, ())
             with self.mode(suppressed=self.suppressed | set(saved_vars)):
                 self.rev(s.body, depth + 1, loop_depth + 1)
+            self.pop_fresh(s, depth + 1, self.not_first(s, k))
             if id(s) in self.kept:
                 self.pop_loop_saves(s, depth)
+
+    # ---- values a loop defines afresh in each iteration (analysis.first_def) ----------
+    def pop_fresh(self, loop, depth, cond):
+        """At the end of a reversed iteration of ``loop`` but the first forward one:
+        restore the previous iteration's values (ForwardSweep.push_fresh)."""
+        defs, form = self.fresh_saves(loop)
+        if not defs:
+            return
+        self.put(depth, A.If(cond))
+        for x in reversed(defs):
+            self.pop(depth + 1, self.n(x.target), self.T[x.target], restores=True)
+
+    def pop_exit(self, loop, depth):
+        """Before reversing ``loop``: the values it left (ForwardSweep.push_exit)."""
+        defs, form = self.fresh_saves(loop)
+        if not defs or form != "guarded+exit":
+            return
+        cond = self.loop_ran(loop)
+        if cond is not None:
+            self.put(depth, A.If(cond))
+            depth += 1
+        for x in reversed(defs):
+            self.pop(depth, self.n(x.target), self.T[x.target], restores=True)

@@ -41,6 +41,7 @@ class Frame:
     cond: int                    # branch nesting where the frame opened
     body: tuple = ()
     trip_src: object = None      # the (start, stop, step) operands
+    per_trip: bool = False       # a ``while`` loop's: it reserves at each iteration
     counts: dict = field(default_factory=dict)    # pushes per kind, per iteration
     children: list = field(default_factory=list)
     closed: object = None        # the push sequence number when the frame closed
@@ -132,10 +133,11 @@ class FramePlanner:
     def _absorbable(self, c, fr):
         """The amounts of nested frame ``c`` as computed where ``fr`` reserves and the
         variables they read, or None when ``c`` cannot join ``fr``'s reservation: it
-        checks its own pushes, runs under a branch, or its trip count depends on the
+        checks its own pushes, runs under a branch, is a ``while`` loop's (its amount
+        is per iteration, not per run of the loop), or its trip count depends on the
         loop's own variables (loop-invariant definitions such as ``n = x.shape[0]``
         in the loop body are computed again in front of the loop)."""
-        if c.foreign is not None or c.cond != fr.cond:
+        if c.foreign is not None or c.cond != fr.cond or c.per_trip:
             return None
         clash = c.ops & fr.assigned
         if not clash:

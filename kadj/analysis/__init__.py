@@ -26,6 +26,7 @@ from . import loops as _loops
 from . import needed as _needed
 from . import recompute as _recompute
 from .facts import Facts, MemoryPolicy, _Work, freeze
+from .first_def import fresh_definitions
 from .loops import reverse_reads, stale_loads_harmless, upward_exposed
 from .memory import rewritten_each_iteration
 from .needed import partial_reads
@@ -34,9 +35,9 @@ from .recompute import reads_outside
 Analysis = Facts
 _reads_outside = reads_outside  # the name kadj.reverse imports
 
-__all__ = ["Analysis", "Facts", "MemoryPolicy", "analyze", "partial_reads",
-           "reverse_reads", "rewritten_each_iteration", "stale_loads_harmless",
-           "upward_exposed"]
+__all__ = ["Analysis", "Facts", "MemoryPolicy", "analyze", "fresh_definitions",
+           "partial_reads", "reverse_reads", "rewritten_each_iteration",
+           "stale_loads_harmless", "upward_exposed"]
 
 
 def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
