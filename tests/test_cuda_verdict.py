@@ -225,6 +225,8 @@ TEST_FILE_ARGS = {
         "tile_sum": [r.random(16), np.zeros(1)],
         "heat1d": [r.random(16), np.zeros(16), 0.1]},
     "jvp_cuda_sim": lambda m, r: {"atomic_sub_squares": m._atomic_sub_case(r)[1]},
+    "first_push_cuda_sim": lambda m, r: {"steps_fresh": [r.random(7) - 0.5, np.zeros(7)],
+                                         "nested_fresh": [r.random(7) - 0.5, np.zeros(7)]},
     "warp_cuda_sim": lambda m, r: {n: make(r) for n, (k, _, make) in m.CASES.items()},
     "atomic_extrema_cuda_sim": lambda m, r: {n: make(r) for n, (k, _, make) in
                                              m.CASES.items()},
