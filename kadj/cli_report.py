@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .cli_target import CliError, load_kernel, parse_args, parse_launch, refusal
+from .cli_target import CliError, explained, kernel_and_args, parse_launch
 
 
 def add_parser(sub):
@@ -55,22 +55,11 @@ def run(opts):
     try:
         if opts.repeat < 1:
             raise CliError(f"--repeat must be at least 1, not {opts.repeat}")
-        wrt = tuple(w for w in opts.wrt.split(",") if w) if opts.wrt else None
-        kernel = load_kernel(opts.target, wrt)
-        args = parse_args(opts.args)
-        if not args and kernel.arg_names:
-            raise CliError(f"--args is needed: example arguments for "
-                           f"{kernel.__name__}({', '.join(kernel.arg_names)})")
+        kernel, args = kernel_and_args(opts)
         config = parse_launch(opts.launch) if opts.launch else None
         base = _load_baseline(opts.baseline) if opts.baseline else None
-        try:
-            card = cost_card.build(kernel, args, config, opts.repeat,
-                                   timing=not opts.no_timing)
-        except Exception as exc:
-            why = refusal(kernel, exc)
-            if why is None:
-                raise
-            raise CliError(why) from None
+        card = explained(kernel, lambda: cost_card.build(kernel, args, config, opts.repeat,
+                                                         timing=not opts.no_timing))
     except CliError as exc:
         print(f"kadj report: {exc}", file=sys.stderr)
         return 2

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from .cli_target import CliError, load_kernel, parse_args, refusal
+from .cli_target import CliError, explained, kernel_and_args
 
 STAGES = ("typed", "region", "plan", "prepared", "facts", "adjoint-ir", "source",
           "tangent")
@@ -65,25 +65,10 @@ def _adjoint_text(kernel, args, form):
 
 def run(opts):
     try:
-        wrt = tuple(w for w in opts.wrt.split(",") if w) if opts.wrt else None
-        kernel = load_kernel(opts.target, wrt)
-        args = parse_args(opts.args)
-        if not args and kernel.arg_names:
-            raise CliError(f"--args is needed: example arguments for "
-                           f"{kernel.__name__}({', '.join(kernel.arg_names)}), such as "
-                           "--args \"np.zeros(8), np.zeros(8), 0.1\"")
-        try:
-            if opts.stage:
-                text = kernel.show_stage(opts.stage, *args)
-            else:
-                text = _adjoint_text(kernel, args, opts.form)
-        except CliError:
-            raise
-        except Exception as exc:
-            why = refusal(kernel, exc)
-            if why is None:
-                raise
-            raise CliError(why) from None
+        kernel, args = kernel_and_args(
+            opts, example=', such as --args "np.zeros(8), np.zeros(8), 0.1"')
+        text = explained(kernel, lambda: kernel.show_stage(opts.stage, *args)
+                         if opts.stage else _adjoint_text(kernel, args, opts.form))
     except CliError as exc:
         print(f"kadj show: {exc}", file=sys.stderr)
         return 2

@@ -140,3 +140,29 @@ def refusal(kernel, exc):
         return (f"numba cannot compile {name!r} for the arguments given by --args: "
                 f"{one_line(exc)[:400]}")
     return None
+
+
+def kernel_and_args(opts, example=""):
+    """(kernel, example arguments) of a command's ``MODULE:KERNEL``, ``--wrt`` and
+    ``--args``."""
+    wrt = tuple(w for w in opts.wrt.split(",") if w) if opts.wrt else None
+    kernel = load_kernel(opts.target, wrt)
+    args = parse_args(opts.args)
+    if not args and kernel.arg_names:
+        raise CliError(f"--args is needed: example arguments for "
+                       f"{kernel.__name__}({', '.join(kernel.arg_names)}){example}")
+    return kernel, args
+
+
+def explained(kernel, build):
+    """``build()``, with an exception raised while building ``kernel``'s adjoint turned
+    into the :class:`CliError` that explains it (:func:`refusal`)."""
+    try:
+        return build()
+    except CliError:
+        raise
+    except Exception as exc:
+        why = refusal(kernel, exc)
+        if why is None:
+            raise
+        raise CliError(why) from None

@@ -124,23 +124,7 @@ def convert(st, tgt, e, loc, path):
                  construct=construct,
                  remedy=f"use cuda.{path.replace('nan', '')} (its adjoint goes to the "
                         "element that won) when the values hold no NaN")
-    if len(e.args) != 3 or e.kws:
-        st.error(f"cuda.{path} takes (array, index, value)", loc=loc, construct=construct)
-    arr, idx, val = e.args
-    if not isinstance(st.types.get(arr.name), types.Array):
-        st.error(f"cuda.{path} on a non-array", loc=loc, construct=construct)
-    if st.var_used(tgt):
-        st.error(f"the value returned by cuda.{path} (the element's old value) is used; "
-                 "kadj does not differentiate that", loc=loc,
-                 construct=f"result of cuda.{path}",
-                 remedy="do not use the return value of the atomic in a differentiated "
-                        "kernel")
-    c = st.const_of(idx)
-    if c is not None:
-        index = tuple(ir.Const(int(x)) for x in c.value) if isinstance(
-            c.value, tuple) else (c,)
-    else:
-        index = st.index_operands(idx)
+    arr, index, val = st.atomic_operands(tgt, e, loc, path)
     a = st.avar(arr)
     out = []
 

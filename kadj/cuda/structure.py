@@ -87,27 +87,20 @@ class CudaStructurizer(Structurizer):
                           "blockDim/gridDim, cuda.atomic.add/sub/max/min, cuda.shfl_*_sync, "
                           "cuda.ballot_sync, cuda.activemask, cuda.lanemask_lt")
 
-    def convert_atomic(self, tgt, e, loc, op):
-        """``cuda.atomic.add(a, idx, v)`` -> an accumulating Store; its result (the old
-        value) must be unused."""
+    def atomic_operands(self, tgt, e, loc, path):
+        """(array, index operands, value) of ``cuda.<path>(a, idx, v)``, refusing a call
+        of another shape, a non-array and a used result (the element's old value)."""
+        construct = f"cuda.{path}"
         if len(e.args) != 3 or e.kws:
-            self.error(f"cuda.atomic.{op} takes (array, index, value)", loc=loc,
-                       construct=f"cuda.atomic.{op}")
+            self.error(f"cuda.{path} takes (array, index, value)", loc=loc,
+                       construct=construct)
         arr, idx, val = e.args
         if not isinstance(self.types.get(arr.name), types.Array):
-            self.error(f"cuda.atomic.{op} on a non-array", loc=loc,
-                       construct=f"cuda.atomic.{op}")
-        if isinstance(self.types[arr.name].dtype, types.Complex):
-            # (the simulator would run it; numba-cuda has no complex atomics)
-            self.error(f"cuda.atomic.{op} on the complex array '{arr.name}': numba-cuda "
-                       "has no atomic operations on complex values", loc=loc,
-                       construct=f"complex cuda.atomic.{op}",
-                       remedy="accumulate into two real arrays (the real and the "
-                              "imaginary parts) with float atomics instead")
+            self.error(f"cuda.{path} on a non-array", loc=loc, construct=construct)
         if self.var_used(tgt):
-            self.error(f"the value returned by cuda.atomic.{op} (the element's old "
-                       "value) is used; kadj does not differentiate that", loc=loc,
-                       construct=f"result of cuda.atomic.{op}",
+            self.error(f"the value returned by cuda.{path} (the element's old value) is "
+                       "used; kadj does not differentiate that", loc=loc,
+                       construct=f"result of cuda.{path}",
                        remedy="do not use the return value of the atomic in a "
                               "differentiated kernel")
         c = self.const_of(idx)
@@ -116,6 +109,19 @@ class CudaStructurizer(Structurizer):
                 c.value, tuple) else (c,)
         else:
             index = self.index_operands(idx)
+        return arr, index, val
+
+    def convert_atomic(self, tgt, e, loc, op):
+        """``cuda.atomic.add(a, idx, v)`` -> an accumulating Store; its result (the old
+        value) must be unused."""
+        arr, index, val = self.atomic_operands(tgt, e, loc, f"atomic.{op}")
+        if isinstance(self.types[arr.name].dtype, types.Complex):
+            # (the simulator would run it; numba-cuda has no complex atomics)
+            self.error(f"cuda.atomic.{op} on the complex array '{arr.name}': numba-cuda "
+                       "has no atomic operations on complex values", loc=loc,
+                       construct=f"complex cuda.atomic.{op}",
+                       remedy="accumulate into two real arrays (the real and the "
+                              "imaginary parts) with float atomics instead")
         return [ir.Store(self.avar(arr), index, self.operand(val), loc=loc,
                          accumulate=op)]
 
