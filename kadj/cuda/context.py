@@ -28,7 +28,7 @@ from ..printer import Syntax
 from ..tangent import TangentContext
 from . import lower, warp
 from .checkpoints import own_element
-from .indexing import ThreadIndex, array_accesses
+from .indexing import ThreadIndex, array_accesses, own_rows
 from .intrinsics import TABLE, CudaIntrinsic
 from .stores import check_single_writers
 
@@ -94,6 +94,9 @@ def tangent_context():
 def check(w):
     """The CUDA target's refusals of a kernel it cannot differentiate."""
     a, k, st = w.a, w.k, w.state
+    rows = own_rows(st.index, k, a.work_arrays) if a.work_arrays else set()
+    if a.work_arrays and rows == set(a.work_arrays):
+        _refuse_own_rows(k, sorted(rows))
     if a.work_arrays:
         names = ", ".join(sorted(a.work_arrays))
         raise DifferentiationError(
@@ -120,6 +123,24 @@ def check(w):
             remedy="use cuda.local.array or cuda.shared.array")
     check_single_writers(k, st.index, st.space, a)
     _check_complex_saves(k, a)
+
+
+def _refuse_own_rows(k, names):
+    """Arrays read and written only in the running thread's own row (``y[i, j]``, i
+    from ``cuda.grid(1)``): no other thread touches the row, but the adjoint needs the
+    row's earlier contents, which the thread's bounded tape cannot hold for a row of
+    run-time length."""
+    shown = ", ".join(names)
+    raise DifferentiationError(
+        f"the kernel updates the running thread's own row of the array(s) {shown} in "
+        f"place ({names[0]}[i, ...] with i from cuda.grid(1)): no other thread touches "
+        "the row, but the adjoint would need the row's earlier contents, and a GPU "
+        "thread's tape holds a fixed number of values while a row has a run-time "
+        "length", kernel=k.name, loc=_first_store(k, names),
+        construct="thread's own row updated in place",
+        remedy="read no argument array that the kernel writes: carry running values "
+               "in scalars (v = f(v); y[i, t] = v) and recompute a stage's values "
+               "where they are needed (y[i, j] = math.exp(x[i, j] - m) / s)")
 
 
 def _check_complex_saves(k, a):

@@ -349,3 +349,25 @@ def array_accesses(kernel):
         elif isinstance(s, ir.Store):
             acc.setdefault(s.array.name, []).append(tuple(s.index))
     return acc
+
+
+def own_rows(index, kernel, names):
+    """The arrays among ``names`` whose every access reaches a row of the running
+    thread alone: a 1-D launch (``cuda.grid(1)``, the coordinates covering every index
+    dimension the kernel reads), an array of two or more dimensions, and the first
+    index of each load and store one and the same thread coordinate (``y[i, j]``, any
+    column).  No other thread touches such a row; ``y[i + 1, j]`` is not one."""
+    if index.ndim != 1 or not index.coords_cover:
+        return set()
+    acc = array_accesses(kernel)
+    out = set()
+    for name in names:
+        t = kernel.types.get(name)
+        idxs = acc.get(name, ())
+        if getattr(t, "ndim", 0) < 2 or not idxs:
+            continue
+        firsts = {index.canonical(idx[0]) if len(idx) == t.ndim else None
+                  for idx in idxs}
+        if len(firsts) == 1 and None not in firsts and next(iter(firsts))[0] == "c":
+            out.add(name)
+    return out

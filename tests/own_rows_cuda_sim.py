@@ -1,0 +1,182 @@
+"""CUDA kernels whose threads update their own row of a 2-D array (``y[i, j]``, i from
+``cuda.grid(1)``), in the simulator (run by tests/test_cuda_own_rows.py in a subprocess
+with NUMBA_ENABLE_CUDASIM=1 set before numba is imported)::
+
+    NUMBA_ENABLE_CUDASIM=1 python tests/own_rows_cuda_sim.py softmax_recomputed [case ...]
+
+REFUSED: the in-place family (softmax, normalisation, a recurrence along the row, a
+Thomas solve per row) and a row read by another thread; each is refused with its
+location.  CASES: the same computations written without reading back an argument array
+the kernel writes (the refusal's remedy), checked against float64 central differences
+(:func:`kadj.testing.check_grad_cuda`).  ``unchanged:<case>`` checks that
+``k.adjoint[...]`` changes only the gradient buffers.  Prints ``CASE <name> OK
+<detail>`` or ``CASE <name> FAIL <why>``.
+"""
+import math
+import os
+import sys
+
+import numpy as np
+from numba import cuda
+
+import kadj
+
+
+@kadj.differentiate
+@cuda.jit
+def softmax_in_place(x, y):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        m = x[i, 0]
+        for j in range(1, x.shape[1]):
+            m = max(m, x[i, j])
+        for j in range(x.shape[1]):
+            y[i, j] = math.exp(x[i, j] - m)
+        s = 0.0
+        for j in range(x.shape[1]):
+            s += y[i, j]
+        for j in range(x.shape[1]):
+            y[i, j] /= s
+
+
+@kadj.differentiate
+@cuda.jit
+def normalise_in_place(p):
+    i = cuda.grid(1)
+    if i < p.shape[0]:
+        s = 0.0
+        for j in range(p.shape[1]):
+            s += p[i, j]
+        for j in range(p.shape[1]):
+            p[i, j] /= s
+
+
+@kadj.differentiate
+@cuda.jit
+def recurrence_in_place(a, r):
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        for t in range(1, a.shape[1]):
+            a[i, t] = math.sin(a[i, t - 1]) * r[i] + a[i, t]
+
+
+@kadj.differentiate
+@cuda.jit
+def thomas_in_place(lo, di, up, c, d, x):
+    i = cuda.grid(1)
+    if i < d.shape[0]:
+        n = d.shape[1]
+        c[i, 0] = up[i, 0] / di[i, 0]
+        d[i, 0] = d[i, 0] / di[i, 0]
+        for k in range(1, n):
+            den = di[i, k] - lo[i, k] * c[i, k - 1]
+            c[i, k] = up[i, k] / den
+            d[i, k] = (d[i, k] - lo[i, k] * d[i, k - 1]) / den
+        x[i, n - 1] = d[i, n - 1]
+        for k in range(n - 2, -1, -1):
+            x[i, k] = d[i, k] - c[i, k] * x[i, k + 1]
+
+
+@kadj.differentiate
+@cuda.jit
+def neighbour_row(y):
+    i = cuda.grid(1)
+    if i < y.shape[0] - 1:
+        for j in range(y.shape[1]):
+            y[i, j] = y[i, j] * y[i + 1, j]
+
+
+@kadj.differentiate
+@cuda.jit
+def softmax_recomputed(x, y):
+    """Softmax per row, each stage recomputed from x instead of read back from y."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        m = x[i, 0]
+        for j in range(1, x.shape[1]):
+            m = max(m, x[i, j])
+        s = 0.0
+        for j in range(x.shape[1]):
+            s += math.exp(x[i, j] - m)
+        for j in range(x.shape[1]):
+            y[i, j] = math.exp(x[i, j] - m) / s
+
+
+@kadj.differentiate
+@cuda.jit
+def recurrence_scalar(a, r, out):
+    """The recurrence along a row with its running value in a scalar."""
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        v = a[i, 0]
+        out[i, 0] = v
+        for t in range(1, a.shape[1]):
+            v = math.sin(v) * r[i] + a[i, t]
+            out[i, t] = v
+
+
+def _rows(r, shape=(5, 4)):
+    return r.uniform(-1.0, 1.0, shape)
+
+
+def _thomas(r):
+    return [_rows(r), _rows(r) + 4.0, _rows(r), np.zeros((5, 4)), _rows(r),
+            np.zeros((5, 4))]
+
+
+CASES = {
+    "softmax_recomputed": (softmax_recomputed, (2, 4),
+                           lambda r: [_rows(r), np.zeros((5, 4))]),
+    "recurrence_scalar": (recurrence_scalar, (2, 4),
+                          lambda r: [_rows(r), r.uniform(0.5, 1.0, 5), np.zeros((5, 4))]),
+}
+
+# kernel, example arguments, the line of the refused store (relative to the def line)
+REFUSED = {
+    "softmax_in_place": (softmax_in_place, lambda r: [_rows(r), np.zeros((5, 4))]),
+    "normalise_in_place": (normalise_in_place, lambda r: [_rows(r) + 2.0]),
+    "recurrence_in_place": (recurrence_in_place,
+                            lambda r: [_rows(r), r.uniform(0.5, 1.0, 5)]),
+    "thomas_in_place": (thomas_in_place, _thomas),
+    "neighbour_row": (neighbour_row, lambda r: [_rows(r)]),
+}
+
+
+def _unchanged(name):
+    """k.adjoint changes the gradient buffers only: the user's arrays keep their
+    values."""
+    k, config, make = CASES[name]
+    args = make(np.random.default_rng(2))
+    before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
+    adjs = [np.random.default_rng(3).standard_normal(np.shape(a))
+            if isinstance(a, np.ndarray) else np.zeros(1) for a in args]
+    adjs_before = [a.copy() for a in adjs]
+    k.adjoint[config](*args, *adjs)
+    for a, b in zip(args, before):
+        if isinstance(a, np.ndarray):
+            assert np.array_equal(a, b), "an argument array changed"
+    assert any(not np.array_equal(a, b) for a, b in zip(adjs, adjs_before)), \
+        "no gradient buffer changed"
+    return 0.0
+
+
+def run_case(name):
+    from kadj.testing import check_grad_cuda
+    if name.startswith("unchanged:"):
+        return _unchanged(name.split(":", 1)[1])
+    k, config, make = CASES[name]
+    return check_grad_cuda(k, config, make(np.random.default_rng(0))).max_rel_error
+
+
+def main(names):
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [here]
+    from cudatools import report_cases
+    cases = {n: (lambda n=n: run_case(n))
+             for n in list(CASES) + [f"unchanged:{c}" for c in CASES]}
+    report_cases(cases, names)
+
+
+if __name__ == "__main__":
+    assert os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", "set NUMBA_ENABLE_CUDASIM=1"
+    main(sys.argv[1:])
