@@ -19,7 +19,8 @@ assigned when its rule does not read the result (so ``x = x * y`` gives
 (``exp``: ``g * out``) has the result computed first, into a temporary when the
 statement also reads ``v``.  A store's tangent is stored next to it, so an array both
 read and written (``u[i] = u[i - 1] + ...``) has its tangent read in the state the
-primal reads.
+primal reads.  In a sum of tangent terms, the term that reads the tangent being assigned
+(a recurrence's carried tangent) is added last (:mod:`kadj.tangent_sums`).
 
 The writer is target-neutral: what a target spells or lowers differently (a GPU's
 intrinsics, barriers, shared and local arrays, the forward's atomics) comes in a
@@ -45,6 +46,7 @@ from .expr_text import combine, parse
 from .simplify_expr import (drop_bool_casts, drop_orphan_comments, fold_single_uses,
                             inline_index_offsets)
 from .source_header import self_contained
+from .tangent_sums import carried_terms_last
 
 
 def refuse_barrier(w, s, out):
@@ -133,6 +135,10 @@ class TangentWriter(Naming):
         if self.n(var) in self.temp_names:     # a temporary's tangent may be folded too
             self.temp_names.add(name)
         return name
+
+    def tangent_names(self):
+        """The names of the tangents (``dot_<name>``) given so far."""
+        return {name for name, (kind, _) in self.derived_of.items() if kind == "dot"}
 
     def dot_buf(self, var):
         """Name of the 1-element tangent buffer of the scalar argument ``var``."""
@@ -395,18 +401,22 @@ def build_tangent(kernel, facts, slot_args, returns_value, context=HOST_TANGENT)
     (:class:`TangentContext`), the host's by default."""
     w = TangentWriter(kernel, facts, slot_args, returns_value, f"{kernel.name}_jvp",
                       context=context)
-    return A.built(readable(w.build()), "tangent"), w
+    fn = w.build()
+    return A.built(readable(fn, w.tangent_names()), "tangent"), w
 
 
-def readable(fn):
+def readable(fn, tangent_names=()):
     """The readability passes of :mod:`kadj.simplify` that apply to straight-line
     primal code: ``bool()`` of a comparison dropped, single-use temporaries (and their
-    tangents) folded into their use, index offsets spelled out."""
+    tangents) folded into their use, index offsets spelled out; then the sums assigned
+    to ``tangent_names`` add their loop-carried term last
+    (:func:`kadj.tangent_sums.carried_terms_last`)."""
     drop_bool_casts(fn)
     fold_single_uses(fn)
     inline_index_offsets(fn)
     fold_single_uses(fn)
     drop_orphan_comments(fn)
+    carried_terms_last(fn, tangent_names)
     return fn
 
 

@@ -6,7 +6,8 @@ other processes affects them alike; buffers the calls modify are refilled untime
 
 - JVP / forward: ``kernel.jvp`` (the forward and its tangent in one sweep) against the
   plain ``@njit`` forward, for the stencils and kernels of ``perf/cases_cpu.py``
-  (target: at most 2x on stencils);
+  (target: at most 2x on stencils); also the compiled tangent function called directly
+  (``tangent fn``: what ``jvp`` runs after checking its arguments, ~50 us of Python);
 - HVP / gradient: ``kadj.hvp(f)(*args, v)`` against ``kadj.grad(f)(*args)``, and the
   gradient against the forward, for a 2-layer MLP loss, a Lennard-Jones energy and the
   Rosenbrock function (target: at most 4x).
@@ -16,15 +17,20 @@ Usage::
     python scripts/bench_jvp.py                  # ~1-10 ms per forward
     python scripts/bench_jvp.py --size small --repeat 50
     python scripts/bench_jvp.py --stat min       # on a busy machine
+    python scripts/bench_jvp.py --stat min --clock thread   # CPU time of this thread
 
-Prints markdown tables.  Benchmarks only: nothing here is asserted by the tests.
+Prints markdown tables and the load average (1 min) before and after.  Benchmarks
+only: nothing here is asserted by the tests.
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import math
+import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,8 +41,33 @@ if str(ROOT) not in sys.path:  # run from a checkout: perf/ and kadj/ live next 
     sys.path.insert(0, str(ROOT))
 
 import kadj  # noqa: E402
+from kadj import jvp_call  # noqa: E402
 from perf.cases_cpu import CASES  # noqa: E402
-from scripts.bench_cpu import time_calls  # noqa: E402
+
+CLOCK = {"wall": time.perf_counter, "thread": time.thread_time}
+_clock = time.perf_counter
+
+
+def time_calls(calls, repeat, stat=statistics.median):
+    """``stat`` of the times of each ``call()`` in ``calls`` (name -> (call, refill))
+    over ``repeat`` rounds, on the clock chosen (``--clock``; the thread's CPU time
+    leaves out the time other processes hold the core).  The calls take turns within
+    each round; ``refill()`` (or None) runs untimed before each call."""
+    times = {name: [] for name in calls}
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            for name, (call, refill) in calls.items():
+                if refill is not None:
+                    refill()
+                t0 = _clock()
+                call()
+                times[name].append(_clock() - t0)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return {name: stat(ts) for name, ts in times.items()}
 
 
 # ---- functions returning a float, for the HVP -------------------------------------------
@@ -130,11 +161,14 @@ def jvp_rows(size, repeat, stat):
         jvp_args = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
         refill_f = _refiller(fwd_args)
         refill_j = _refiller(list(jvp_args) + tangents)
+        k.jvp(*jvp_args, *tangents)                             # compiles
+        tangent_fn = jvp_call.compiled(k, jvp_args).function
         calls = {"forward": (lambda: case.forward(*fwd_args), refill_f),
-                 "jvp": (lambda: k.jvp(*jvp_args, *tangents), refill_j)}
-        time_calls(calls, 2)                                    # warm-up, compiles
+                 "jvp": (lambda: k.jvp(*jvp_args, *tangents), refill_j),
+                 "tangent": (lambda: tangent_fn(*jvp_args, *tangents), refill_j)}
+        time_calls(calls, 2)                                    # warm-up
         t = time_calls(calls, repeat, stat)
-        rows.append((case.name, case.description, t["forward"], t["jvp"]))
+        rows.append((case.name, case.description, t["forward"], t["jvp"], t["tangent"]))
     return rows
 
 
@@ -159,16 +193,25 @@ def main(argv=None):
     p.add_argument("--size", choices=("small", "large"), default="large")
     p.add_argument("--repeat", type=int, default=15)
     p.add_argument("--stat", choices=("median", "min"), default="median")
+    p.add_argument("--clock", choices=tuple(CLOCK), default="wall",
+                   help="wall-clock time, or the CPU time of this thread (steadier on "
+                        "a shared machine)")
     opts = p.parse_args(argv)
     stat = statistics.median if opts.stat == "median" else min
+    global _clock
+    _clock = CLOCK[opts.clock]
 
     def ms(t):
         return f"{1e3 * t:.3f}"
 
-    print("| kernel | forward (ms) | jvp (ms) | jvp/forward |")
-    print("|---|---:|---:|---:|")
-    for name, desc, tf, tj in jvp_rows(opts.size, opts.repeat, stat):
-        print(f"| {name}: {desc} | {ms(tf)} | {ms(tj)} | {tj / tf:.2f}x |")
+    print(f"{opts.stat} of {opts.repeat} calls, {opts.clock} clock; load average "
+          f"(1 min) before: {os.getloadavg()[0]:.2f}")
+    print()
+    print("| kernel | forward (ms) | jvp (ms) | jvp/forward | tangent fn/forward |")
+    print("|---|---:|---:|---:|---:|")
+    for name, desc, tf, tj, tt in jvp_rows(opts.size, opts.repeat, stat):
+        print(f"| {name}: {desc} | {ms(tf)} | {ms(tj)} | {tj / tf:.2f}x "
+              f"| {tt / tf:.2f}x |")
     print()
     print("| function | forward (ms) | gradient (ms) | hvp (ms) | gradient/forward "
           "| hvp/gradient |")
@@ -176,6 +219,8 @@ def main(argv=None):
     for name, desc, tf, tg, th in hvp_rows(opts.size, opts.repeat, stat):
         print(f"| {name}: {desc} | {ms(tf)} | {ms(tg)} | {ms(th)} | {tg / tf:.2f}x "
               f"| {th / tg:.2f}x |")
+    print()
+    print(f"load average (1 min) after: {os.getloadavg()[0]:.2f}")
     return 0
 
 

@@ -258,6 +258,34 @@ def test_tangents_by_keyword_and_checked_buffers():
         k.jvp(u, un, 0.5, du, dun, dot_alhpa=np.zeros(1))
 
 
+def test_repeated_calls_of_one_signature_keep_every_check():
+    """A repeated call skips only the checks its signature decides: changed shapes,
+    shared memory and a wrong scalar buffer are still refused, and a repeated call
+    computes what a first call does (analytic tangent of the heat step)."""
+    k = kadj.differentiate(_step)
+    rng = np.random.default_rng(8)
+    u, du = rng.standard_normal(7), rng.standard_normal(7)
+    un, dun, da = np.zeros(7), np.zeros(7), np.array([0.7])
+    for _ in range(2):
+        k.jvp(u, un, 0.5, du, dun, da)
+        lap = u[:-2] - 2.0 * u[1:-1] + u[2:]
+        dlap = du[:-2] - 2.0 * du[1:-1] + du[2:]
+        np.testing.assert_allclose(dun[1:-1], du[1:-1] + 0.7 * lap + 0.5 * dlap,
+                                   rtol=1e-14, atol=1e-14)
+    with pytest.raises(ValueError, match="dot_u_new"):
+        k.jvp(u, un, 0.5, du, np.zeros(8), da)               # shape
+    with pytest.raises(ValueError, match="share"):
+        k.jvp(u, un, 0.5, du, du, da)                        # one buffer twice
+    with pytest.raises(ValueError, match="share"):
+        k.jvp(u, un, 0.5, du, un, da)                        # a buffer is an argument
+    with pytest.raises(ValueError, match="dot_alpha"):
+        k.jvp(u, un, 0.5, du, dun, np.zeros(2))              # scalar buffer
+    base = rng.standard_normal(14)                 # views of one array: apart, then not
+    k.jvp(base[:7], base[7:], 0.5, du, dun, da)
+    with pytest.raises(ValueError, match="overlaps"):
+        k.jvp(base[:7], base[3:10], 0.5, du, dun, da)
+
+
 def test_jvp_and_adjoint_are_cached_apart():
     from kadj import jvp_call, pipeline
     k = kadj.differentiate(_step)
@@ -304,3 +332,55 @@ def test_functional_jvp_of_a_function_returning_a_float():
     assert abs(tangent - ref) <= 1e-12 * max(1.0, abs(ref))
     with pytest.raises(TypeError, match="'n' has no tangent"):
         kadj.jvp(_loss, (x, w, 5), (dx, dw, 1.0))
+
+
+# ---- the carried tangent of a recurrence is added last ---------------------------------
+@numba.njit
+def _horner_rows(c, x, y):
+    k = c.shape[0]
+    for i in range(x.shape[0]):
+        xi = x[i]
+        p = c[k - 1]
+        for j in range(k - 2, -1, -1):
+            p = p * xi + c[j]
+        y[i] = p
+
+
+def test_recurrence_tangent_adds_its_carried_term_last():
+    k = kadj.differentiate(_horner_rows)
+    rng = np.random.default_rng(11)
+    c, x = rng.standard_normal(6), rng.uniform(-1.2, 1.2, 7)
+    y = np.zeros(7)
+    dc, dx, dy = rng.standard_normal(6), rng.standard_normal(7), rng.standard_normal(7)
+    src = k.jvp_source(c, x, y)
+    line = [ln.strip() for ln in src.splitlines() if ln.strip().startswith("dot_p =")][-1]
+    assert line.endswith("+ dot_p * xi"), src       # the chain through dot_p: * then +
+    k.jvp(c, x, y, dc, dx, dy)
+    # analytic: y = P(x) = sum c_j x^j, dy = P'(x) dx + sum_j dc_j x^j
+    poly, dpoly = np.polynomial.Polynomial(c), np.polynomial.Polynomial(c).deriv()
+    np.testing.assert_allclose(y, poly(x), rtol=1e-13, atol=1e-13)
+    ref = dpoly(x) * dx + np.polynomial.Polynomial(dc)(x)
+    np.testing.assert_allclose(dy, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("dot_x * a + dot_a * x + dot_b", "dot_a * x + dot_b + dot_x * a"),
+    ("dot_a * x - dot_x * a + dot_b", "dot_a * x + dot_b - dot_x * a"),
+    ("dot_x * a + (dot_a * x + dot_b) - dot_c", "dot_a * x + dot_b - dot_c + dot_x * a"),
+    ("dot_x + dot_a * x", None),                      # two terms: the chain is one add
+    ("dot_x * a - dot_a * x + dot_b", None),          # would start with a subtraction
+    ("dot_x * a + dot_x * b + dot_c", None),          # the carried tangent twice
+    ("dot_a * x + dot_b + dot_x * a", None),          # already last
+    ("(dot_x * a + dot_b) * c", None),                # not a sum
+])
+def test_reorder_moves_the_carried_term_and_keeps_the_sum(text, expected):
+    from kadj.tangent_sums import reorder
+    got = reorder(text, "dot_x")
+    assert got == expected
+    if got is not None:
+        rng = np.random.default_rng(3)
+        for _ in range(20):
+            env = dict(zip(("dot_x", "dot_a", "dot_b", "dot_c", "a", "x", "c"),
+                           rng.standard_normal(7)))
+            want = eval(text, {}, env)
+            assert abs(eval(got, {}, env) - want) <= 1e-12 * max(1.0, abs(want))
