@@ -38,6 +38,7 @@ from numba.core import types
 from numba.core.analysis import compute_cfg_from_blocks
 from numba.np import numpy_support
 
+from . import array_lowering
 from . import ir
 from . import rules
 from .complex_parts import METHODS, PARTS, method_call
@@ -123,6 +124,7 @@ class Structurizer:
         body = _lower_loop_returns(body, self)
         body = self.drop_raising(body)
         body = self.prelude + body
+        array_lowering.check_no_views(self, body)
         if "_retflag" in self.__dict__:
             body.insert(0, ir.Assign(self._retflag, ir.Copy(ir.Const(False))))
         for _ in range(3):  # $it -> $phi -> i
@@ -730,6 +732,13 @@ class Structurizer:
             if not isinstance(self.types.get(arr.name), types.Array):
                 self.error("item assignment to a non-array", loc=loc,
                            construct="setitem")
+            if array_lowering.is_view(self, arr.name) or isinstance(
+                    self.types.get(stmt.value.name), types.Array) or \
+                    isinstance(stmt.index, slice) or (isinstance(stmt.index, tuple) and any(
+                        isinstance(i, slice) for i in stmt.index)) or (
+                    isinstance(stmt.index, nir.Var) and _has_slice(self.types.get(
+                        stmt.index.name))):   # u[1:-1] = ..., view[i] = ...
+                return array_lowering.lowering(self).setitem(stmt, loc)
             if isinstance(stmt, nir.StaticSetItem):
                 idx = stmt.index
                 if isinstance(idx, tuple) and not all(
@@ -800,6 +809,8 @@ class Structurizer:
         if tgt in self.tuples:
             return self.convert_tuple(tgt, val, loc)
         if isinstance(val, nir.Var):
+            if isinstance(ttype, types.Array) and self.operand(val) == ir.Var(tgt):
+                return []   # y = y.1 after an in-place y += x
             return [ir.Assign(tgt, ir.Copy(self.operand(val)), loc=loc)]
         if not isinstance(val, nir.Expr):
             self.error(f"unsupported value {val}", loc=loc)
@@ -853,17 +864,17 @@ class Structurizer:
         if op in ("binop", "inplace_binop", "unary"):
             fn = e.immutable_fn if op == "inplace_binop" else e.fn
             args = (e.lhs, e.rhs) if op != "unary" else (e.value,)
-            for a in args:
-                if isinstance(self.types.get(a.name), types.Array):
-                    self.error("whole-array NumPy expressions are not supported yet",
-                               loc=loc, construct=f"array {getattr(fn, '__name__', fn)}",
-                               remedy="write the operation as an element-wise loop")
+            if any(isinstance(self.types.get(a.name), types.Array) for a in args):
+                return array_lowering.lowering(self).binop(tgt, e, loc)
             return [ir.Assign(tgt, ir.Op(fn, tuple(self.operand(a) for a in args)),
                               loc=loc)]
         if op == "call":
             return self.convert_call(tgt, e, loc)
         if op == "getattr":
             vtype = self.types.get(e.value.name)
+            if isinstance(vtype, types.Array) and (array_lowering.is_view(
+                    self, e.value.name) or e.attr in array_lowering.METHODS):
+                return array_lowering.lowering(self).attr(tgt, e, loc)
             if isinstance(vtype, types.Array) and e.attr in ("shape", "size", "ndim"):
                 return [ir.Assign(tgt, ir.Attr(self.avar(e.value), e.attr), loc=loc)]
             if isinstance(vtype, types.Complex) and e.attr in PARTS:  # z.real, z.imag
@@ -889,10 +900,9 @@ class Structurizer:
         if op in ("static_getitem", "getitem", "typed_getitem"):
             vtype = self.types.get(e.value.name)
             if isinstance(vtype, types.Array):
-                if isinstance(ttype, types.Array):
-                    self.error("array slices and views are not supported", loc=loc,
-                               construct="array slice",
-                               remedy="index single elements inside a loop")
+                if isinstance(ttype, types.Array) or \
+                        array_lowering.is_view(self, e.value.name):   # x[1:-1], x[i, :]
+                    return array_lowering.lowering(self).getitem(tgt, e, loc)
                 if op == "static_getitem" and (e.index_var is None or (
                         isinstance(e.index, (int, np.integer)) or
                         (isinstance(e.index, tuple) and all(
@@ -949,10 +959,15 @@ class Structurizer:
         try:
             fn = resolve_value(self.fir, e.func)
         except (LookupError, AttributeError):
+            lowered = array_lowering.lowering(self).method(tgt, e, loc)   # a.sum()
+            if lowered is not None:
+                return lowered
             self.error("cannot resolve the called function statically", loc=loc,
                        construct="dynamic call")
         if fn in _RANGE:
             return []
+        if fn is slice:
+            return []   # read where the slice indexes an array
         if e.vararg is not None:
             self.error("star-arguments are not supported", loc=loc, construct="*args")
         if fn in ALLOCATORS:
@@ -975,10 +990,12 @@ class Structurizer:
                        remedy="draw the random numbers outside the kernel and pass them "
                               "in as an array")
         arg_types = [self.types.get(a.name) for a in e.args]
-        if any(isinstance(t, types.Array) for t in arg_types) and fn is not len:
-            self.error(f"whole-array call {fname}() is not supported yet", loc=loc,
-                       construct=f"{fname} on an array",
-                       remedy="write the reduction or operation as an element-wise loop")
+        if any(isinstance(t, types.Array) for t in arg_types) and (
+                fn is not len or array_lowering.is_view(self, e.args[0].name)):
+            lowered = array_lowering.lowering(self).call(tgt, e, fn, fname, loc)
+            if lowered is None:
+                array_lowering.lowering(self).refuse(f"whole-array call {fname}()", loc)
+            return lowered
         ttype = self.types.get(tgt)
         if isinstance(ttype, types.Array):
             msg, remedy = _array_call_refusal(fn, fname)
@@ -1010,6 +1027,11 @@ class Structurizer:
             return ir.GlobalRef(obj, name=_qualname(obj))
         except (LookupError, AttributeError):
             return ir.Var(var.name)
+
+
+def _has_slice(typ):
+    elems = list(typ) if isinstance(typ, types.BaseTuple) else [typ]
+    return any(isinstance(t, types.SliceType) for t in elems)
 
 
 def _attr_remedy(attr):

@@ -73,25 +73,34 @@ def iterate_array():
 
 def slice_assignment():
     @njit
-    def k(x, y):
-        y[:] = 2.0
-    _source(k, _x(), np.zeros(8))
+    def k(x, y, idx):
+        y[idx] = x[idx]
+    _source(k, _x(), np.zeros(8), np.arange(3))
 
 
 def whole_array_call():
     @njit
-    def k(x):
-        return np.sum(x)
-    _source(k, _x())
+    def k(x, y):
+        y[:] = np.cumsum(x)
+    _source(k, _x(), np.zeros(8))
 
 
 def array_slice():
     @njit
     def k(x, y):
         s = x[1:]
-        for i in range(s.shape[0]):
-            y[i] = s[i]
+        return s
     _source(k, _x(), np.zeros(8))
+
+
+def array_rebound():
+    @njit
+    def k(x):
+        d = x * 2.0
+        for i in range(3):
+            d = d + x
+        return d[0]
+    _source(k, _x())
 
 
 def no_rule():
@@ -265,9 +274,10 @@ CASES = [
                    "differentiate"),
     (endless_loop, "this loop never ends: no break, return or condition leaves it"),
     (iterate_array, "only loops over range() or prange() are supported"),
-    (slice_assignment, "slice assignment is not supported"),
-    (whole_array_call, "whole-array call sum() is not supported yet"),
-    (array_slice, "array slices and views are not supported"),
+    (slice_assignment, "this array index (fancy or boolean indexing) is not supported yet"),
+    (whole_array_call, "whole-array call cumsum() is not supported yet"),
+    (array_slice, "is used here in a way kadj cannot follow"),
+    (array_rebound, "is assigned a whole-array expression and assigned again elsewhere"),
     (no_rule, "no derivative rule for gamma()"),
     (random_numbers, "cannot be differentiated: the adjoint would draw different ones"),
     (list_build, "lists, sets and dicts are not supported in differentiated kernels"),

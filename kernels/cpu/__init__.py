@@ -11,6 +11,7 @@ decorated by kadj) and ``make_args(rng)``.  The kernels are grouped by theme:
 - :mod:`.misc`         NN layers, clipping, in-place updates, tuples, break,
                        continue, early return, ``prange``
 - :mod:`.exits`        loops left by several breaks, input checks (assert, raise)
+- :mod:`.arrays`       whole-array NumPy: slices, element-wise expressions, reductions
 
 Example::
 
@@ -24,7 +25,7 @@ Example::
 """
 from __future__ import annotations
 
-from . import exits, misc, physics, recurrences, reductions, scratch, sparse, stencils
+from . import arrays, exits, misc, physics, recurrences, reductions, scratch, sparse, stencils
 from ._example import Example
 
 GALLERY = [
@@ -36,6 +37,7 @@ GALLERY = [
     *misc.EXAMPLES,
     *exits.EXAMPLES,
     *scratch.EXAMPLES,
+    *arrays.EXAMPLES,
 ]
 
 
