@@ -4,8 +4,8 @@ The pushes of a sweep are grouped in frames: the whole sweep, each loop (per loo
 entry for ``for``, per iteration for ``while``) and each replayed iteration.  A frame
 reserves, where it starts, room for its own pushes (trip count x pushes per iteration
 for a ``for`` loop).  A nested frame whose trip count is known where the enclosing
-frame starts (it reads no variable the enclosing loop assigns) and that runs on every
-iteration is absorbed: its amount joins the enclosing reservation.  When a nested frame
+frame starts (it reads no variable the enclosing loop assigns; never a ``while`` loop)
+and that runs on every iteration is absorbed: its amount joins the enclosing reservation.  When a nested frame
 that records cannot be absorbed, it reserves for itself where it starts, which moves
 the tape pointer past what the enclosing reservation counted: the enclosing frame is
 then *foreign* from that point on, and each of its pushes not provably covered gets a

@@ -11,6 +11,10 @@ These helpers
 - count a kernel's pushes per tape (its adjoint source run as plain Python, with a
   high-water mark after every push), fit them as ``a + b * n`` over a few sizes and
   pick the sizes whose pushes land on and around 1024, 2048, 4096, ...;
+- audit the tapes (:func:`check_tapes`): the adjoint source run as Python with tapes
+  that start empty and grow to exactly what each reservation asks, so a push the
+  reservation plan did not cover fails at any size, and every tape pointer must be
+  back at 0 at return (a push without a pop fails even where the tape never fills);
 - run :func:`kadj.testing.check_grad`'s inner-product test (one random direction per
   argument: central differences in float64 against ``<adjoint(ct), d>``) at many
   sizes, one compilation per kernel, and report every failing size at once.
@@ -49,33 +53,103 @@ def rng_for(name, *size):
 # ------------------------------------------------------------------ push counts
 
 _PUSH = re.compile(r"^(?P<pad>\s*)(?P<sp>_sp_(?P<kind>\w+)) \+= 1$", re.M)
+_TAPE_DECL = re.compile(r"^(?P<head>\s*_tape_\w+ = np\.empty\()\d+(?P<tail>, )", re.M)
+_SP_DECL = re.compile(r"^\s*(_sp_\w+) = 0$", re.M)
+_RETURN = re.compile(r"^(?P<pad>\s*)return\b", re.M)
+
+
+class TapeError(AssertionError):
+    """An adjoint whose tapes are wrong: a push past the reserved capacity, or a tape
+    pointer not back at 0 when the adjoint returns (a push without its pop)."""
+
+
+def _exact_reserve(tape, need):
+    """``_reserve`` without slack: the tape grows to exactly ``need`` entries, so any
+    push the reservation plan did not count runs past the end."""
+    if need <= tape.shape[0]:
+        return tape
+    bigger = np.empty(need, tape.dtype)
+    bigger[: tape.shape[0]] = tape
+    return bigger
+
+
+def run_source(kernel, args, strict=False):
+    """Run one adjoint call of the differentiated ``kernel`` at ``args`` from its
+    adjoint source, as plain Python.  Returns ({tape: highest number of entries held
+    at once}, {tape pointer: value at return}), or None when the source cannot run
+    outside numba.  ``strict``: the tapes start empty and grow to exactly what each
+    reservation or capacity check asks, so a push the plan left uncovered raises
+    :class:`TapeError` (so does a tape index out of range in any mode)."""
+    from kadj import runtime_helpers
+
+    source = kernel.adjoint_source(*args)
+    pointers = _SP_DECL.findall(source)
+    ends = ", ".join(["'': 0"] + [f"'{sp}': {sp}" for sp in pointers])
+    text = _PUSH.sub(lambda m: f"{m.group(0)}\n{m.group('pad')}_HW['{m.group('kind')}']"
+                     f" = max(_HW.get('{m.group('kind')}', 0), {m.group('sp')})", source)
+    text = _RETURN.sub(lambda m: f"{m.group('pad')}_END.update({{{ends}}})\n{m.group(0)}",
+                       text)
+    if strict:
+        text = _TAPE_DECL.sub(lambda m: f"{m.group('head')}0{m.group('tail')}", text)
+    marks, end = {}, {}
+    ns = {"np": np, "math": math, "_HW": marks, "_END": end}
+    ns.update({k: getattr(runtime_helpers, k) for k in ("_push", "_sign", "_reserve",
+                                                        "_trips")})
+    if strict:       # (after the source's own import of the helpers)
+        ns["_exact_reserve"] = _exact_reserve
+        text = re.sub(r"^(from kadj\.runtime_helpers import .*)$",
+                      r"\1\n_reserve = _exact_reserve", text, flags=re.M)
+    plan = kernel.adjoint_plan(*args)
+    fwd = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    adjoints = [np.zeros_like(fwd[i]) if isinstance(fwd[i], np.ndarray)
+                else np.zeros(1, np.asarray(fwd[i]).dtype) for i in plan.adjoint_args]
+    extra = (1.0,) if plan.returns_value else ()
+    name = f"<adjoint source of {plan.kernel_name}>"
+    lines = text.splitlines()
+    try:
+        exec(compile(text, name, "exec"), ns)
+        fn = ns[re.search(r"^def (\w+)\(", text, re.M).group(1)]
+        fn(*fwd, *adjoints, *extra)
+    except IndexError as exc:
+        tb = exc.__traceback__
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        line = lines[tb.tb_lineno - 1] if tb.tb_frame.f_code.co_filename == name else ""
+        if "_tape_" in line:
+            raise TapeError(f"{plan.kernel_name}: a tape index out of range (a push "
+                            f"past the reserved capacity, or a pop of nothing pushed): "
+                            f"{line.strip()}") from exc
+        return None
+    except Exception:          # numba-only constructs: the caller falls back
+        return None
+    return marks, end     # (``end`` has an entry '' once the adjoint returned)
 
 
 def push_counts(kernel, args):
     """{tape: highest number of entries held at once} of one adjoint call of the
     differentiated ``kernel`` at ``args``, from its adjoint source run as plain Python
     (None when the source cannot run outside numba)."""
-    from kadj import runtime_helpers
+    ran = run_source(kernel, args)
+    return None if ran is None else ran[0]
 
-    source = kernel.adjoint_source(*args)
-    counted = _PUSH.sub(lambda m: f"{m.group(0)}\n{m.group('pad')}_HW['{m.group('kind')}']"
-                        f" = max(_HW.get('{m.group('kind')}', 0), {m.group('sp')})", source)
-    marks = {}
-    ns = {"np": np, "math": math, "_HW": marks}
-    ns.update({k: getattr(runtime_helpers, k) for k in ("_push", "_sign", "_reserve",
-                                                        "_trips")})
-    plan = kernel.adjoint_plan(*args)
-    fwd = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    adjoints = [np.zeros_like(fwd[i]) if isinstance(fwd[i], np.ndarray)
-                else np.zeros(1, np.asarray(fwd[i]).dtype) for i in plan.adjoint_args]
-    extra = (1.0,) if plan.returns_value else ()
-    try:
-        exec(compile(counted, f"<push count of {plan.kernel_name}>", "exec"), ns)
-        fn = ns[re.search(r"^def (\w+)\(", counted, re.M).group(1)]
-        fn(*fwd, *adjoints, *extra)
-    except Exception:          # numba-only constructs: no count, the caller falls back
-        return None
-    return marks
+
+def check_tapes(kernel, args):
+    """Run the adjoint source at ``args`` as Python with strict tapes
+    (:func:`run_source`) and raise :class:`TapeError` unless every push was covered
+    by a reservation or a capacity check and every tape is back at 0 at return.
+    Returns False when the source cannot run outside numba, else True."""
+    ran = run_source(kernel, args, strict=True)
+    if ran is None:
+        return False
+    _marks, end = ran
+    name = kernel.adjoint_plan(*args).kernel_name
+    if not end:
+        raise TapeError(f"{name}: the adjoint source returned without its final return")
+    left = {sp: n for sp, n in end.items() if sp and n != 0}
+    if left:
+        raise TapeError(f"{name}: tape pointers not back at 0 when the adjoint returns "
+                        f"({left}): pushes without pops")
+    return True
 
 
 def linear_push_model(kernel, sized, probes=(40, 81, 123)):

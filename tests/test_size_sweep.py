@@ -12,7 +12,8 @@ overrun tape raises ``IndexError`` instead of corrupting memory.
   and their neighbours, up to 40009, plus the sizes whose pushes land on and around
   1024, 2048, ... 32768 entries (pushes counted by running the adjoint source as
   Python, see tests/sweep.py).  A representative set runs by default, the rest with
-  ``-m slow``.
+  ``-m slow``.  Every gallery adjoint's tapes are audited by default (its source run
+  as Python with tapes reserved exactly: each push covered, each push popped).
 - Nested-loop recorders (kernels/cpu/recorders.py): an outer loop and the loops inside
   it both record; swept over (outer, inner) shapes where inner loops end exactly at a
   capacity, e.g. (147, 6) for ``carried_inner``.
@@ -88,6 +89,24 @@ def test_sized_arguments_scale(ex):
     elements = {n: sum(a.size for a in args[n] if isinstance(a, np.ndarray))
                 for n in args}
     assert elements[960] >= 3 * elements[60], (ex.name, elements)
+
+
+# the tape audit's size: loops of a few dozen trips, every gallery adjoint in seconds
+AUDIT_SIZE = 40
+
+
+@pytest.mark.parametrize("ex", GALLERY, ids=[ex.name for ex in GALLERY])
+def test_gallery_tapes_audited(ex):
+    """Every gallery adjoint (default run), its source run as Python with strict tapes
+    (sweep.check_tapes): a push that no reservation or capacity check covers fails at
+    any size, and so does a push that no pop matches (tape pointer not back at 0 at
+    return), which the gradient checks miss until the tape overflows, at sizes the
+    sweep may never reach (a scan inside a loop over elements records O(n^2))."""
+    k = kadj.differentiate(ex.kernel, wrt=ex.wrt)
+    args = ex.sized(sweep.rng_for(ex.name, AUDIT_SIZE), AUDIT_SIZE)
+    if not sweep.check_tapes(k, args):
+        pytest.fail(f"{ex.name}: its adjoint source does not run as Python; audit it "
+                    f"another way or mark it here")
 
 
 @pytest.mark.parametrize("ex", _gallery_params())

@@ -111,11 +111,9 @@ def _pushed(kernel, a):
             if defs > 1 or v in a.in_loop:
                 a.pushed.add(v)
         extra = set()
-        for s in ir.walk(body):
+        for s in _needed.walk_reversed(body, a):
             if isinstance(s, ir.If) and isinstance(s.cond, ir.Var) and \
-                    s.cond.name not in a.needed and any(
-                        isinstance(x, ir.Assign) and x.target in a.pushed
-                        for x in ir.walk(s.then + s.orelse)):
+                    s.cond.name not in a.needed and _needed.records_in_branches(s, a):
                 extra.add(s.cond.name)
         if not extra:
             break

@@ -7,7 +7,7 @@ from numba.core import types
 
 from .. import ir
 from .memory import rewriting_loop, rewritten_each_iteration, stored_during_or_after
-from .needed import partial_reads
+from .needed import partial_reads, records_in_branches
 from .recompute import reads_outside
 
 def order_free(loop, a):
@@ -251,9 +251,7 @@ def reverse_reads(stmts, a):
                 out |= ir.var_names(s.index)
         elif isinstance(s, ir.If):
             # (re-decided in reverse also to pop the values its branches recorded)
-            if a.has_rev.get(id(s)) or any(isinstance(x, ir.Assign) and
-                                           x.target in a.pushed
-                                           for x in ir.walk(s.then + s.orelse)):
+            if a.has_rev.get(id(s)) or records_in_branches(s, a):
                 out |= ir.var_names((s.cond,))
         elif isinstance(s, ir.ForRange):
             if a.has_rev.get(id(s)):
@@ -288,7 +286,14 @@ def find_loop_saved(stmts, a, suppressed, inside_replay):
     """A variable a loop overwrites but whose values the loop's own reverse never reads
     (an accumulator ``s += ...`` read only after the loop) is not recorded at each
     iteration: its value before the loop is saved once and restored after the loop's
-    reverse sweep."""
+    reverse sweep.
+
+    A loop without reverse code (``has_rev`` false: a search loop whose trips carry no
+    derivative) pops nothing in the reverse sweep, so nothing may be pushed inside it:
+    every recorded value it overwrites is saved once around it instead, also inside a
+    replayed iteration (whose replay records, and whose reverse pops only where the
+    reverse sweep goes).  So a push inside a loop is made only where the loop's reverse
+    pops it."""
     for s in stmts:
         if isinstance(s, ir.If):
             find_loop_saved(s.then, a, suppressed, inside_replay)
@@ -296,10 +301,12 @@ def find_loop_saved(stmts, a, suppressed, inside_replay):
         elif isinstance(s, (ir.ForRange, ir.Loop)):
             is_replay = s.uid in a.replay
             inner_supp = suppressed
-            if not (is_replay or inside_replay):
+            no_reverse = not a.has_rev.get(id(s))
+            if no_reverse or not (is_replay or inside_replay):
                 assigned_in = ir.assigned(s.body)
                 cand = {v for v in a.pushed if v in assigned_in} - suppressed
-                cand -= reverse_reads(s.body, a)
+                if not no_reverse:
+                    cand -= reverse_reads(s.body, a)
                 if isinstance(s, ir.ForRange):
                     cand.discard(s.index)
                 if cand:

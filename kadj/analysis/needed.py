@@ -30,6 +30,27 @@ def partial_reads(s, a):
     return out
 
 
+def walk_reversed(stmts, a):
+    """The statements of ``stmts`` (nested ones included) that the reverse sweep
+    visits: it does not enter a loop without reverse code (``has_rev``), so values
+    recorded inside such a loop would never be popped (:func:`.loops.find_loop_saved`
+    saves them once around it instead)."""
+    for s in stmts:
+        yield s
+        if isinstance(s, ir.If):
+            yield from walk_reversed(s.then, a)
+            yield from walk_reversed(s.orelse, a)
+        elif isinstance(s, (ir.ForRange, ir.Loop)) and a.has_rev.get(id(s)):
+            yield from walk_reversed(s.body, a)
+
+
+def records_in_branches(s, a):
+    """Do the branches of If ``s`` record values that the reverse sweep pops (then it
+    re-decides ``s`` in reverse, reading its condition)?"""
+    return any(isinstance(x, ir.Assign) and x.target in a.pushed
+               for x in walk_reversed(s.then + s.orelse, a))
+
+
 def needed(body, a, extra=()):
     """``extra``: variables needed besides those the adjoints read (the values the
     replays of replayed loops read, :func:`.loops.replay_reads`)."""

@@ -1,6 +1,10 @@
 """Loops with several exits and input validation: Newton's method for Kepler's
 equation stopped by a two-condition test, a bracketing search left by several breaks,
-and a 5-point stencil that validates its inputs with ``assert`` and ``raise``."""
+and a 5-point stencil that validates its inputs with ``assert`` and ``raise``.
+
+PYTEST_DONT_REWRITE: pytest rewrites the asserts of every module of a distribution that
+registers a pytest plugin (kadj does: ``kadj_pytest``); the kernels' own ``assert``
+statements must stay plain Python for numba."""
 from __future__ import annotations
 
 import math
