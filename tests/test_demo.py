@@ -87,6 +87,7 @@ def test_missing_dependency_is_named(monkeypatch, capsys):
     assert "tqdm" in err and "kadj[demo]" in err
 
 
+@pytest.mark.slow   # about 40 s of the CUDA simulator; the PTX test below runs by default
 def test_cuda_demo_in_simulator():
     out = run_sim_cases("demo_cuda_sim.py", ["gradient", "demo"])
     for name, (status, detail) in out.items():

@@ -26,25 +26,30 @@ THIS_FILE = os.path.basename(__file__)
 
 # ---- kernels kadj must refuse ------------------------------------------------------------
 @njit
-def whole_array_assign(x, y):
-    y[:] = 2.0 * x  # <- refused
-
-
-@njit
-def array_temporary(x, y):
-    z = x * 2.0  # <- refused
+def fancy_index(x, idx, y):
+    z = x[idx]  # <- refused (whole-array NumPy is lowered; fancy indexing is not)
     for i in range(y.shape[0]):
         y[i] = z[i]
 
 
 @njit
-def array_sum(x):
-    return np.sum(x)  # <- refused
+def axis_reduction(A, y):
+    col = np.sum(A, axis=0)  # <- refused
+    for j in range(y.shape[0]):
+        y[j] = col[j] * col[j]
 
 
 @njit
-def array_slice(x, y):
-    s = x[1:]  # <- refused
+def cumsum_call(x, y):
+    c = np.cumsum(x)  # <- refused
+    for i in range(y.shape[0]):
+        y[i] = c[i]
+
+
+@njit
+def variable_step_slice(x, y):
+    k = x.shape[0] // 2
+    s = x[::k]  # <- refused
     for i in range(s.shape[0]):
         y[i] = s[i]
 
@@ -77,10 +82,10 @@ def _a(n=5):
 
 
 REFUSED = [
-    ("whole_array_assign", whole_array_assign, lambda: (_a(), np.zeros(5))),
-    ("array_temporary", array_temporary, lambda: (_a(), np.zeros(5))),
-    ("array_sum", array_sum, lambda: (_a(),)),
-    ("array_slice", array_slice, lambda: (_a(), np.zeros(5))),
+    ("fancy_index", fancy_index, lambda: (_a(), np.array([4, 0, 2]), np.zeros(3))),
+    ("axis_reduction", axis_reduction, lambda: (np.outer(_a(3), _a(2)), np.zeros(2))),
+    ("cumsum_call", cumsum_call, lambda: (_a(), np.zeros(5))),
+    ("variable_step_slice", variable_step_slice, lambda: (_a(), np.zeros(3))),
     ("no_rule_call", no_rule_call, lambda: (_a(), np.zeros(5))),
     ("iterate_array", iterate_array, lambda: (_a(),)),
     ("scratch_in_loop", scratch_in_loop, lambda: (_a(), np.zeros(5))),
@@ -151,7 +156,7 @@ def test_wrt_on_integer_argument_is_refused():
 
 def test_wrt_unknown_name():
     with pytest.raises(ValueError, match="nope"):
-        kadj.differentiate(whole_array_assign, wrt=("nope",))
+        kadj.differentiate(cumsum_call, wrt=("nope",))
 
 
 def test_differentiate_requires_a_jitted_function():

@@ -86,6 +86,11 @@ def inner(pytester, monkeypatch):
 
 
 def _child_imports_this_checkout(monkeypatch):
+    # the child is a session of its own, not a pytest-xdist worker (pytest-benchmark
+    # leaves the JSON to the controller when it believes it runs in a worker)
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT",
+                 "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 
