@@ -106,31 +106,52 @@ def refs(x):
     return [(name, role, x) for name, role in roles_of(x)]
 
 
-def index(fn, memo=None):
-    """name -> [(role, node)], and node -> its path ((id(list), position), ...).
+def _occurrences(fn, memo):
+    """(name -> [(role, node)], id(node) -> (node, its roles), id(node) -> (its
+    statement list, the list's owner)) of every statement of ``fn``."""
+    occ, own, parent = {}, {}, {}
 
-    ``memo`` (a dict kept by the caller between calls on one function): the names of
-    each assignment and accumulation, used again while its target, operator and value
-    are the same objects (the passes replace a target or a text, never change one)."""
-    occ, path = {}, {}
-    memo = {} if memo is None else memo
-
-    def visit(seq, prefix):
-        key = id(seq)
-        for pos, x in enumerate(seq):
-            here = prefix + ((key, pos),)
-            path[id(x)] = here
-            for name, role in _memo_roles(x, memo):
+    def visit(seq, owner):
+        for x in seq:
+            parent[id(x)] = (seq, owner)
+            roles = _memo_roles(x, memo)
+            own[id(x)] = (x, roles)
+            for name, role in roles:
                 rows = occ.get(name)
                 if rows is None:
                     occ[name] = [(role, x)]
                 else:
                     rows.append((role, x))
             for child in x.children():
+                visit(child, x)
+    visit(fn.prologue, None)
+    visit(fn.body, None)
+    return occ, own, parent
+
+
+def _paths(fn):
+    """node -> its path ((id(list), position), ...) from the function's top."""
+    path = {}
+
+    def visit(seq, prefix):
+        key = id(seq)
+        for pos, x in enumerate(seq):
+            here = prefix + ((key, pos),)
+            path[id(x)] = here
+            for child in x.children():
                 visit(child, here)
     visit(fn.prologue, ())
     visit(fn.body, ())
-    return occ, path
+    return path
+
+
+def index(fn, memo=None):
+    """name -> [(role, node)], and node -> its path ((id(list), position), ...).
+
+    ``memo`` (a dict kept by the caller between calls on one function): the names of
+    each assignment and accumulation, used again while its target, operator and value
+    are the same objects (the passes replace a target or a text, never change one)."""
+    return _occurrences(fn, {} if memo is None else memo)[0], _paths(fn)
 
 
 _SIMPLE = (A.Assign, A.Accumulate)
@@ -187,8 +208,7 @@ class Index:
     def get(self):
         """(occurrences, paths) of the function as it is now (:func:`index`)."""
         if self._now is None or self._occ is None:
-            occ = self.occ()
-            self._now = (occ, index(self.fn, self._memo)[1])
+            self._now = (self.occ(), _paths(self.fn))
         return self._now
 
     def lists(self):
@@ -223,23 +243,7 @@ class Index:
         return got[1]
 
     def _build(self):
-        occ, own, parent, memo = {}, {}, {}, self._memo
-
-        def visit(seq, owner):
-            for x in seq:
-                parent[id(x)] = (seq, owner)
-                roles = _memo_roles(x, memo)
-                own[id(x)] = (x, roles)
-                for name, role in roles:
-                    rows = occ.get(name)
-                    if rows is None:
-                        occ[name] = [(role, x)]
-                    else:
-                        rows.append((role, x))
-                for child in x.children():
-                    visit(child, x)
-        visit(self.fn.prologue, None)
-        visit(self.fn.body, None)
+        occ, own, parent = _occurrences(self.fn, self._memo)
         self._occ, self._own, self._parent, self._pos = occ, own, parent, {}
         self._now = None
 
