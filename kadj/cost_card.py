@@ -21,10 +21,10 @@ card; :func:`regressions` compares it with a saved one (``--baseline``).
 from __future__ import annotations
 
 import re
-import time
 
 import numpy as np
 
+from .timing import median_time
 from .tape_measure import TooLarge, adjoint_buffers, bounded_usage, cpu_tape_usage
 
 # accumulation modes from cheapest to dearest: a move to the right is a regression
@@ -51,17 +51,6 @@ def code_lines(source):
         if s and not s.startswith("#"):
             n += 1
     return n
-
-
-def _median_time(fn, repeat, before=None):
-    times = []
-    for _ in range(repeat):
-        if before is not None:
-            before()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def _is_cuda(kernel):
@@ -166,9 +155,9 @@ def _cpu_timing(kernel, comp, args, repeat):
     kernel.forward(*work)
     refill_args()
     kernel.adjoint(*work, *bufs)            # compiled before timing
-    t_fwd = _median_time(lambda: kernel.forward(*work), repeat, refill_args)
+    t_fwd = median_time(lambda: kernel.forward(*work), repeat, refill_args)
     refill_args()
-    t_adj = _median_time(lambda: kernel.adjoint(*work, *bufs), repeat, refill_seeds)
+    t_adj = median_time(lambda: kernel.adjoint(*work, *bufs), repeat, refill_seeds)
     return _times(t_fwd, t_adj)
 
 
@@ -187,7 +176,7 @@ def _cuda_timing(kernel, comp, args, config, repeat):
     adj = adjoint_launcher(kernel, args, adjoint_buffers(comp.plan, args), config)
     fwd()
     adj()
-    return _times(_median_time(fwd, repeat), _median_time(adj, repeat))
+    return _times(median_time(fwd, repeat), median_time(adj, repeat))
 
 
 # ---- printing and comparing -----------------------------------------------------------

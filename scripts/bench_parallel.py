@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numba
@@ -32,6 +30,7 @@ if str(ROOT) not in sys.path:
 
 import kadj  # noqa: E402
 from kadj.parallel import is_parallel_source  # noqa: E402
+from kadj.timing import median_time  # noqa: E402
 
 
 @njit(parallel=True)
@@ -74,17 +73,6 @@ def cases(n, rng):
     }
 
 
-def _time(fn, repeat, before=None):
-    times = []
-    for _ in range(repeat):
-        if before is not None:
-            before()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def bench(name, kernel, args, threads, repeat):
     k = kadj.differentiate(kernel)
     plan = k.adjoint_plan(*args)
@@ -103,8 +91,8 @@ def bench(name, kernel, args, threads, repeat):
         numba.set_num_threads(t)
         kernel(*args)
         k.adjoint(*args, *bufs, **kw)       # warm-up (compiles)
-        fwd = _time(lambda: kernel(*args), repeat)
-        adj = _time(lambda: k.adjoint(*args, *bufs, **kw), repeat, refill)
+        fwd = median_time(lambda: kernel(*args), repeat)
+        adj = median_time(lambda: k.adjoint(*args, *bufs, **kw), repeat, refill)
         row.append(f"{fwd * 1e3:.2f} / {adj * 1e3:.2f} ms = {adj / fwd:.2f}")
     return row
 

@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from . import deps
+from ..timing import median_time
 
 FD_TOL = 1e-5   # largest relative error allowed between kadj's and the FD derivative
 FD_EPS = 1e-4   # step of the central difference, along a unit direction
@@ -56,15 +57,6 @@ class Objective:
         self.calls += 1
         self.last = f
         return f, g
-
-
-def median_time(fn, repeat=3):
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def main(opts):
