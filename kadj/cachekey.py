@@ -291,6 +291,13 @@ def cache_key(py_func, arg_types, wrt, options, target):
     return key
 
 
+def fingerprint_objects(key):
+    """The objects the walk of ``key`` fed into it (empty once released)."""
+    with _RECENT_LOCK:
+        fp = _RECENT.get(key)
+    return list(fp.kept.values()) if fp is not None else []
+
+
 def release(key):
     """Forget the fingerprint kept for :func:`uncovered` (the adjoint came from disk)."""
     with _RECENT_LOCK:

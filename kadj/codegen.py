@@ -21,7 +21,8 @@ exclusive creation under unpredictable names and renames them into place, and ne
 reads an entry through a symbolic link or one that is not the user's own.  An entry is
 used only when the key matches, the directory and both files pass these checks, the
 module's SHA-256 (a damage check, not a signature) matches the record and the recorded
-source files are unchanged; anything else regenerates it.
+source files are unchanged, or changed only outside the kernel's functions, whose lines
+may have moved (:mod:`kadj.cache_lines`); anything else regenerates it.
 
 An adjoint of several functions (a CUDA kernel's scatter, gather and zero forms) is one
 entry too (:func:`build_many`, :func:`load_many`): the module is the functions' sources
@@ -44,7 +45,7 @@ import json
 import os
 import sys
 
-from . import cachedir
+from . import cache_lines, cachedir
 from .cachekey import CACHE_VERSION, cache_key, release, uncovered  # noqa: F401
 from .cachedir import CacheWarning  # noqa: F401  (re-exported)
 from .plan import AdjointPlan
@@ -54,14 +55,20 @@ def cache_dir():
     return cachedir.configured_dir()
 
 
-def _files_fresh(files):
+def _stale_files(files):
+    """The recorded source files whose modification time changed (or that are gone)."""
+    stale = set()
     for path, mtime in files:
         try:
             if os.path.getmtime(path) != mtime:
-                return False
+                stale.add(path)
         except OSError:
-            return False
-    return True
+            stale.add(path)
+    return stale
+
+
+def _same(text):
+    return text
 
 
 def _disk_key(key):
@@ -86,13 +93,18 @@ def _verified_entry(key, *required):
     meta = json.loads(raw_meta.decode())
     if meta.get("format") != CACHE_VERSION or meta.get("key") != key or \
             any(f not in meta for f in required) or \
-            meta.get("sha256") != hashlib.sha256(raw_src).hexdigest() or \
-            not _files_fresh(meta["files"]):
+            meta.get("sha256") != hashlib.sha256(raw_src).hexdigest():
         return None
     text = raw_src.decode()
+    relocate = _same
+    stale = _stale_files(meta["files"])
+    if stale:  # the kernel's lines may only have moved (kadj.cache_lines)
+        relocate = cache_lines.relocation(meta, key, stale)
+        if relocate is None or cache_lines.checked(relocate, text) is None:
+            return None
     module = _exec_module(src_path, key, text)
     release(key)
-    return meta, text, module
+    return meta, text, module, relocate
 
 
 def load_cached(key):
@@ -101,8 +113,8 @@ def load_cached(key):
         entry = _verified_entry(key)
         if entry is None:
             return None
-        meta, text, module = entry
-        return _plan_of(meta), text, getattr(module, meta["function"]), \
+        meta, text, module, relocate = entry
+        return _plan_of(meta), relocate(text), getattr(module, meta["function"]), \
             meta.get("report", "")
     except Exception:  # a damaged cache entry is regenerated
         return None
@@ -127,12 +139,13 @@ def build(adj, plan, key, source_files, report="", func_ir=None):
     missed, and the cache directory is usable.
 
     Returns (function, disk_cached)."""
+    lines = cache_lines.record(key, source_files)  # before uncovered() drops the walk
     missed = uncovered(key, func_ir) if func_ir is not None else ["no typed IR given"]
     if not adj.namespace and _disk_key(key) and not missed:
         d = cachedir.private_dir()
         if d is not None:
             try:
-                return _write(d, adj, plan, key, source_files, report), True
+                return _write(d, adj, plan, key, source_files, report, lines), True
             except OSError as exc:
                 cachedir.warn_once(
                     f"kadj cannot write to its cache directory {d} ({exc.strerror or exc}); "
@@ -145,7 +158,7 @@ def build(adj, plan, key, source_files, report="", func_ir=None):
     return ns[adj.name], False
 
 
-def _write(d, adj, plan, key, source_files, report):
+def _write(d, adj, plan, key, source_files, report, lines):
     text = adj.source
     data = text.encode()
     cachedir.write_entry(d, f"adj_{key}.py", data)
@@ -155,7 +168,8 @@ def _write(d, adj, plan, key, source_files, report):
             "returns_value": plan.returns_value, "function": adj.name, "report": report,
             "sha256": hashlib.sha256(data).hexdigest(),
             "files": [[f, os.path.getmtime(f)] for f in sorted(source_files)
-                      if os.path.exists(f)]}
+                      if os.path.exists(f)],
+            "kernel_lines": lines}
     cachedir.write_entry(d, f"adj_{key}.json", json.dumps(meta).encode())
     module = _exec_module(os.path.join(d, f"adj_{key}.py"), key, text)
     return getattr(module, adj.name)
@@ -217,13 +231,14 @@ def build_many(sources, plan, key, source_files, extra, func_ir=None):
     and the cache directory is usable.
 
     Returns ({name: function}, disk_cached)."""
+    lines = cache_lines.record(key, source_files)  # before uncovered() drops the walk
     missed = uncovered(key, func_ir) if func_ir is not None else ["no typed IR given"]
     supplied = any(s.namespace for s in sources)
     if not supplied and _disk_key(key) and not missed:
         d = cachedir.private_dir()
         if d is not None:
             try:
-                return _write_many(d, sources, plan, key, source_files, extra), True
+                return _write_many(d, sources, plan, key, source_files, extra, lines), True
             except (OSError, TypeError) as exc:
                 if isinstance(exc, OSError):
                     cachedir.warn_once(
@@ -252,7 +267,7 @@ def _plan_of(meta):
                        returns_value=meta["returns_value"])
 
 
-def _write_many(d, sources, plan, key, source_files, extra):
+def _write_many(d, sources, plan, key, source_files, extra, lines):
     extra_json = _to_json(extra)  # before writing: a value JSON cannot keep is refused
     text, spans = "", []
     for s in sources:
@@ -263,7 +278,8 @@ def _write_many(d, sources, plan, key, source_files, extra):
     meta = dict(_plan_meta(plan), format=CACHE_VERSION, key=key, functions=spans,
                 extra=extra_json, sha256=hashlib.sha256(data).hexdigest(),
                 files=[[f, os.path.getmtime(f)] for f in sorted(source_files)
-                       if os.path.exists(f)])
+                       if os.path.exists(f)],
+                kernel_lines=lines)
     cachedir.write_entry(d, f"adj_{key}.json", json.dumps(meta).encode())
     module = _exec_module(os.path.join(d, f"adj_{key}.py"), key, text)
     return {name: getattr(module, name) for name, _, _ in spans}
@@ -276,8 +292,8 @@ def load_many(key):
         entry = _verified_entry(key, "functions")
         if entry is None:
             return None
-        meta, text, module = entry
-        functions = {name: (text[a:b], getattr(module, name))
+        meta, text, module, relocate = entry
+        functions = {name: (relocate(text[a:b]), getattr(module, name))
                      for name, a, b in meta["functions"]}
         return _plan_of(meta), functions, _from_json(meta["extra"])
     except Exception:  # a damaged cache entry is regenerated

@@ -94,10 +94,12 @@ adj_alpha = np.zeros(1)
 heatmod.heat_step.adjoint(u, u_new, alpha, adj_u, adj_u_new, adj_alpha)
 comp = heatmod.heat_step.compiled(u, u_new, alpha)
 st = comp.function.stats
+import re
+shown = sorted({int(m) for m in re.findall(r"heatmod\\.py:(\\d+)", comp.source)})
 print("KADJ-RESULT " + json.dumps(dict(
     counts=counts, hits=sum(st.cache_hits.values()), misses=sum(st.cache_misses.values()),
     numba_cache_path=st.cache_path, disk_cached=comp.disk_cached,
-    adj_u=adj_u.tolist(), adj_u_new=adj_u_new.tolist(), adj_alpha=adj_alpha.tolist())))
+    shown_lines=shown, adj_u=adj_u.tolist(), adj_u_new=adj_u_new.tolist(), adj_alpha=adj_alpha.tolist())))
 """
 
 N = 12
@@ -120,10 +122,10 @@ def expected(coef):
     return adj_u, adj_u_new, np.array([adj_alpha])
 
 
-def write_kernel(workdir, coef="2.0"):
+def write_kernel(workdir, coef="2.0", above="", below=""):
     path = workdir / "heatmod.py"
     old = path.stat().st_mtime if path.exists() else None
-    path.write_text(KERNEL.format(coef=coef))
+    path.write_text(above + KERNEL.format(coef=coef) + below)
     if old is not None:  # make the edit visible to mtime checks (kadj's and .pyc's)
         t = max(old, time.time()) + 5.0
         os.utime(path, (t, t))
@@ -230,6 +232,45 @@ def test_edited_kernel_source_is_regenerated(workdir, tmp_path):
     again = run_child(workdir, cache)        # the regenerated entry is cached in turn
     assert_from_cache(again, "process after the edit, second run")
     assert_gradient(again, 3.0)
+
+
+def kernel_lines(workdir):
+    """Line numbers of heat_step's ``for`` and assignment in heatmod.py now."""
+    text = (workdir / "heatmod.py").read_text().splitlines()
+    return [k + 1 for k, ln in enumerate(text) if "for i in" in ln or "u_new[i] =" in ln]
+
+
+def test_edits_elsewhere_in_the_file_keep_the_entry(workdir, tmp_path):
+    """Lines added above the kernel and a function edited below it: the kernel's code is
+    unchanged, so the entry is used as it is (no generation, a numba cache hit) and the
+    source kadj shows names the kernel's new line numbers."""
+    cache = tmp_path / "cache"
+    before = run_child(workdir, cache)
+    assert set(kernel_lines(workdir)) <= set(before["shown_lines"])
+
+    write_kernel(workdir, above="# a comment\nSCALE = 2.0\n\n\ndef other(a):\n"
+                 "    return a + 1\n\n", below="\n\ndef later(b):\n    return b * 3\n")
+    moved = run_child(workdir, cache)
+    assert_from_cache(moved, "process after edits outside the kernel")
+    assert_gradient(moved, 2.0)
+    now = kernel_lines(workdir)
+    assert now[0] == kernel_lines_before(before) + 7
+    assert set(now) <= set(moved["shown_lines"]), (now, moved["shown_lines"])
+    assert min(moved["shown_lines"]) >= 8, moved["shown_lines"]
+
+    write_kernel(workdir, coef="2.0", above="# a comment\n\n\n\n\n\n\n",
+                 below="\n\ndef later(b):\n    return b * 3\n")
+    (workdir / "heatmod.py").write_text(
+        (workdir / "heatmod.py").read_text().replace("    for i in", "    # one step\n    for i in"))
+    t = time.time() + 10.0
+    os.utime(workdir / "heatmod.py", (t, t))
+    commented = run_child(workdir, cache)   # a line of the kernel changed: regenerated
+    assert_generated(commented, "process after a comment inside the kernel")
+    assert_gradient(commented, 2.0)
+
+
+def kernel_lines_before(r):
+    return min(r["shown_lines"])
 
 
 # ---- 3. a damaged cache entry is regenerated ------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -173,17 +174,30 @@ def test_second_process_loads_the_cuda_adjoint_under_the_simulator(module):
     assert second["act_source"] == first["act_source"]
     assert len(list(cache.glob("adj_*.json"))) == 2
 
-    # the device function changes: its caller's adjoint is regenerated, never stale
-    # (and the stencil's too: an entry is used only while its source files are unchanged)
+    # the device function changes: its caller's adjoint is regenerated, never stale;
+    # the stencil's lines did not change: its entry is used as it is
     path = module / "cudaheat.py"
     path.write_text(path.read_text().replace("math.exp(-v)", "math.exp(-2.0 * v)"))
     third = _child(module, cache, simulator=True)
-    assert third["runs"].get("loaded", 0) == 0 and third["runs"].get("typed") == 2, \
+    assert third["runs"].get("loaded") == 1 and third["runs"].get("typed") == 1, \
         third["runs"]
-    # the key covers the device function: a new entry for activate, heat_step's rewritten
+    assert third["sources"] == first["sources"]
+    # the key covers the device function: a new entry for activate
     assert len(list(cache.glob("adj_*.json"))) == 3
     s2 = 1.0 / (1.0 + np.exp(-2.0 * x))
     np.testing.assert_allclose(third["act_grad"], 2.0 * s2 * (1.0 - s2), rtol=1e-12)
+
+    # lines added above both kernels: both entries are used, the shown sources name
+    # the kernels' new lines
+    path.write_text("# added\n\n\n" + path.read_text())
+    fourth = _child(module, cache, simulator=True)
+    _assert_loaded(fourth)
+    for form, text in third["sources"].items():
+        moved = re.sub(r"cudaheat\.py:(\d+)", lambda m: f"cudaheat.py:{int(m.group(1)) + 3}",
+                       text)
+        assert "cudaheat.py:" in text and fourth["sources"][form] == moved, form
+    assert fourth["grad"] == third["grad"]
+    np.testing.assert_allclose(fourth["act_grad"], third["act_grad"], rtol=0, atol=0)
 
 
 def test_second_process_loads_the_cuda_adjoint_without_the_simulator(module):
