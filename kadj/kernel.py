@@ -19,7 +19,7 @@ import numpy as np
 from numba.core import types
 from numba.core.errors import NumbaError
 
-from . import arrays, call_cache, codegen, pipeline, rules, tape_threads, targets, \
+from . import arrays, call_cache, codegen, pipeline, progress, rules, tape_threads, targets, \
     validate
 from .errors import DifferentiationError
 
@@ -181,7 +181,17 @@ class DifferentiatedKernel:
                                 self.options, self._options())
 
     def _build(self, arg_types):
-        return pipeline.compile(self.target, self.request(arg_types))
+        with progress.notice(f"generating the adjoint of {progress.where(self.dispatcher)}"):
+            return pipeline.compile(self.target, self.request(arg_types))
+
+    def _run(self, comp, call_args):
+        """``comp.function(*call_args)``; a first call, which numba compiles (or loads
+        from its cache), says so when it takes a while (:mod:`kadj.progress`)."""
+        fn = comp.function
+        if getattr(fn, "signatures", True):
+            return fn(*call_args)
+        with progress.notice(f"compiling the adjoint of {progress.where(self.dispatcher)}"):
+            return fn(*call_args)
 
     def stages(self, *args, until="compiled"):
         """Every pipeline stage's output for these arguments, up to ``until``
@@ -262,7 +272,7 @@ class DifferentiatedKernel:
         if comp.plan.returns_value:
             call_args = (*call_args, float(adj_return))
         try:
-            return comp.function(*call_args)
+            return self._run(comp, call_args)
         except (pickle.UnpicklingError, EOFError, ValueError) as exc:
             if not comp.disk_cached or isinstance(exc, ValueError) and \
                     "pickle" not in str(exc):
@@ -290,7 +300,7 @@ class DifferentiatedKernel:
             return False
         call = (*args, *adjoints, 0.0) if plan.returns_value else (*args, *adjoints)
         try:
-            comp.function(*call)
+            self._run(comp, call)
         except (pickle.UnpicklingError, EOFError, ValueError) as exc:
             if not comp.disk_cached or isinstance(exc, ValueError) and \
                     "pickle" not in str(exc):
