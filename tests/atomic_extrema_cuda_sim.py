@@ -71,10 +71,65 @@ def _min_args(r):
     return [x, out]
 
 
+@kadj.differentiate
+@cuda.jit
+def scatter_max(x, bins, out):
+    """A per-thread loop: each thread scatters NB scaled values into bins (atomic.max
+    in a loop, the contributions numbered per thread)."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        for k in range(bins.shape[1]):
+            cuda.atomic.max(out, bins[i, k], x[i] * x[i] * (k + 1.0) - k * x[i])
+
+
+@kadj.differentiate
+@cuda.jit
+def stride_min(x, w, out):
+    """A grid-stride loop over all elements: out[j % M] = min over j of w * x[j]^3."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    j = i
+    while j < x.shape[0]:
+        cuda.atomic.min(out, j % out.shape[0], w[0] * x[j] * x[j] * x[j])
+        j += stride
+
+
+@kadj.differentiate
+@cuda.jit
+def two_sites(x, out):
+    """Two calls on one array: the largest and the largest doubled negative value."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        cuda.atomic.max(out, 0, x[i] + 0.5 * x[i] * x[i])
+        cuda.atomic.max(out, 1, -2.0 * x[i])
+
+
+def _scatter_args(r, n=12, nb=3, m=5):
+    x = r.permutation(np.linspace(0.3, 2.0, n))       # distinct positive values
+    bins = r.integers(0, m, size=(n, nb))
+    out = np.full(m, -1.0)
+    out[m - 1] = 40.0                                  # this bin keeps its floor
+    return [x, bins, out]
+
+
+def _stride_args(r, n=37, m=6):
+    x = r.permutation(np.linspace(-1.5, 1.5, n))
+    return [x, np.array([1.3]), np.full(m, 0.5)]
+
+
+def _two_args(r):
+    return [r.permutation(np.linspace(-2.0, 1.0, 10)), np.array([-9.0, -9.0])]
+
+
 CASES = {
     "max_pool": (max_pool, (2, 8), _pool_args),
     "max_all": (max_all, (3, 8), _all_args),
     "min_pool_2d": (min_pool_2d, ((1, 2), (4, 4)), _min_args),
+    "scatter_max": (scatter_max, (2, 8), _scatter_args),
+    "stride_min_2x4": (stride_min, (2, 4), _stride_args),
+    "stride_min_1x32": (stride_min, (1, 32), _stride_args),
+    "stride_min_3x16": (stride_min, (3, 16), _stride_args),
+    "two_sites": (two_sites, (2, 8), _two_args),
 }
 
 
@@ -112,13 +167,125 @@ def _ties(rng):
     return 0.0
 
 
+def _winners(out, contributions, op):
+    """{element: index of the winning contribution, or None when the pre-call value
+    won} of an atomic ``op`` ("max"/"min") whose ``contributions`` (element, value)
+    are listed in (thread, number) order: the pre-call value when it equals the
+    result, else the first contribution equal to it."""
+    final = out.copy()
+    pick = max if op == "max" else min
+    for e, v in contributions:
+        final[e] = pick(final[e], v)
+    won = {}
+    for e in {e for e, _ in contributions}:
+        won[e] = None if out[e] == final[e] else next(
+            n for n, c in enumerate(contributions) if c == (e, final[e]))
+    return won
+
+
+def _scatter_value(x, k):
+    return x * x * (k + 1.0) - k * x
+
+
+def _exact_scatter(rng, config=((2,), (8,)), args=None):
+    """scatter_max's adjoint against the analytic routing (:func:`_winners`: threads
+    in index order, each thread's iterations in order); the forward arguments are left
+    unchanged."""
+    x, bins, out = args or _scatter_args(rng)
+    ct = rng.standard_normal(out.shape[0])
+    given = [x.copy(), bins.copy(), out.copy()]
+    adj_x, adj_out = np.zeros_like(x), ct.copy()
+    scatter_max.adjoint[config](*given, adj_x, adj_out)
+    assert all(np.array_equal(a, b) for a, b in zip(given, [x, bins, out])), \
+        "the adjoint launch changed the forward arguments"
+    who = [(i, k) for i in range(x.shape[0]) for k in range(bins.shape[1])]
+    won = _winners(out, [(bins[i, k], _scatter_value(x[i], k)) for i, k in who], "max")
+    ref_x, ref_out = np.zeros_like(x), ct.copy()
+    for e, n in won.items():
+        if n is not None:
+            i, k = who[n]
+            ref_x[i] += ct[e] * (2 * x[i] * (k + 1.0) - k)
+            ref_out[e] = 0.0
+    assert np.allclose(adj_x, ref_x) and np.allclose(adj_out, ref_out), \
+        (adj_x, ref_x, adj_out, ref_out)
+    return float(np.max(np.abs(adj_x - ref_x)))
+
+
+def _ties_in_loop(rng):
+    """Ties inside a loop (value x^2 (k + 1) - k x, derivative 2 x (k + 1) - k):
+
+    - bin 0: thread 0 (x = 1) gives 1 at k = 0 and at k = 1: k = 0 wins (d = 2);
+    - bin 1: thread 1 (x = .5, k = 1) and thread 2 (x = 0, k = 0) both give 0: thread 1
+      wins (d = 1), though thread 2 gives it at a lower k;
+    - bin 2: thread 2 (k = 1) gives 0, equal to the pre-call value: the pre-call wins;
+    - bin 3: thread 1 (k = 0) gives .25 (d = 1); bin 4: thread 3 (x = 2) gives 4 then
+      6: k = 1 wins (d = 7).
+    """
+    x = np.array([1.0, 0.5, 0.0, 2.0])
+    bins = np.array([[0, 0], [3, 1], [1, 2], [4, 4]])
+    out = np.array([-1.0, -1.0, 0.0, -1.0, -1.0])
+    ct = np.arange(1.0, 6.0)
+    adj_x, adj_out = np.zeros(4), ct.copy()
+    scatter_max.adjoint[(1,), (4,)](x.copy(), bins.copy(), out.copy(), adj_x, adj_out)
+    assert np.allclose(adj_out, [0.0, 0.0, 3.0, 0.0, 0.0]), adj_out
+    assert np.allclose(adj_x, [2.0, 2.0 + 4.0, 0.0, 35.0]), adj_x
+    return _exact_scatter(rng, ((1,), (4,)), [x, bins, out])
+
+
+def _exact_stride(rng):
+    """stride_min (a while loop) against the analytic routing on two launch shapes,
+    with ties between two threads, two iterations of one thread and the pre-call
+    value."""
+    worst = 0.0
+    for config, same_thread in ((((2,), (4,)), 27), (((1,), (5,)), 33)):
+        x, w, out = _stride_args(rng)
+        m, nthreads = out.shape[0], config[0][0] * config[1][0]
+        x[3] = x[9] = x[same_thread] = -1.5    # 3, 9: two threads; 3 and same_thread:
+        # one thread; bin 5: the pre-call value ties with the smallest contribution
+        out[5] = min(w[0] * x[j] * x[j] * x[j] for j in range(5, x.shape[0], m))
+        ct = rng.standard_normal(m)
+        adj = [np.zeros_like(x), np.zeros(1), ct.copy()]
+        stride_min.adjoint[config](x.copy(), w.copy(), out.copy(), *adj)
+        order = [j for t in range(nthreads) for j in range(t, x.shape[0], nthreads)]
+        won = _winners(out, [(j % m, w[0] * x[j] * x[j] * x[j]) for j in order], "min")
+        tied = [j for j in order if j % m == 3 and x[j] == -1.5]
+        assert won[5] is None and len(tied) >= 3 and order[won[3]] == tied[0], won
+        ref_x, ref_w, ref_out = np.zeros_like(x), 0.0, ct.copy()
+        for e, n in won.items():
+            if n is not None:
+                j = order[n]
+                ref_x[j] += ct[e] * 3 * w[0] * x[j] ** 2
+                ref_w += ct[e] * x[j] ** 3
+                ref_out[e] = 0.0
+        assert np.allclose(adj[0], ref_x) and np.allclose(adj[2], ref_out) and \
+            np.isclose(adj[1][0], ref_w), (config, adj, ref_x, ref_out, ref_w)
+        worst = max(worst, float(np.max(np.abs(adj[0] - ref_x))))
+    return worst
+
+
+def _too_many_threads(rng):
+    """A launch of 2**31 threads is refused (a numbered key is thread * 2**32 +
+    number), before anything runs."""
+    args = _scatter_args(rng)
+    try:
+        scatter_max.adjoint[(1 << 21,), (1024,)](*args, np.zeros(12), np.zeros(5))
+    except kadj.DifferentiationError as exc:
+        assert "2**31 threads or more" in str(exc), exc
+        return 0.0
+    raise AssertionError("not refused")
+
+
+EXTRA = {"exact:max_pool": _exact_max_pool, "ties": _ties,
+         "too_many_threads": _too_many_threads,
+         "exact:scatter_max": _exact_scatter, "ties_in_loop": _ties_in_loop,
+         "exact:stride_min": _exact_stride}
+
+
 def run_case(name):
     from kadj.testing import check_grad_cuda
     rng = np.random.default_rng(0)
-    if name == "exact:max_pool":
-        return _exact_max_pool(rng)
-    if name == "ties":
-        return _ties(rng)
+    if name in EXTRA:
+        return EXTRA[name](rng)
     k, config, make = CASES[name]
     return check_grad_cuda(k, config, make(rng)).max_rel_error
 
@@ -127,8 +294,7 @@ def main(names):
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:0] = [here]
     from cudatools import report_cases
-    cases = {n: (lambda n=n: run_case(n)) for n in list(CASES) + ["exact:max_pool",
-                                                                   "ties"]}
+    cases = {n: (lambda n=n: run_case(n)) for n in list(CASES) + list(EXTRA)}
     report_cases(cases, names)
 
 

@@ -136,6 +136,8 @@ def selfcheck():
 def main(argv):
     module, wanted = argv[0], set(argv[1:])
     poison_scratch_arrays()
+    import warp_sim_api             # the simulator has no warp shuffles (kernels/cuda/warps)
+    warp_sim_api.install()
     if module == "selfcheck":
         return selfcheck()
     for case in load(module):

@@ -95,6 +95,8 @@ def run(case, checks):
 def main(argv):
     group, wanted = argv[0], set(argv[1:])
     poison_scratch_arrays()
+    import warp_sim_api             # the simulator has no warp shuffles (kernels/cuda/warps)
+    warp_sim_api.install()
     if group == "trips":
         cases, checks = [c for c in all_cases() if c.trip_loop], trip_checks
     elif group in MODULES:

@@ -119,6 +119,9 @@ def test_adjoint_compiles_to_ptx(module, name, record_property):
     args = case.make_args(np.random.default_rng(0))
     ptx = case.kernel.adjoint_ptx(*args, cc=(9, 0))
     assert ".entry" in ptx
+    if module == "warps":    # the forward's shuffles and their reverse (kernels/cuda/warps)
+        from kernels.cuda.warps import PTX_SHUFFLES
+        assert set(re.findall(r"shfl\.sync\.\w+", ptx)) == PTX_SHUFFLES[name], name
     report = case.kernel.adjoint_report(*args)
     glob = _atomics(ptx, "global")
     record_property("ptx_atomics", len(_atomics(ptx)))

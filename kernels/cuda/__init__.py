@@ -17,6 +17,8 @@ returning a launch and arguments at a chosen size (``tests/test_size_sweep_cuda.
                       Newton iteration
 - :mod:`.misc`        activations, dense layer, math functions (float32 and float64),
                       device helpers, grid-stride loops, early return
+- :mod:`.warps`       warp reductions with shuffles: a dot-product loss (shfl_down, one
+                      atomic per warp), a per-warp log-sum-exp (shfl_xor max and sum)
 
 The modules import with or without ``NUMBA_ENABLE_CUDASIM=1``.  Gradients are checked
 with :func:`kadj.testing.check_grad_cuda` in the simulator
@@ -37,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-MODULES = ("stencils", "sparse", "particles", "reductions", "ode", "misc")
+MODULES = ("stencils", "sparse", "particles", "reductions", "ode", "misc", "warps")
 
 
 @dataclass(frozen=True)
