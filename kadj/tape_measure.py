@@ -33,7 +33,9 @@ def adjoint_buffers(plan, args, fill=1.0):
         if isinstance(a, np.ndarray):
             out.append(np.full_like(a, fill))
         else:
-            out.append(np.zeros(1, dtype=np.result_type(type(a), np.float64)))
+            dtype = a.dtype if isinstance(a, np.inexact) else \
+                np.result_type(type(a), np.float64)
+            out.append(np.zeros(1, dtype=dtype))
     return out
 
 
