@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from numba.core import types
 
-from . import validate
+from . import rules, validate
+from .cuda import call_facts
 from .cuda.frontend import simulator_enabled
 from .errors import DifferentiationError
 from .kernel import DifferentiatedKernel
@@ -81,6 +82,28 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         super().__init__(dispatcher, wrt=wrt, checkpoints=checkpoints, gather=gather)
         self.adjoint = _AdjointProxy(self)
         self.jvp = _JvpProxy(self)
+        self._launches = {}     # kadj.cuda.call_facts: checked launches per signature
+
+    def _adjoint_call(self, args, kwargs, config=None):
+        """The checked (compiled adjoint, forward arguments, adjoints) of a launch: in
+        full on the first launch of each signature, then only what the values decide
+        (:mod:`kadj.cuda.call_facts`)."""
+        if kwargs or config is None or self._rules_seen != rules.generation():
+            return super()._adjoint_call(args, kwargs, config=config)
+        key = call_facts.signature(args, config)
+        facts = self._launches.get(key) if key is not None else None
+        if facts is not None and facts.accepts(args):
+            n = len(facts.comp.plan.arg_names)
+            self._last = facts.comp
+            return facts.comp, tuple(args[:n]), tuple(args[n:])
+        comp, fwd, adjs = super()._adjoint_call(args, kwargs, config=config)
+        if key is not None and len(fwd) + len(adjs) == len(args):
+            call_facts.remember(self._launches, key, comp, args)
+        return comp, fwd, adjs
+
+    def _forget_adjoints(self):
+        super()._forget_adjoints()
+        self._launches = {}
 
     @property
     def checkpoints(self):

@@ -193,6 +193,7 @@ TEST_FILE_ARGS = {
                           np.zeros(8)]},
     "test_cuda_gpu": lambda m, r: {n: f(r)[2] for n, f in m.KERNELS.items()},
     "test_cuda_launch_dims": lambda m, r: m._args(r),
+    "test_cuda_launch_cache": lambda m, r: {"heat_launch": [r.random(16), np.zeros(16), 0.3]},
     "test_adjoint_ir": lambda m, r: {n: f(r) for n, f in m.CUDA_ARGS.items()},
     "checkpointed_cuda_sim": lambda m, r: {
         "heat": [r.random(12), np.zeros(12), 0.1, r.random(12)],
