@@ -151,13 +151,13 @@ class CheckpointedLoops:
         ``checkpoint_owned``; the element from the target's ``own_element``)."""
         out = []
         for name in self.a.checkpoint_owned.get(s.uid, ()):
-            key = self.ctx.own_element(self, name)
-            parts = [v if kind == "c" else str(v) for kind, v in key]
-            conds = [f"{v} < {self.n(name)}.shape[{k}]"
-                     for k, (kind, v) in enumerate(key) if kind == "c"]
-            elem = f"{self.n(name)}[{', '.join(parts)}]"
-            out.append((name, elem, " and ".join(conds) or "True",
-                        self.T[name].dtype))
+            for key in _elements(self.ctx.own_element(self, name)):
+                parts = [v if kind == "c" else str(v) for kind, v in key]
+                conds = [f"{v} < {self.n(name)}.shape[{k}]"
+                         for k, (kind, v) in enumerate(key) if kind == "c"]
+                elem = f"{self.n(name)}[{', '.join(parts)}]"
+                out.append((name, elem, " and ".join(conds) or "True",
+                            self.T[name].dtype))
         return out
 
     def _owned_report(self, owned):
@@ -182,14 +182,14 @@ class CheckpointedLoops:
     def _save_owned(self, depth, slot, owned, ck_own):
         for name, elem, cond, dt in owned:  # each thread its own shared element
             self.put(depth, A.If(cond))
-            self.put(depth + 1, A.Assign(f"{ck_own[name]}[{slot}]", elem))
+            self.put(depth + 1, A.Assign(f"{ck_own[elem]}[{slot}]", elem))
 
     def _load_owned(self, depth, slot, owned, ck_own):
         if owned:
             self.put(depth, A.Barrier("nobody reads the shared state now"))
         for name, elem, cond, dt in owned:
             self.put(depth, A.If(cond))
-            self.put(depth + 1, A.Assign(elem, f"{ck_own[name]}[{slot}]"))
+            self.put(depth + 1, A.Assign(elem, f"{ck_own[elem]}[{slot}]"))
         if owned:
             self.put(depth, A.Barrier("every thread restored its element"))
 
@@ -267,7 +267,7 @@ class CheckpointedLoops:
         ck_arr = {name: self.local_array(f"ck_{self.n(name)}", (S, size), dt)
                   for name, dims, size, dt in scratch}
         owned = self._owned(s)
-        ck_own = {name: self.local_array(f"ck_{self.n(name)}", S, dt)
+        ck_own = {elem: self.local_array(f"ck_{self.n(name)}", S, dt)
                   for name, elem, cond, dt in owned}
 
         def save(d, slot):
@@ -355,3 +355,14 @@ def unravel(flat, dims):
 def _index(lo, k, st):
     base = k if st == "1" else f"{k} * {st}"
     return base if lo == "0" else f"{lo} + {base}"
+
+
+def _elements(key):
+    """The elements of a thread's own-element key (``own_element``): a ``("r", n)``
+    position (a ping-pong buffer's row, whichever the thread writes) stands for each
+    of the rows 0 .. n-1."""
+    keys = [()]
+    for kind, v in key:
+        opts = [("k", j) for j in range(v)] if kind == "r" else [(kind, v)]
+        keys = [k + (o,) for k in keys for o in opts]
+    return keys

@@ -62,12 +62,12 @@ def trip_checks(case):
     report = case.kernel.adjoint_report(*args)
     checkpointed = bool(report.get("loops"))
     tape = sorted(set(report.get("tape", {}).values()))
-    for slots, trips in TRIP_PLAN:
+    for slots, trips in case.trip_plan or TRIP_PLAN:
         if slots is not None and not checkpointed:
             continue                       # no loop reversed from checkpoints
         kernel = case.kernel if slots is None else kadj.differentiate(
             case.kernel.dispatcher, wrt=case.kernel.wrt, checkpoints=slots)
-        if slots is None:
+        if slots is None and case.trip_plan is None:
             near_tape = {t + d for t in tape for d in (-1, 0, 1) if t + d >= 0}
             trips = sorted(set(trips) | near_tape)
         for t in trips:

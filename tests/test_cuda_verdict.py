@@ -241,6 +241,9 @@ TEST_FILE_ARGS = {
     "test_cuda_warp": lambda m, r: {n: [r.random(8), np.zeros(8)] for n in (
         "shuffle_under_branch", "shuffle_in_thread_loop", "shuffle_after_early_return",
         "shuffle_partial_mask")},
+    "shared_tiles_cuda_sim": lambda m, r: {
+        **{n: make(r) for n, (k, _, make) in m.CASES.items()},
+        **{n: make(r) for n, (k, make) in m.REFUSED.items()}},
     "complex_cuda_sim": lambda m, r: {n: f(r)[2] for n, f in {**m.CASES,
                                                                 **m.REFUSED}.items()},
     "test_singular": lambda m, r: {"cuda_families": [r.random(9), r.random(9),

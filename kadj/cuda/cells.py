@@ -18,6 +18,7 @@ the pre-call cotangent back, which is API.md's rule for in/out arrays.
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 from .. import ir
 
@@ -115,22 +116,101 @@ def _replace(s, arr, cell, ids):
     return [s]
 
 
-def owned_shared(kernel, shared):
-    """{shared array: index operands} for the shared arrays every thread writes only at
-    its own element (``sm[threadIdx.x]``): a thread can save and restore that element."""
+def owned_shared(kernel, shared, index=None):
+    """{shared array: key} for the shared arrays whose every element a loop rewrites is
+    the writing thread's own (``sm[threadIdx.x]``, ``a[tx + 1]``): a thread can save and
+    restore that element around the loop.  The key is the element's index, one
+    ``(kind, value)`` per position: ``("c", text)`` for a block coordinate (plus a
+    non-negative constant: ``"tx + 1"``), ``("k", n)`` for a constant, ``("r", n)`` for
+    any other index along an axis of n <= ROWS elements (a ping-pong buffer's row,
+    ``buf[1 - p, tx]``: the thread owns its element of every row).
+
+    Every store into the array inside a loop must use that key.  Stores at other
+    elements (a halo or boundary cell set by one thread: ``if tx == 0: a[0] = 0.0``)
+    are allowed outside every loop, before the first store inside one: no loop changes
+    those elements, and nothing changes them after the loops read them."""
     from .indexing import ThreadIndex
-    index = ThreadIndex.of(kernel)
-    keys = {}
-    for st in ir.walk(kernel.body):
-        if isinstance(st, ir.Store) and st.array.name in shared:
-            if st.accumulate:
-                keys.setdefault(st.array.name, set()).add(None)
-                continue
-            keys.setdefault(st.array.name, set()).add(
-                index.owned_key(st.index, index.local, index.block_ndim))
+    index = ThreadIndex.of(kernel) if index is None else index
     out = {}
-    for name, ks in keys.items():
-        if len(ks) == 1 and None not in ks:
-            key = next(iter(ks))
-            out[name] = tuple(ir.Var(v) if kind == "c" else ir.Const(v) for kind, v in key)
+    for name in sorted(shared):
+        key = _owned_key(kernel, name, index)
+        if key is not None:
+            out[name] = key
     return out
+
+
+ROWS = 4    # the most rows along an axis whose index a thread does not own
+
+
+def _shared_key(index, st, shape):
+    """The thread's own element of shared-array store ``st`` (see :func:`owned_shared`),
+    or None; ``shape`` is the array's (constant) shape, None when unknown."""
+    if st.accumulate:
+        return None
+    key = index.owned_key(st.index, index.local, index.block_ndim)
+    if key is not None:
+        return key
+    key, dims = [], []
+    for pos, x in enumerate(st.index):
+        k = index.canonical(x, index.local)
+        if k is None and isinstance(x, ir.Var):
+            e = index.defs.get(x.name)
+            if isinstance(e, ir.Op) and e.fn is operator.add and len(e.args) == 2:
+                a, b = e.args
+                if isinstance(a, ir.Const) or a.name in index.consts:
+                    a, b = b, a
+                ka, kb = index.canonical(a, index.local), index.canonical(b, index.local)
+                if ka is not None and kb is not None and ka[0] == "c" and \
+                        kb[0] == "k" and kb[1] >= 0:
+                    k = ("c", f"{ka[1]} + {kb[1]}" if kb[1] else ka[1])
+                    x = a
+        if k is None and shape is not None and len(shape) == len(st.index) and \
+                shape[pos] <= ROWS:
+            k = ("r", shape[pos])
+        if k is None:
+            return None
+        if k[0] == "c":
+            dims.append(index.local[x.name])
+        key.append(k)
+    if not index.block_ndim or sorted(dims) != list(range(index.block_ndim)):
+        return None
+    return tuple(key)
+
+
+def _owned_key(kernel, name, index):
+    stores = []           # (store, ids of the loops around it), in program order
+
+    def visit(seq, loops):
+        for st in seq:
+            if isinstance(st, ir.Store) and st.array.name == name:
+                stores.append((st, loops))
+            elif isinstance(st, ir.If):
+                visit(st.then, loops)
+                visit(st.orelse, loops)
+            elif isinstance(st, (ir.ForRange, ir.Loop)):
+                visit(st.body, loops | {id(st)})
+
+    visit(kernel.body, frozenset())
+    shape = None
+    for st in ir.walk(kernel.body):
+        if isinstance(st, ir.Assign) and st.target == name and \
+                isinstance(st.expr, ir.Alloc) and st.expr.args and \
+                isinstance(st.expr.args[0], ir.Const):
+            shape = st.expr.args[0].value
+            shape = tuple(shape) if isinstance(shape, tuple) else (shape,)
+    keys = [_shared_key(index, st, shape) for st, _ in stores]
+    if keys and len(set(keys)) == 1 and keys[0] is not None:
+        return keys[0]
+    own = {k for k, (_, loops) in zip(keys, stores) if loops and k is not None}
+    if len(own) != 1:
+        return None
+    key = own.pop()
+    first = min(n for n, (k, (_, loops)) in enumerate(zip(keys, stores))
+                if loops and k == key)
+    key_loops = set().union(*(loops for k, (_, loops) in zip(keys, stores) if k == key))
+    # the other elements: stored before the first store at the key inside a loop, and
+    # in no loop that stores at the key
+    if any(k != key and (n > first or loops & key_loops)
+           for n, (k, (_, loops)) in enumerate(zip(keys, stores))):
+        return None
+    return key

@@ -10,14 +10,11 @@ Slots are local arrays (:class:`kadj.adj_ir.LocalArray`, ``cuda.local.array``).
 """
 from __future__ import annotations
 
-from .. import ir
+from .cells import owned_shared
 
 
 def own_element(w, name):
     """[(kind, value)] of the running thread's own element of shared array ``name``:
-    the index of the kernel's store into it, in the block's local coordinates."""
-    index = w.state.index
-    for x in ir.walk(w.k.body):
-        if isinstance(x, ir.Store) and x.array.name == name:
-            return index.owned_key(x.index, index.local, index.block_ndim)
-    return None
+    the index of the kernel's stores into it inside loops, in the block's local
+    coordinates (:func:`kadj.cuda.cells.owned_shared`)."""
+    return owned_shared(w.k, {name}, w.state.index).get(name)

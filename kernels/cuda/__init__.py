@@ -64,6 +64,9 @@ class Case:
                 example's).  Sizes below the smallest meaningful one are raised to it.
     trip_loop:  the per-thread loop whose trip count ``sized``'s ``trips`` sets
                 (empty: the kernel has none, and ``trips`` must be None).
+    trip_plan:  ``((checkpoint slots, (trip counts...)), ...)`` for the size sweep's
+                trip checks, when the default plan costs too much in the simulator
+                (block-wide barriers in every trip); None: the default plan.
     """
 
     name: str
@@ -74,6 +77,7 @@ class Case:
     note: str = ""
     sized: Callable | None = None
     trip_loop: str = ""
+    trip_plan: tuple | None = None
 
 
 def blocks(n, block):

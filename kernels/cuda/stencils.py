@@ -133,6 +133,98 @@ def smooth_tiled(u, out, w):
         out[i] = w * tile[t - 1] + (1.0 - 2.0 * w) * tile[t] + w * tile[t + 1]
 
 
+TB2 = 8                  # threads per block side of the 2-D tiled stencil
+TILE2 = (TB2 + 2, TB2 + 2)
+
+
+@kadj.differentiate
+@cuda.jit
+def halo_tile2d(u, out, k):
+    """9-point stencil from a 2-D shared tile: the edge halos are loaded by the threads
+    on the block's edges (``if tx == 0:``), the corners by the corner threads, zero
+    outside the domain (nested ``if``)."""
+    s = cuda.shared.array(TILE2, float64)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    i, j = cuda.grid(2)
+    nx, ny = u.shape
+    if i < nx and j < ny:
+        last_x = tx == TB2 - 1 or i == nx - 1
+        last_y = ty == TB2 - 1 or j == ny - 1
+        s[tx + 1, ty + 1] = u[i, j]
+        if tx == 0:
+            s[0, ty + 1] = u[i - 1, j] if i > 0 else 0.0
+        if last_x:
+            s[tx + 2, ty + 1] = u[i + 1, j] if i < nx - 1 else 0.0
+        if ty == 0:
+            s[tx + 1, 0] = u[i, j - 1] if j > 0 else 0.0
+        if last_y:
+            s[tx + 1, ty + 2] = u[i, j + 1] if j < ny - 1 else 0.0
+        if tx == 0 and ty == 0:
+            if i > 0 and j > 0:
+                s[0, 0] = u[i - 1, j - 1]
+            else:
+                s[0, 0] = 0.0
+        if last_x and last_y:
+            if i < nx - 1 and j < ny - 1:
+                s[tx + 2, ty + 2] = u[i + 1, j + 1]
+            else:
+                s[tx + 2, ty + 2] = 0.0
+        if tx == 0 and last_y:
+            if i > 0 and j < ny - 1:
+                s[0, ty + 2] = u[i - 1, j + 1]
+            else:
+                s[0, ty + 2] = 0.0
+        if last_x and ty == 0:
+            if i < nx - 1 and j > 0:
+                s[tx + 2, 0] = u[i + 1, j - 1]
+            else:
+                s[tx + 2, 0] = 0.0
+    cuda.syncthreads()
+    if i < nx and j < ny:
+        edge = s[tx, ty + 1] + s[tx + 2, ty + 1] + s[tx + 1, ty] + s[tx + 1, ty + 2]
+        corner = s[tx, ty] + s[tx + 2, ty + 2] + s[tx, ty + 2] + s[tx + 2, ty]
+        c = s[tx + 1, ty + 1]
+        out[i, j] = c + k * (4.0 * edge + corner - 20.0 * c) / 6.0
+
+
+@kadj.differentiate
+@cuda.jit
+def pingpong_diffusion(u, out, alpha, steps):
+    """``steps`` non-linear diffusion steps inside each block, in shared memory: the
+    halo is loaded from global memory by the block's first and last threads and held
+    fixed; each step writes ``b`` from ``a``'s neighbours, a barrier, copies ``b`` back
+    into ``a``, a barrier; the result goes to global memory at the end."""
+    a = cuda.shared.array(TILE, float64)
+    b = cuda.shared.array(TILE, float64)
+    tx = cuda.threadIdx.x
+    i = cuda.grid(1)
+    n = u.shape[0]
+    if i < n:
+        a[tx + 1] = u[i]
+    else:
+        a[tx + 1] = 0.0
+    if tx == 0:
+        if 0 < i <= n:
+            a[0] = u[i - 1]
+        else:
+            a[0] = 0.0
+    if tx == TPB - 1:
+        if i + 1 < n:
+            a[TPB + 1] = u[i + 1]
+        else:
+            a[TPB + 1] = 0.0
+    cuda.syncthreads()
+    for t in range(steps):
+        v = a[tx + 1]
+        b[tx + 1] = v + alpha * (a[tx] - 2.0 * v + a[tx + 2]) / (1.0 + v * v)
+        cuda.syncthreads()
+        a[tx + 1] = b[tx + 1]
+        cuda.syncthreads()
+    if i < n:
+        out[i] = a[tx + 1]
+
+
 def _heat1d_sized(rng, n, trips=None):
     no_trips(trips, "heat1d_guarded")
     n = at_least(n, 3)
@@ -232,6 +324,27 @@ def _tiled_args(rng):
     return _tiled_sized(rng, 24)[1]
 
 
+def _halo2d_sized(rng, n, trips=None):
+    no_trips(trips, "halo_tile2d")
+    nx, ny = grid2(n, smallest=1)
+    return launch_2d(nx, ny, (TB2, TB2)), [rng.uniform(-1.0, 1.0, (nx, ny)),
+                                           np.zeros((nx, ny)), 0.3]
+
+
+def _halo2d_args(rng):
+    return [rng.uniform(-1.0, 1.0, (13, 7)), np.zeros((13, 7)), 0.3]
+
+
+def _pingpong_sized(rng, n, trips=None):
+    n = at_least(n, 1)
+    return launch_1d(n, TPB), [rng.uniform(-1.0, 1.0, n), np.zeros(n), 0.2,
+                               4 if trips is None else trips]
+
+
+def _pingpong_args(rng):
+    return _pingpong_sized(rng, 13)[1]
+
+
 CASES = [
     Case("heat1d_guarded", heat1d_guarded, (2, 8), _heat1d_args,
          note="guard 0 < i < n-1, scalar alpha",
@@ -260,4 +373,12 @@ CASES = [
     Case("smooth_tiled", smooth_tiled, (3, TPB), _tiled_args,
          note="shared-memory tile with halo, syncthreads",
          sized=_tiled_sized),
+    Case("halo_tile2d", halo_tile2d, ((2, 1), (TB2, TB2)), _halo2d_args,
+         note="2-D shared tile, edge and corner halos loaded under branches",
+         sized=_halo2d_sized),
+    Case("pingpong_diffusion", pingpong_diffusion, (2, TPB), _pingpong_args,
+         note="time steps in shared memory (ping-pong), barriers, carried state "
+              "checkpointed per thread",
+         sized=_pingpong_sized, trip_loop="for t in range(steps)",
+         trip_plan=((1, (0, 3)), (2, (5,)), (None, (1, 6)))),
 ]
