@@ -30,13 +30,19 @@ from . import arrays, tape_graph, tape_report, tape_streams
 from .errors import DifferentiationError, InternalError
 from .tape_versions import sentence
 
-__all__ = ["Backward", "stream_count"]
+__all__ = ["Backward", "before_backward", "stream_count"]
+
+#: callables ``hook(tape)`` run first in every ``Tape.backward`` (:mod:`kadj.mpi` checks
+#: there that every rank replays the same communication)
+before_backward = []
 
 
 class Backward:
     """The backward of :class:`kadj.Tape` (a part of the class)."""
 
     def _backward(self, loss, seeds, wrt=None, streams=None):
+        for hook in before_backward:
+            hook(self)
         if not self._launches:
             raise DifferentiationError(
                 "The tape has recorded no launches; call kernels inside "
