@@ -176,7 +176,9 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
             else:
                 adj_types.append(types.Array(t, 1, "C"))
         from .cuda.atomic_extrema import signature_extra
-        return tuple(fwd_types) + signature_extra(comp, fwd_types) + tuple(adj_types)
+        from .cuda.own_rows import signature_extra as rows_extra
+        return tuple(fwd_types) + signature_extra(comp, fwd_types) + \
+            rows_extra(comp, fwd_types) + tuple(adj_types)
 
     def adjoint_ptx(self, *args, cc=(9, 0), form="scatter"):
         """PTX text of the adjoint kernel (``numba.cuda.compile_ptx``; no GPU needed);
@@ -249,6 +251,8 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         comp, fwd, adjs = self._adjoint_call(args, kwargs, config=config)
         from .cuda.atomic_extrema import winners
         wins = winners(self, comp, config, fwd)     # cuda.atomic.max/min: extra launches
+        from .cuda.own_rows import buffers
+        wins += buffers(comp, fwd, config)          # own rows updated in place: buffers
         if wins:
             comp.kernel[config](*fwd, *wins, *adjs)
             return

@@ -1,16 +1,19 @@
-"""CUDA kernels whose threads update their own row of a 2-D array (``y[i, j]``, i from
-``cuda.grid(1)``), in the simulator (run by tests/test_cuda_own_rows.py in a subprocess
-with NUMBA_ENABLE_CUDASIM=1 set before numba is imported)::
+"""CUDA kernels whose threads update their own row of a 2-D array in place (``y[i, j]``,
+i from ``cuda.grid(1)``), in the simulator (run by tests/test_cuda_own_rows.py in a
+subprocess with NUMBA_ENABLE_CUDASIM=1 set before numba is imported)::
 
-    NUMBA_ENABLE_CUDASIM=1 python tests/own_rows_cuda_sim.py softmax_recomputed [case ...]
+    NUMBA_ENABLE_CUDASIM=1 python tests/own_rows_cuda_sim.py softmax_in_place:7 [case ...]
 
-REFUSED: the in-place family (softmax, normalisation, a recurrence along the row, a
-Thomas solve per row) and a row read by another thread; each is refused with its
-location.  CASES: the same computations written without reading back an argument array
-the kernel writes (the refusal's remedy), checked against float64 central differences
-(:func:`kadj.testing.check_grad_cuda`).  ``unchanged:<case>`` checks that
-``k.adjoint[...]`` changes only the gradient buffers.  Prints ``CASE <name> OK
-<detail>`` or ``CASE <name> FAIL <why>``.
+CASES: the in-place family (per-row softmax, in-place normalisation, a recurrence along
+the row, a Thomas solve per row: :mod:`kadj.cuda.own_rows`) at rows of 1 and 7
+elements (and 200 for the recurrence and the Thomas solve), softmax differentiated
+with respect to ``x`` only, a recurrence whose loop every launched thread runs, and
+the same computations written without reading back a written argument; each checked
+against float64 central differences (:func:`kadj.testing.check_grad_cuda`, on a
+launch with more threads than rows).  ``unchanged:<case>`` checks that
+``k.adjoint[...]`` changes only the gradient buffers.  REFUSED: rows other threads
+touch, rows of 3-D arrays, a row rewritten in nested loops, rows picked by a
+grid-stride loop.  Prints ``CASE <name> OK <detail>`` or ``CASE <name> FAIL <why>``.
 """
 import math
 import os
@@ -88,6 +91,46 @@ def neighbour_row(y):
 
 @kadj.differentiate
 @cuda.jit
+def recurrence_guard_inside(a):
+    """Every launched thread runs the loop (threads past the last row store nothing):
+    each saves and restores its own part of the buffers."""
+    i = cuda.grid(1)
+    for t in range(1, a.shape[1]):
+        if i < a.shape[0]:
+            a[i, t] = math.sin(a[i, t - 1]) + 0.5 * a[i, t]
+
+
+@kadj.differentiate
+@cuda.jit
+def row_of_3d(y):
+    i = cuda.grid(1)
+    if i < y.shape[0]:
+        for j in range(1, y.shape[1]):
+            y[i, j, 0] = y[i, j - 1, 0] * y[i, j, 0]
+
+
+@kadj.differentiate
+@cuda.jit
+def nested_row(y, r):
+    i = cuda.grid(1)
+    if i < y.shape[0]:
+        for t in range(2):
+            for j in range(1, y.shape[1]):
+                y[i, j] = math.sin(y[i, j - 1]) * r[i]
+
+
+@kadj.differentiate
+@cuda.jit
+def grid_stride_row(y):
+    start = cuda.grid(1)
+    step = cuda.gridsize(1)
+    for i in range(start, y.shape[0], step):
+        for j in range(1, y.shape[1]):
+            y[i, j] = y[i, j] * y[i, j - 1]
+
+
+@kadj.differentiate
+@cuda.jit
 def softmax_recomputed(x, y):
     """Softmax per row, each stage recomputed from x instead of read back from y."""
     i = cuda.grid(1)
@@ -119,26 +162,46 @@ def _rows(r, shape=(5, 4)):
     return r.uniform(-1.0, 1.0, shape)
 
 
-def _thomas(r):
-    return [_rows(r), _rows(r) + 4.0, _rows(r), np.zeros((5, 4)), _rows(r),
-            np.zeros((5, 4))]
+def _thomas(r, n=4):
+    shape = (5, n)
+    return [_rows(r, shape), _rows(r, shape) + 4.0, _rows(r, shape), np.zeros(shape),
+            _rows(r, shape), np.zeros(shape)]
 
+
+softmax_wrt_x = kadj.differentiate(softmax_in_place.dispatcher, wrt=("x",))
+
+# the in-place family: kernel, example arguments for rows of n elements
+FAMILY = {
+    "softmax_in_place": (softmax_in_place,
+                         lambda r, n: [_rows(r, (5, n)), np.zeros((5, n))]),
+    "normalise_in_place": (normalise_in_place, lambda r, n: [_rows(r, (5, n)) + 2.0]),
+    "recurrence_in_place": (recurrence_in_place,
+                            lambda r, n: [_rows(r, (5, n)), r.uniform(0.5, 1.0, 5)]),
+    "thomas_in_place": (thomas_in_place, _thomas),
+}
 
 CASES = {
     "softmax_recomputed": (softmax_recomputed, (2, 4),
                            lambda r: [_rows(r), np.zeros((5, 4))]),
     "recurrence_scalar": (recurrence_scalar, (2, 4),
                           lambda r: [_rows(r), r.uniform(0.5, 1.0, 5), np.zeros((5, 4))]),
+    "softmax_wrt_x": (softmax_wrt_x, (2, 4),
+                      lambda r: [_rows(r, (5, 7)), np.zeros((5, 7))]),
+    "recurrence_guard_inside": (recurrence_guard_inside, (2, 4),
+                                lambda r: [_rows(r, (5, 7))]),
 }
+# rows of 1, 7 and 200 elements (200: the two whose loops carry the most state)
+for _name, (_k, _make) in FAMILY.items():
+    _long = _name in ("recurrence_in_place", "thomas_in_place")
+    for _n in (1, 7, 200) if _long else (1, 7):
+        CASES[f"{_name}:{_n}"] = (_k, (2, 4), lambda r, m=_make, n=_n: m(r, n))
 
-# kernel, example arguments, the line of the refused store (relative to the def line)
+# kernel, example arguments: refused with their location
 REFUSED = {
-    "softmax_in_place": (softmax_in_place, lambda r: [_rows(r), np.zeros((5, 4))]),
-    "normalise_in_place": (normalise_in_place, lambda r: [_rows(r) + 2.0]),
-    "recurrence_in_place": (recurrence_in_place,
-                            lambda r: [_rows(r), r.uniform(0.5, 1.0, 5)]),
-    "thomas_in_place": (thomas_in_place, _thomas),
     "neighbour_row": (neighbour_row, lambda r: [_rows(r)]),
+    "row_of_3d": (row_of_3d, lambda r: [_rows(r, (5, 4, 2))]),
+    "nested_row": (nested_row, lambda r: [_rows(r), r.uniform(0.5, 1.0, 5)]),
+    "grid_stride_row": (grid_stride_row, lambda r: [_rows(r)]),
 }
 
 

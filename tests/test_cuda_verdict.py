@@ -233,6 +233,7 @@ TEST_FILE_ARGS = {
                                              m.CASES.items()},
     "own_rows_cuda_sim": lambda m, r: {
         **{n: make(r) for n, (k, _, make) in m.CASES.items()},
+        **{n: make(r, 7) for n, (k, make) in m.FAMILY.items()},
         **{n: make(r) for n, (k, make) in m.REFUSED.items()}},
     "test_cuda_atomic_extrema": lambda m, r: {
         n: [r.random(8) for _ in range(3 if n == "uses_result" else 2)] for n in (

@@ -23,7 +23,7 @@ def order_free(loop, a):
     stored = ir.stored_arrays(loop.body)
     if stored & ir.loaded_arrays(loop.body):
         return False
-    if stored & a.restore_arrays:
+    if stored & a.restore_arrays or _rewrites_row(loop, a):
         return False
     active_assigned = set()
     for s in inner:
@@ -141,7 +141,7 @@ def _replayable(loop, a):
     needs_tape = any(isinstance(x, ir.Loop) for x in inner) or any(
         isinstance(x, ir.Assign) and x.target in a.pushed for x in inner) or any(
         isinstance(x, ir.ForRange) and x.uid in a.index_saved for x in inner) or \
-        loop.uid in a.force_replay
+        loop.uid in a.force_replay or _rewrites_row(loop, a)
     if not needs_tape:
         return False
     for x in ir.walk_level(loop.body):
@@ -164,6 +164,16 @@ def _replayable(loop, a):
     if any(isinstance(x, ir.Assign) and isinstance(x.expr, ir.Alloc) for x in inner):
         return False
     return a.carried_replay or not upward_exposed(loop)
+
+
+def _rewrites_row(loop, a):
+    """Does the loop write a private array of run-time length (a GPU thread's own
+    row, kadj.cuda.own_rows)?  Recording its overwritten elements would need an
+    unbounded tape: the loop is replayed from checkpoints instead, never ascending."""
+    rows = {x.target for x in ir.walk(a.kernel.body) if isinstance(x, ir.Assign) and
+            isinstance(x.expr, ir.Alloc) and x.expr.args and
+            isinstance(getattr(x.expr.args[0], "value", None), str)}
+    return bool(rows & ir.stored_arrays(loop.body))
 
 
 def stale_loads_harmless(loop, a):

@@ -26,7 +26,7 @@ from ..errors import DifferentiationError
 from ..lowering import Context
 from ..printer import Syntax
 from ..tangent import TangentContext
-from . import lower, warp
+from . import lower, own_rows as rows_, warp
 from .checkpoints import own_element
 from .indexing import ThreadIndex, array_accesses, own_rows
 from .intrinsics import TABLE, CudaIntrinsic
@@ -53,6 +53,7 @@ class CudaState:
     block_ids: object = None    # (tid, nthreads) names, once a shared array is zeroed
     gather: object = None       # the gather form's passes (kadj.cuda.gather)
     complex_atomics: dict = field(default_factory=dict)  # array -> atomics split in two
+    rows: object = None         # the own-row arrays' buffers (kadj.cuda.own_rows)
 
 
 def cuda_state(kernel, an, cells=None):
@@ -64,8 +65,11 @@ def cuda_state(kernel, an, cells=None):
     classes = {name: index.classify(name, idxs, space.get(name, "global"))
                for name, idxs in array_accesses(kernel).items()
                if name in an.varied_arrays}
+    rows = rows_.arrays_of(kernel)
+    classes.update(rows_.classes(rows, classes))
     return CudaState(dict(cells or {}), index, allocs, space, classes,
-                     {n for n, c in classes.items() if c.cls == "private"})
+                     {n for n, c in classes.items() if c.cls == "private"},
+                     rows=rows_.RowState(rows) if rows else None)
 
 
 def cuda_context(kernel, an, cells=None, lowerings=SCATTER, expressions=()):
@@ -73,7 +77,12 @@ def cuda_context(kernel, an, cells=None, lowerings=SCATTER, expressions=()):
     (the gather form's, with its coordinate substitution ``expressions``)."""
     from numba import cuda
     state = cuda_state(kernel, an, cells)
-    return Context(syntax=SYNTAX, lowerings=lowerings, declarations=lower.DECLARATIONS,
+    if state.rows is not None:      # run-time-length rows: kadj.cuda.own_rows
+        lowerings = (rows_.lower_saves,) + tuple(lowerings)
+        declarations = rows_.declarations(lower.DECLARATIONS)
+    else:
+        declarations = lower.DECLARATIONS
+    return Context(syntax=SYNTAX, lowerings=lowerings, declarations=declarations,
                    intrinsics=TABLE, expressions=expressions, checks=(check,),
                    own_element=own_element, growable_tape=False,
                    merge_repeated_loads=True,   # one atomic per element and thread
@@ -96,7 +105,7 @@ def check(w):
     a, k, st = w.a, w.k, w.state
     rows = own_rows(st.index, k, a.work_arrays) if a.work_arrays else set()
     if a.work_arrays and rows == set(a.work_arrays):
-        _refuse_own_rows(k, sorted(rows))
+        _refuse_own_rows(k, st.index, sorted(rows))
     if a.work_arrays:
         names = ", ".join(sorted(a.work_arrays))
         raise DifferentiationError(
@@ -125,18 +134,18 @@ def check(w):
     _check_complex_saves(k, a)
 
 
-def _refuse_own_rows(k, names):
+def _refuse_own_rows(k, index, names):
     """Arrays read and written only in the running thread's own row (``y[i, j]``, i
-    from ``cuda.grid(1)``): no other thread touches the row, but the adjoint needs the
-    row's earlier contents, which the thread's bounded tape cannot hold for a row of
-    run-time length."""
+    from ``cuda.grid(1)``) that :mod:`kadj.cuda.own_rows` does not rewrite (3-D
+    arrays, grid-stride loops, a row rewritten in nested loops, atomics)."""
     shown = ", ".join(names)
+    why = "; ".join(filter(None, (rows_.unsupported(k, index, n) for n in names)))
     raise DifferentiationError(
         f"the kernel updates the running thread's own row of the array(s) {shown} in "
-        f"place ({names[0]}[i, ...] with i from cuda.grid(1)): no other thread touches "
-        "the row, but the adjoint would need the row's earlier contents, and a GPU "
-        "thread's tape holds a fixed number of values while a row has a run-time "
-        "length", kernel=k.name, loc=_first_store(k, names),
+        f"place ({names[0]}[i, ...] with i from cuda.grid(1)), in a form kadj does not "
+        f"reverse: {why} (supported: the row of a 2-D array picked by a coordinate "
+        "assigned once at the kernel's top level, rewritten outside loops or in "
+        "loops not nested in others)", kernel=k.name, loc=_first_store(k, names),
         construct="thread's own row updated in place",
         remedy="read no argument array that the kernel writes: carry running values "
                "in scalars (v = f(v); y[i, t] = v) and recompute a stage's values "

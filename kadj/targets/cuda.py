@@ -121,6 +121,8 @@ def _prepare(kernel, plan):
                for name, idxs in array_accesses(kernel).items()}
     params = {a for a in kernel.args if isinstance(kernel.types.get(a), types.Array)}
     kernel, cells = insert_cells(kernel, index, classes, params)
+    from ..cuda.own_rows import attach, without_rows
+    plain, (kernel, rows) = kernel, attach(kernel, cells)   # own rows, in place
     space = {st.target: getattr(st.expr.fn, "path", None)
              for st in ir.walk(kernel.body)
              if isinstance(st, ir.Assign) and isinstance(st.expr, ir.Alloc)}
@@ -129,7 +131,8 @@ def _prepare(kernel, plan):
                   private_scratch={v for v, p in space.items() if p == "local.array"},
                   shared_scratch=shared, owned_shared=set(owned_shared(kernel, shared)),
                   unwritten=set(cells))
-    return Prepared(kernel, policy, {"cells": cells, "space": space})
+    return Prepared(kernel, policy, {"cells": cells, "space": space, "own_rows": rows,
+                                     "without_rows": without_rows(plain, policy, rows)})
 
 
 def _write(prepared, facts, plan, options):
@@ -140,8 +143,13 @@ def _write(prepared, facts, plan, options):
     adj, report, writer = write_cuda_adjoint(kernel, facts, slot_names,
                                              slots=options["checkpoints"], cells=cells)
     index = writer.state.index
+    from ..cuda.own_rows import report as rows_report
     extra = {"dims": (tuple(index.block_dims), tuple(index.grid_dims)), "gather": None}
     forms = {}
+    if writer.state.rows is not None:
+        report["own_rows"] = rows_report(writer, plan.arg_names)
+        report["gather"] = {"used": False, "why": "a thread's own row, in place"}
+        return Written(adj, forms, report, extra)
     from ..cuda.atomic_extrema import report as extrema_report
     extrema = extrema_report(kernel, plan.arg_names)
     if extrema:
@@ -219,6 +227,8 @@ def _write_tangent(prepared, facts, plan):
     tangent_context`), on the prepared kernel (cells of a thread's own element)."""
     from ..cuda.context import tangent_context
     from ..tangent import write_tangent
+    from ..cuda.own_rows import tangent_inputs
+    prepared, facts = tangent_inputs(prepared, facts, plan)   # (forward mode: in place)
     slot_args = tuple(plan.arg_names[i] for i in plan.adjoint_args)
     return write_tangent(prepared.kernel, facts, slot_args, False, tangent_context())
 

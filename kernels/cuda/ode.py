@@ -1,5 +1,5 @@
-"""Per-thread integration and iteration: Euler, RK2, RK4 with local stages,
-Horner, Chebyshev recurrences, Newton's method."""
+"""Per-thread integration and iteration: Euler, RK2, RK4 with local stages, Horner,
+Chebyshev recurrences, Newton's method, an implicit step per row (Thomas, in place)."""
 import math
 
 import numpy as np
@@ -135,6 +135,27 @@ def newton_cubic(p, q, root, niter):
         root[i] = x
 
 
+@kadj.differentiate
+@cuda.jit
+def implicit_rows_thomas(u, cp, r):
+    """One backward-Euler diffusion step per row, (I - r L) u_new = u with zero ends,
+    solved in place by the Thomas algorithm: each thread overwrites its row of ``u``
+    (forward sweep, then back substitution) and of the sweep's coefficients ``cp``."""
+    i = cuda.grid(1)
+    if i < u.shape[0]:
+        n = u.shape[1]
+        ri = r[i]
+        b = 1.0 + 2.0 * ri
+        cp[i, 0] = -ri / b
+        u[i, 0] = u[i, 0] / b
+        for k in range(1, n):
+            den = b + ri * cp[i, k - 1]
+            cp[i, k] = -ri / den
+            u[i, k] = (u[i, k] + ri * u[i, k - 1]) / den
+        for k in range(n - 2, -1, -1):
+            u[i, k] = u[i, k] - cp[i, k] * u[i, k + 1]
+
+
 def _steps(trips, default):
     return default if trips is None else at_least(trips, 0)
 
@@ -213,6 +234,18 @@ def _newton_args(rng):
     return _newton_sized(rng, 12)[1]
 
 
+def _thomas_sized(rng, n, trips=None):
+    """n rows; trips: the forward sweep's trip count (rows of trips + 1 elements)."""
+    n = at_least(n, 1)
+    m = _steps(trips, 6) + 1
+    return launch_1d(n), [rng.standard_normal((n, m)), np.zeros((n, m)),
+                          rng.uniform(0.1, 1.0, n)]
+
+
+def _thomas_args(rng):
+    return _thomas_sized(rng, 10)[1]
+
+
 CASES = [
     Case("logistic_euler", logistic_euler, (2, 8), _logistic_args,
          note="explicit Euler, loop-carried y, one trajectory per thread",
@@ -235,4 +268,7 @@ CASES = [
     Case("newton_cubic", newton_cubic, (2, 8), _newton_args,
          note="fixed-count Newton iteration",
          sized=_newton_sized, trip_loop='for it in range(niter)'),
+    Case("implicit_rows_thomas", implicit_rows_thomas, (2, 8), _thomas_args,
+         note="each thread solves its row in place (own rows of u and cp)",
+         sized=_thomas_sized, trip_loop='for k in range(1, n)'),
 ]
