@@ -236,17 +236,24 @@ class ReverseSweep:
             self.put(depth, A.Assign(local, self.zero(self.T[key[0]].dtype)))
         return keys
 
-    def close_accumulators(self, keys, depth):
+    def close_accumulators(self, keys, depth, guarded=False):
+        """Add each local sum to its element.  ``guarded``: only when the sum is not
+        zero, because the loads it sums may not have run (a loop of no trips, a load
+        under a branch in the loop): then the element may lie outside the array (a
+        thread past the end, ``if i < n`` inside the loop), and the forward never
+        touched it."""
         for key in keys:
             arr, index = key
             local = self.accumulators.pop(key)
-            self.accumulate(depth, self.adj_elem(arr, index), "+=", local.name)
+            if guarded:
+                self.put(depth, A.If(f"{local.name} != 0"))
+            self.accumulate(depth + guarded, self.adj_elem(arr, index), "+=", local.name)
 
     # ---- loops ---------------------------------------------------------------------
     def rev_for(self, s, depth, loop_depth):
         keys = self.open_accumulators(self.invariant_loads(s), depth)
         self._rev_for(s, depth, loop_depth)
-        self.close_accumulators(keys, depth)
+        self.close_accumulators(keys, depth, guarded=True)
 
     def strategy(self, s):
         """How loop ``s``'s iterations are reversed."""

@@ -193,6 +193,8 @@ TEST_FILE_ARGS = {
                           np.zeros(8)]},
     "test_cuda_gpu": lambda m, r: {n: f(r)[2] for n, f in m.KERNELS.items()},
     "test_cuda_launch_dims": lambda m, r: m._args(r),
+    "test_guarded_sums": lambda m, r: {"guard_inside": [r.uniform(-1, 1, 5),
+                                                        r.uniform(0.5, 1, 5), np.zeros(5)]},
     "test_cuda_launch_cache": lambda m, r: {"heat_launch": [r.random(16), np.zeros(16), 0.3]},
     "test_adjoint_ir": lambda m, r: {n: f(r) for n, f in m.CUDA_ARGS.items()},
     "checkpointed_cuda_sim": lambda m, r: {
