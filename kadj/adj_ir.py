@@ -146,7 +146,8 @@ class Accumulate(Node):
     """``target op value``: ``op`` is "+=", "=" (the adjoint of a single-use variable),
     "-=" or "= -".  ``how``: "plain", "atomic" (an element other threads may add to)
     or "local" (summed in a local first), decided by the target's accumulation
-    lowering (plain where it has none)."""
+    lowering (plain where it has none); "sum": a plain ``+=`` LLVM may reassociate
+    (:mod:`kadj.vector_sums`)."""
     target: object          # AdjVar | AdjElem | Local
     op: str
     value: str

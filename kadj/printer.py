@@ -14,6 +14,7 @@ from . import adj_ir as A
 class Syntax:
     barrier: str = ""           # the statement a barrier prints as
     atomic_add: str = ""        # the function an atomic accumulation calls
+    sum_add: str = "_sum_add"   # the function a reassociable sum ("sum") calls
 
 
 def render(fn, syntax=Syntax()):
@@ -88,6 +89,9 @@ class _Printer:
             if len(t.index_texts) > 1:
                 index = f"({index})"
             self.emit(d, f"{self.syntax.atomic_add}({t.base}, {index}, {x.value})")
+        elif x.how == "sum":
+            t = target_text(t)
+            self.emit(d, f"{t} = {self.syntax.sum_add}({t}, {x.value})")
         else:
             self.emit(d, f"{target_text(t)} {x.op} {x.value}")
 

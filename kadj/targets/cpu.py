@@ -4,7 +4,9 @@ Typing: numba's CPU typing and target contexts (:func:`kadj.frontend.type_cpu_ke
 no preparation rewrite; the adjoint is written by :func:`kadj.reverse.write_adjoint`,
 saved in kadj's disk cache and compiled by numba with the kernel's own options (and
 numba's own disk cache).  The tape of a reversed loop is a heap array that grows
-("growable"); adjoint contributions are plain ``+=`` ("plain").
+("growable"); adjoint contributions are plain ``+=`` ("plain"), except the sums into
+a scalar adjoint inside a reversed loop, which LLVM may reassociate and vectorise
+(:mod:`kadj.vector_sums`).
 
 Option ``parallel`` (default None): the reversed loops that the kernel wrote with
 ``prange`` run in parallel (``numba.prange``, compiled with ``parallel=True``) when the
@@ -20,6 +22,7 @@ whose iterations carry state and would record a tape growing with their trip cou
 from __future__ import annotations
 
 from .. import codegen, frontend, parallel, reverse, structurize
+from ..vector_sums import vector_sums
 from .base import CompiledAdjoint, Prepared, Target, Written, checkpoint_slots
 
 _JIT_OPTIONS_KEPT = ("fastmath", "error_model", "boundscheck", "nogil")
@@ -69,6 +72,7 @@ def _write(prepared, facts, plan, options):
     wanted = parallel.parallel_loops(prepared.kernel, options.get("parallel"))
     if wanted:
         parallel.parallelise(fn, w.ns, wanted)
+    vector_sums(fn, w)      # scalar sums in loops: LLVM may vectorise them
     return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
 
 
