@@ -12,8 +12,10 @@ rest of the pipeline sees ordinary element loops:
   size 1 stretched).  Each NumPy temporary gets its own scratch array (``a * x + b``
   allocates two): the loops are not fused.
 * reductions of a whole array: ``np.sum``, ``np.mean``, ``np.max``/``np.min`` (and the
-  ``a.sum()`` method forms), ``np.linalg.norm`` of a vector or matrix (Frobenius),
-  ``np.dot``/``@`` of 1-D and 2-D arrays.
+  ``a.sum()`` method forms), ``np.linalg.norm`` of a vector or matrix (Frobenius);
+  ``np.sum(a, axis=k)`` / ``a.sum(k)`` along a constant axis; ``np.cumsum`` of a 1-D
+  array; ``np.dot``/``@`` of 1-D and 2-D arrays, ``np.outer`` of 1-D arrays;
+  ``np.clip(a, lo, hi)`` element by element.
 * basic slices and views, ``a[1:-1]``, ``a[::2]``, ``x[i, :]``: never copied; an element
   of a view is read from (or written to) its base array at the mapped index.
 * assignment into slices (``u[1:-1] = expr``, ``out[:] = 0.0``) and in-place operators
@@ -21,11 +23,14 @@ rest of the pipeline sees ordinary element loops:
   is another view of the same array is copied to a scratch array first, as NumPy does.
 
 Views live in :mod:`kadj.array_views`, reductions and products in
-:mod:`kadj.array_reduce`.  Anything else on whole arrays (``axis=`` arguments, fancy
-indexing, ``np.cumsum``...), an array variable bound twice, and every whole-array form
-in a CUDA kernel raise :class:`~kadj.DifferentiationError` at its line, naming the
-supported forms.  Shapes that do not broadcast are not checked (numba raises; the
-lowered loops would index outside the smaller array).
+:mod:`kadj.array_reduce`.  Anything else on whole arrays (fancy indexing, a variable
+axis, ``np.cumprod``, ``np.sort``...), an array variable bound twice, and every
+whole-array form in a CUDA kernel raise :class:`~kadj.DifferentiationError` at its
+line, naming the supported forms.  Operand shapes are checked where NumPy checks them
+(operands that must broadcast, the inner dimensions of a matrix product, the value
+assigned into a slice or updated in place): the generated code raises ``ValueError``
+(:mod:`kadj.array_checks`) before a loop reads outside an operand or writes into an
+array.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from numba.core import ir as nir
 from numba.core import types
 from numba.np import numpy_support
 
+from . import array_checks as checks
 from . import ir
 from .array_reduce import METHODS, ReduceLowering
 from .array_views import ViewLowering
@@ -43,8 +49,9 @@ from .array_views import ViewLowering
 __all__ = ["METHODS", "ArrayLowering", "lowering", "is_view", "check_no_views"]
 
 SUPPORTED = ("supported whole-array forms: element-wise operators and ufuncs with a "
-             "derivative rule, np.where, np.sum/np.mean/np.max/np.min/np.linalg.norm of "
-             "a whole array (no axis), np.dot and @ of 1-D/2-D arrays, basic slices "
+             "derivative rule, np.where, np.clip, np.sum/np.mean/np.max/np.min/"
+             "np.linalg.norm of a whole array, np.sum along a constant axis, np.cumsum "
+             "of a 1-D array, np.dot and @ of 1-D/2-D arrays, np.outer, basic slices "
              "(a[1:-1], a[::2], x[i, :]), slice assignment and in-place operators")
 
 
@@ -114,6 +121,20 @@ class ArrayLowering(ViewLowering, ReduceLowering):
             return args[1] if args[0] == ir.Const(0) else args[0]
         if fn is operator.mul and ir.Const(1) in args:
             return args[1] if args[0] == ir.Const(1) else args[0]
+        return self.tmp(out, "n", types.intp, ir.Op(fn, tuple(args)), loc)
+
+    def checked(self, out, fn, args, loc):
+        """``fn(*args)``, one of the shape checks of :mod:`kadj.array_checks` (it
+        raises ``ValueError`` at run time where NumPy would): folded when the operands
+        are constants that pass it, or the same operand twice."""
+        a, b = args
+        if a == b:
+            return ir.Const(1) if fn is checks.stretch else a
+        if isinstance(a, ir.Const) and isinstance(b, ir.Const):
+            try:
+                return ir.Const(fn.py_func(a.value, b.value))
+            except ValueError:
+                pass
         return self.tmp(out, "n", types.intp, ir.Op(fn, tuple(args)), loc)
 
     def refuse(self, what, loc, remedy=None):
@@ -243,11 +264,10 @@ class ArrayLowering(ViewLowering, ReduceLowering):
                 n = self.iop(out, operator.mul,
                              (hi, self.iop(out, min, (lo, ir.Const(1)), loc)), loc)
             loop_exts.append(n)
-            for a, x in have:
+            for a, x in have:   # checked: x broadcasts to n (ValueError otherwise)
                 if (exts is None and len(have) == 1) or a == into:
                     continue
-                mult[(a, d)] = self.iop(out, min, (self.iop(
-                    out, operator.sub, (x, ir.Const(1)), loc), ir.Const(1)), loc)
+                mult[(a, d)] = self.checked(out, checks.stretch, (x, n), loc)
         if into is None:
             out += self.alloc(tgt, rtype, loop_exts, loc)
             into = tgt
@@ -291,6 +311,8 @@ class ArrayLowering(ViewLowering, ReduceLowering):
         return list(inner)
 
     def alloc(self, tgt, rtype, exts, loc):
+        if self.defs.get(tgt, 0) > 1:
+            self.rebound(tgt, loc)
         out = []
         scalar = numpy_support.as_dtype(rtype.dtype).type
         kws = (("dtype", ir.GlobalRef(scalar, name=f"np.{scalar.__name__}")),)

@@ -163,6 +163,10 @@ class ReverseSweep:
         a = self.a
         arr = s.array.name
         if arr not in a.varied_arrays:
+            if arr in a.restore_arrays:   # no adjoint: only the overwritten element
+                self.comment(depth, s.loc)
+                fref = self.elem(self.arr(arr), [self.o(i) for i in s.index])
+                self.pop(depth, fref, self.T[arr].dtype, restores=True)
             return
         self.comment(depth, s.loc)
         ref = self.adj_elem(arr, s.index)

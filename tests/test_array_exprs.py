@@ -129,6 +129,35 @@ def test_where_and_in_place_on_new_array():
 
 
 @njit
+def axes_and_functions(A, B, x, y, lo, out):
+    """Sums along a constant axis (keyword, positional, negative, the method form, of
+    a 3-D array and of a view), running sums (function and method), an outer product
+    and clipping (one bound an array, one a scalar), combined by loops."""
+    c0 = np.sum(A, axis=0)
+    r1 = A.sum(1)
+    t = np.sum(B, axis=-2)
+    v = np.sum(A[:, ::2], axis=1)
+    cs = np.cumsum(x)
+    cm = y.cumsum()
+    o = np.outer(x, y)
+    cl = np.clip(x, lo, 0.6)
+    s = t[0, 1] * t[1, 0] + t[0, 0] ** 2 + c0[3] * t[1, 1]
+    for i in range(3):
+        s += r1[i] * cm[i] * c0[i] + v[i] * v[i] + o[i + 1, i] * o[i, i]
+    for i in range(5):
+        s += cs[i] * cs[i] * x[i] + cl[i] * cl[i] * x[i]
+    out[0] = s
+
+
+def test_axis_sums_cumsum_outer_clip():
+    r = _rng()
+    x = np.array([0.31, -0.72, 1.3, 0.05, -1.1])   # away from the clip bounds
+    args = (r.standard_normal((3, 4)), r.standard_normal((2, 3, 2)), x,
+            r.standard_normal(3), np.array([-0.5, -0.2, 0.4, -0.3, -0.9]), np.zeros(1))
+    check_grad(axes_and_functions, args)
+
+
+@njit
 def small_misfit(x, t, loss):
     loss[0] = np.sum((x - t) ** 2)
 
@@ -164,13 +193,27 @@ def test_lowered_to_loops():
 
 
 @njit
-def axis_sum(A, out):
-    out[:] = np.sum(A, axis=0)
+def variable_axis(A, k, out):
+    out[:] = np.sum(A, axis=k)
 
 
 @njit
-def cumsum(x, out):
-    out[:] = np.cumsum(x)
+def cumprod(x, out):
+    out[:] = np.cumprod(x)
+
+
+@njit
+def cumsum_2d(A, out):
+    out[:] = np.cumsum(A)
+
+
+@njit
+def cumsum_in_branches(x, flag, out):
+    if flag:
+        c = np.cumsum(x)
+    else:
+        c = np.cumsum(x * 2.0)
+    out[0] = np.sum(c * x)
 
 
 @njit
@@ -199,8 +242,13 @@ def rebound(x, y):
     (view_in_branches, (np.ones(4), np.zeros(1), 1.0), "assigned in more than one place",
      "s = x[1:]"),
     (rebound, (np.ones(4), np.zeros(1)), "assigned again elsewhere", "d = x * 2.0"),
-    (axis_sum, (np.ones((2, 3)), np.zeros(3)), "keyword arguments", "np.sum(A, axis=0)"),
-    (cumsum, (np.ones(3), np.zeros(3)), "whole-array call cumsum()", "np.cumsum(x)"),
+    (variable_axis, (np.ones((2, 3)), 0, np.zeros(3)), "not a constant integer",
+     "np.sum(A, axis=k)"),
+    (cumprod, (np.ones(3), np.zeros(3)), "whole-array call cumprod()", "np.cumprod(x)"),
+    (cumsum_2d, (np.ones((2, 3)), np.zeros(6)), "more than one dimension",
+     "np.cumsum(A)"),
+    (cumsum_in_branches, (np.ones(3), True, np.zeros(1)), "assigned again elsewhere",
+     "c = np.cumsum(x)"),
     (fancy, (np.ones(3), np.arange(3), np.zeros(3)), "fancy or boolean indexing",
      "x[idx]"),
 ])

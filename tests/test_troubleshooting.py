@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 import pytest
-from numba import cuda, literal_unroll, njit
+from numba import cuda, float64, literal_unroll, njit
 
 import kadj
 
@@ -81,7 +81,7 @@ def slice_assignment():
 def whole_array_call():
     @njit
     def k(x, y):
-        y[:] = np.cumsum(x)
+        y[:] = np.cumprod(x)
     _source(k, _x(), np.zeros(8))
 
 
@@ -199,9 +199,12 @@ def rule_branches():
 def cuda_atomic_max():
     @cuda.jit
     def k(x, y):
+        sm = cuda.shared.array(2, float64)
         i = cuda.grid(1)
-        for j in range(2):
-            cuda.atomic.max(y, j, x[i])
+        cuda.atomic.max(sm, 0, x[i])
+        cuda.syncthreads()
+        if cuda.threadIdx.x == 0:
+            y[0] = sm[0]
     _source(k, _x(), np.zeros(8))
 
 
@@ -275,7 +278,7 @@ CASES = [
     (endless_loop, "this loop never ends: no break, return or condition leaves it"),
     (iterate_array, "only loops over range() or prange() are supported"),
     (slice_assignment, "this array index (fancy or boolean indexing) is not supported yet"),
-    (whole_array_call, "whole-array call cumsum() is not supported yet"),
+    (whole_array_call, "whole-array call cumprod() is not supported yet"),
     (array_slice, "is used here in a way kadj cannot follow"),
     (array_rebound, "is assigned a whole-array expression and assigned again elsewhere"),
     (no_rule, "no derivative rule for gamma()"),
@@ -290,8 +293,8 @@ CASES = [
     (grad_without_float, "does not return a float, so it has no gradient"),
     (rule_branches, "branches on its arguments (a Python `if`, `and`, `or`, min or max on "
                     "them), whose outcome is only known when the adjoint runs"),
-    (cuda_atomic_max, "inside a loop; kadj routes the adjoint to the winning thread of a "
-                      "single contribution per thread"),
+    (cuda_atomic_max, "which is not an argument of the kernel (a shared or local array); "
+                      "kadj differentiates it on global arrays only"),
     (cuda_same_element, "(its index does not depend on blockIdx.x or threadIdx.x, and no "
                         "enclosing `if` picks one thread)"),
     (cuda_neighbour_in_place, "at elements other threads may touch (in-place updates are "

@@ -70,6 +70,7 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
     extra = set()
     while True:
         _needed.needed(body, a, extra)
+        restored = set(a.restore_arrays)
         _pushed(kernel, a)
         a.ascending = set()
         for s in ir.walk(body):
@@ -77,8 +78,8 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
                 a.ascending.add(s.uid)
         _replay(body, a)
         more = _loops.replay_reads(body, a) - a.needed
-        if not more:
-            break
+        if not more and not a.restore_arrays - restored - a.varied_arrays:
+            break   # (an array without adjoint restored anew: its stores pop)
         extra |= more
     _loops.find_loop_saved(body, a, frozenset(), False)
     for v in a.pushed:

@@ -54,7 +54,16 @@ def records_in_branches(s, a):
 def needed(body, a, extra=()):
     """``extra``: variables needed besides those the adjoints read (the values the
     replays of replayed loops read, :func:`.loops.replay_reads`)."""
+    while not _needed_once(body, a, extra):
+        pass
+
+
+def _needed_once(body, a, extra):
+    """One pass of :func:`needed`; False when it restores an array without adjoint
+    that it did not know of at its start (the pass is then repeated)."""
     needed = set(extra)
+    # an array restored in the reverse sweep without an adjoint: its stores pop
+    restored = a.restore_arrays - a.varied_arrays - a.unwritten
 
     def visit(stmts):
         any_rev = False
@@ -65,7 +74,7 @@ def needed(body, a, extra=()):
                     needed.update(partial_reads(s, a))
                     r = True
             elif isinstance(s, ir.Store):
-                if s.array.name in a.varied_arrays:
+                if s.array.name in a.varied_arrays or s.array.name in restored:
                     needed.update(ir.var_names(s.index))
                     r = True
             elif isinstance(s, ir.If):
@@ -114,6 +123,10 @@ def needed(body, a, extra=()):
                         continue
                     a.restore_arrays.add(s.expr.array.name)
     a.restore_arrays &= (a.stored & a.loaded)
+    if a.restore_arrays - a.varied_arrays - a.unwritten - restored:
+        # newly restored arrays without adjoints: their stores have reverse code (the
+        # pop), and so have the loops around them
+        return False
     # loop indices are re-created by the reversed loop; save them when read outside it
     for s in ir.walk(body):
         if isinstance(s, ir.ForRange) and s.index in needed and \
@@ -121,6 +134,7 @@ def needed(body, a, extra=()):
             a.index_saved.add(s.uid)
     needed.discard(None)
     a.needed = needed
+    return True
 
 
 def _recompute_closure(a, needed):
