@@ -14,10 +14,9 @@ within 10% of a careful hand-written adjoint"), so each is the fastest form foun
 measurement, written the way a careful person would write it:
 
 - stencils scatter in the forward loop order, reading and consuming ``adj_u_new`` once
-  per point and keeping ``adj_alpha``'s sum in a register.  A gather form (interior
-  loop without bounds checks, lagged zeroing of consumed rows) was measured 1.3-2.7x
-  slower with Numba: Numba cannot prove that the arrays do not alias, so neither form
-  vectorizes, and the gather reads more;
+  per point and keeping ``adj_alpha``'s sum in a register (the straightforward
+  hand-written form; the expert gather-form adjoints, with a branch-free vectorised
+  interior, are in ``scripts/bench_cpu.py``);
 - the recurrence stores its loop-carried values in one small buffer reused by all
   elements;
 - Horner's adjoint needs no stored partial values: the coefficients' partials are powers

@@ -62,6 +62,7 @@ import numba.core.compiler
 import kadj
 import kadj.codegen
 import kadj.frontend
+import kadj.cpu_gather
 import kadj.reverse
 
 counts = {"type": 0, "write": 0, "build": 0, "compile": 0}
@@ -79,6 +80,7 @@ def wrap(mod, name, key):
 
 wrap(kadj.frontend, "type_cpu_kernel", "type")
 wrap(kadj.reverse, "build_adjoint", "write")
+wrap(kadj.cpu_gather, "build_gather_adjoint", "write")   # a stencil's gather form
 wrap(kadj.codegen, "build", "build")
 wrap(numba.core.compiler, "compile_extra", "compile")   # what Dispatcher compiles with
 

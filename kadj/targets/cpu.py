@@ -14,6 +14,12 @@ analysis finds their iterations independent and the adjoint's writes private to 
 iteration or reductions (:mod:`kadj.parallel`); True also every independent ``for``
 loop (the outermost of a nest); False: every loop serial.
 
+Option ``gather`` (default True): the adjoint of a stencil loop nest (each iteration
+writes its own element and reads arrays at constant offsets of the loop counters) takes
+the gather form, each adjoint element written once (:mod:`kadj.cpu_gather`; which nests
+qualify: :mod:`kadj.gather_plan`), unless a loop of it runs in parallel; False: the
+scatter form.
+
 Option ``checkpoints`` (default None: off): with ``checkpoints=N`` (or True: 24), loops
 whose iterations carry state and would record a tape growing with their trip count
 (a per-element time loop, a recurrence) are reversed from N checkpoints of their state
@@ -21,7 +27,7 @@ whose iterations carry state and would record a tape growing with their trip cou
 """
 from __future__ import annotations
 
-from .. import codegen, frontend, parallel, reverse, structurize
+from .. import codegen, cpu_gather, frontend, gather_plan, parallel, reverse, structurize
 from ..vector_sums import vector_sums
 from .base import CompiledAdjoint, Prepared, Target, Written, checkpoint_slots
 
@@ -53,6 +59,10 @@ def _prepare(kernel, plan):
 
 
 def _check_option(kernel_name, option, value):
+    if option == "gather":
+        if not isinstance(value, bool):
+            raise ValueError(f"gather must be True or False, not {value!r}")
+        return value
     if option == "parallel":
         if not isinstance(value, bool):
             raise ValueError(f"parallel must be True or False, not {value!r}")
@@ -65,13 +75,34 @@ def _policy(options):
     return {"carried_replay": True} if options.get("checkpoints") else {}
 
 
+def gather_form(kernel, facts, options):
+    """(:class:`kadj.gather_plan.StencilNest`, "") when the adjoint may take the gather
+    form (:mod:`kadj.cpu_gather`), else (None, why not)."""
+    if options.get("gather") is False:
+        return None, "disabled (gather=False)"
+    return gather_plan.cpu_stencil_plan(kernel, facts)
+
+
 def _write(prepared, facts, plan, options):
+    """The scatter form with its loops run in parallel where asked and possible;
+    otherwise the gather form of a stencil nest, when the kernel qualifies; otherwise
+    the scatter form."""
+    kernel = prepared.kernel
     slot_names = tuple(plan.arg_names[i] for i in plan.adjoint_args)
-    fn, w = reverse.build_adjoint(prepared.kernel, facts, slot_names, plan.returns_value,
-                                  slots=options.get("checkpoints"))
-    wanted = parallel.parallel_loops(prepared.kernel, options.get("parallel"))
+    wanted = parallel.parallel_loops(kernel, options.get("parallel"))
     if wanted:
-        parallel.parallelise(fn, w.ns, wanted)
+        fn, w = reverse.build_adjoint(kernel, facts, slot_names, plan.returns_value,
+                                      slots=options.get("checkpoints"))
+        if parallel.parallelise(fn, w.ns, wanted):
+            vector_sums(fn, w)      # (loops made parallel keep their += reductions)
+            return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
+    nest, _why = gather_form(kernel, facts, options)
+    if nest is not None:
+        fn, w = cpu_gather.build_gather_adjoint(kernel, facts, slot_names,
+                                                plan.returns_value, nest)
+    elif not wanted:
+        fn, w = reverse.build_adjoint(kernel, facts, slot_names, plan.returns_value,
+                                      slots=options.get("checkpoints"))
     vector_sums(fn, w)      # scalar sums in loops: LLVM may vectorise them
     return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
 
@@ -107,5 +138,6 @@ CPU = Target(
     kernel_class="kadj.kernel:DifferentiatedKernel",
     typeof=_typeof, jit_options=jit_options, type_kernel=_type_kernel,
     structurize=structurize.structurize, prepare=_prepare, write=_write, compile=_compile,
-    load=_load, options={"checkpoints": None, "parallel": None}, check_option=_check_option,
+    load=_load, options={"checkpoints": None, "parallel": None, "gather": True},
+    check_option=_check_option,
     returns_values=True, tape="growable", accumulation="plain", policy=_policy)

@@ -1,0 +1,214 @@
+"""The gather form of CPU stencil adjoints (kadj.gather_plan, kadj.cpu_gather).
+
+Every gradient is checked against float64 central finite differences of the kernel
+(tests/fdcheck.py), at several sizes down to the smallest (a 1-wide interior, an empty
+loop), on non-square grids; the gather and scatter (``gather=False``) forms are
+compared with each other; kernels that do not qualify keep the scatter form, for the
+reason the plan gives.
+"""
+import numpy as np
+import pytest
+from numba import njit, prange
+
+import kadj
+from kadj.demo.kernels_cpu import diffuse
+from kadj.targets.cpu import gather_form
+
+from fdcheck import fd_check
+
+
+@njit
+def heat1d(u, u_new, alpha):
+    for i in range(1, u.shape[0] - 1):
+        u_new[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+
+
+@njit
+def nine_point(u, v, c):
+    n, m = u.shape
+    for i in range(1, n - 1):
+        for j in range(1, m - 1):
+            s = (u[i - 1, j - 1] + u[i - 1, j + 1] + u[i + 1, j - 1] + u[i + 1, j + 1])
+            e = u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1]
+            v[i, j] = c * (0.25 * s + 0.5 * e - 3.0 * u[i, j]) + u[i, j] * u[i, j + 1]
+
+
+@njit
+def wide(x, y, a):
+    n = x.shape[0]
+    for i in range(2, n - 3):
+        y[i] = a * x[i - 2] * x[i + 3] - np.sin(x[i + 1]) + x[i] * x[i]
+
+
+@njit
+def own_and_scalar(x, w, coef, y, s):
+    """Reads a scalar (s), an array at the iteration's own index only (w) and an array
+    at a fixed index (coef[1]: summed outside the gathered arrays)."""
+    for i in range(1, x.shape[0] - 1):
+        y[i] = s * w[i] * (x[i + 1] - x[i - 1]) + coef[1] * w[i] * x[i] + np.exp(s * x[i])
+
+
+@njit
+def prelude_scalar(x, y, a):
+    """A value computed from a scalar before the loop, used by every iteration."""
+    c = a * a + 1.0
+    for i in range(1, x.shape[0] - 1):
+        y[i] = c * (x[i + 1] - x[i - 1]) + a * x[i]
+
+
+@njit
+def transposed(u, v, a):
+    """The inner loop runs over the array's first dimension."""
+    n, m = u.shape
+    for j in range(1, m - 1):
+        for i in range(0, n - 1):
+            v[i, j] = a * (u[i + 1, j] - u[i, j]) * u[i, j - 1] + u[i, j + 1]
+
+
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+CASES = [
+    ("heat1d", heat1d, lambda r, n: [r.standard_normal(n), r.standard_normal(n), 0.3],
+     [3, 4, 9]),
+    ("diffuse", diffuse,
+     lambda r, s: [r.standard_normal(s), r.standard_normal(s), r.random(s) + 0.5, 0.2],
+     [(3, 3), (3, 5), (6, 4)]),
+    ("nine_point", nine_point,
+     lambda r, s: [r.standard_normal(s), r.standard_normal(s), 0.7],
+     [(3, 3), (4, 6)]),
+    ("wide", wide, lambda r, n: [r.standard_normal(n), r.standard_normal(n), 1.3],
+     [5, 6, 9]),
+    ("own_and_scalar", own_and_scalar,
+     lambda r, n: [r.standard_normal(n), r.standard_normal(n), r.standard_normal(3),
+                   r.standard_normal(n), 0.4], [3, 7]),
+    ("prelude_scalar", prelude_scalar,
+     lambda r, n: [r.standard_normal(n), r.standard_normal(n), 0.8], [3, 6]),
+    ("transposed", transposed,
+     lambda r, s: [r.standard_normal(s), r.standard_normal(s), 0.9], [(3, 3), (5, 4)]),
+]
+
+
+def _kernel(fn, **options):
+    return fn if isinstance(fn, kadj.DifferentiatedKernel) else \
+        kadj.differentiate(fn, **options)
+
+
+@pytest.mark.parametrize("name,fn,make,sizes", CASES, ids=[c[0] for c in CASES])
+def test_gradient_matches_finite_differences(name, fn, make, sizes):
+    k = _kernel(fn)
+    for t, size in enumerate(sizes):
+        args = make(_rng(t), size)
+        assert "gather form" in k.adjoint_source(*args), name
+        fd_check(k, args, seed=t)
+
+
+def _adjoint(k, args, seed):
+    """The adjoint buffers after one call with random incoming cotangents."""
+    r = _rng(seed)
+    plan = k.adjoint_plan(*args)
+    bufs = [r.standard_normal(args[i].shape) if isinstance(args[i], np.ndarray)
+            else np.zeros(1) for i in plan.adjoint_args]
+    k.adjoint(*args, *bufs)
+    return bufs
+
+
+@pytest.mark.parametrize("name,fn,make,sizes", CASES, ids=[c[0] for c in CASES])
+def test_gather_and_scatter_agree(name, fn, make, sizes):
+    py = fn.dispatcher if isinstance(fn, kadj.DifferentiatedKernel) else fn
+    gather = _kernel(fn)
+    scatter = kadj.differentiate(py, wrt=gather.wrt, gather=False)
+    args = make(_rng(5), sizes[-1])
+    assert "gather form" not in scatter.adjoint_source(*args)
+    for g, s in zip(_adjoint(gather, args, 1), _adjoint(scatter, args, 1)):
+        np.testing.assert_allclose(g, s, rtol=1e-12, atol=1e-12)
+
+
+@njit
+def in_place(u, a):
+    for i in range(1, u.shape[0]):
+        u[i] = u[i] + a * u[i - 1]
+
+
+@njit
+def wraps(x, y):
+    for i in range(x.shape[0]):
+        y[i] = x[i - 1] * x[i]
+
+
+@njit
+def conditional(x, y):
+    for i in range(1, x.shape[0] - 1):
+        if x[i] > 0.0:
+            y[i] = x[i - 1] * x[i + 1]
+
+
+@njit(parallel=True)
+def parallel_stencil(x, y):
+    for i in prange(1, x.shape[0] - 1):
+        y[i] = x[i - 1] * x[i + 1]
+
+
+@pytest.mark.parametrize("fn,args,why", [
+    (in_place, lambda r: [r.standard_normal(6), 0.5], "both read and written"),
+    (wraps, lambda r: [r.standard_normal(6), r.standard_normal(6)], "below index 0"),
+    (conditional, lambda r: [r.standard_normal(6), r.standard_normal(6)],
+     "written under a condition"),
+], ids=["in_place", "wraps", "conditional"])
+def test_kernels_that_do_not_qualify_keep_the_scatter_form(fn, args, why):
+    k = kadj.differentiate(fn)
+    a = args(_rng(0))
+    out = k.stages(*a, until="facts")
+    nest, reason = gather_form(out["prepared"].kernel, out["facts"], k.options)
+    assert nest is None and why in reason, reason
+    assert "gather form" not in k.adjoint_source(*a)
+    fd_check(k, a)
+
+
+def test_a_prange_stencil_that_cannot_run_in_parallel_takes_the_gather_form():
+    """Its scatter form would race (adj_x[i - 1] += ...), so it stays serial: the
+    gather form, serial too, is used instead."""
+    k = kadj.differentiate(parallel_stencil)
+    args = [_rng(2).standard_normal(7), np.zeros(7)]
+    src = k.adjoint_source(*args)
+    assert "gather form" in src and "numba.prange" not in src
+    fd_check(k, args)
+
+
+def test_gather_option_is_checked():
+    with pytest.raises(ValueError, match="gather must be True or False"):
+        kadj.differentiate(heat1d, gather="yes").adjoint_source(
+            np.zeros(4), np.zeros(4), 0.1)
+
+
+def _bench_script():
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "bench_cpu.py"
+    spec = importlib.util.spec_from_file_location("bench_cpu_script", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_expert_gather_adjoints_of_the_benchmark_agree_with_the_hand_written_ones():
+    """scripts/bench_cpu.py's expert adjoints (gather form) against perf/cases_cpu.py's
+    hand-written ones (checked against finite differences in test_perf_cases.py), down
+    to the smallest grids, where the edges overlap."""
+    from perf.cases_cpu import get_case
+    bench = _bench_script()
+    r = _rng(3)
+    for name, shapes in (("heat1d", [(3,), (4,), (5,), (8,)]),
+                         ("heat2d", [(3, 3), (3, 6), (5, 4), (7, 7)])):
+        hand = get_case(name).hand_adjoint
+        for shape in shapes:
+            args = (r.standard_normal(shape), r.standard_normal(shape), 0.3)
+            seeds = (r.standard_normal(shape), r.standard_normal(shape),
+                     r.standard_normal(1))
+            want = [s.copy() for s in seeds]
+            hand(*args, *want)
+            got = [s.copy() for s in seeds]
+            bench.EXPERT[name](*args, *got)
+            for g, w in zip(got, want):
+                np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
