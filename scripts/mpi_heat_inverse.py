@@ -10,10 +10,13 @@ prints the progress.
 
     mpiexec -n 4 python scripts/mpi_heat_inverse.py [--size 256 --steps 200 --iters 20]
     mpiexec -n 2 python scripts/mpi_heat_inverse.py --measure
+    mpiexec -n 2 python scripts/mpi_heat_inverse.py --exchange
 
 ``--measure`` times, instead of the inversion, one forward (no tape) and one gradient
-(forward and backward on a tape), and the halo exchanges of each: seconds per forward
-exchange and per adjoint exchange (rank 0's; the slowest rank's wall time for the rest).
+(forward and backward on a tape), and the halo exchanges in the gradient: the median
+seconds per forward and per adjoint exchange, whole and without the time spent
+waiting for the neighbours (the slowest rank's medians and wall times).  ``--exchange``
+times one exchange and its adjoint alone, on the same warm array.
 """
 import argparse
 import time
@@ -127,13 +130,16 @@ def measure(p, say, repeat):
     p.gradient(u0)                               # compile and warm up
     results = {}
     for name, fn in (("forward", lambda: p.run(u0)), ("gradient", lambda: p.gradient(u0))):
-        halo.timings = {"forward": [0, 0.0], "adjoint": [0, 0.0]}
+        halo.timings = {"forward": [0, 0.0, 0.0], "adjoint": [0, 0.0, 0.0]}
+        halo.samples = {"forward": [], "adjoint": []}
         comm.Barrier()
         start = time.perf_counter()
         for _ in range(repeat):
             fn()
         wall = comm.allreduce(time.perf_counter() - start, op=MPI.MAX) / repeat
-        results[name] = (wall, {k: tuple(v) for k, v in halo.timings.items()})
+        results[name] = (wall, {k: tuple(v) for k, v in halo.timings.items()},
+                         halo.samples)
+    halo.samples = None
     p.exchange = lambda u: None                  # the same work without exchanges
     comm.Barrier()
     start = time.perf_counter()
@@ -142,14 +148,55 @@ def measure(p, say, repeat):
     alone = comm.allreduce(time.perf_counter() - start, op=MPI.MAX) / repeat
     p.exchange = halo.exchange
     fwd, grad = results["forward"][0], results["gradient"][0]
-    (nf, tf), (na, ta) = (results["gradient"][1][k] for k in ("forward", "adjoint"))
-    per_f, per_a = tf / max(nf, 1), ta / max(na, 1)
+    (nf, tf, _), (na, ta, _) = (results["gradient"][1][k] for k in ("forward", "adjoint"))
+    samples = results["gradient"][2]
+
+    def median(kind, own):
+        """The slowest rank's median seconds per exchange: all of it, or its own work
+        (the time not spent waiting for a neighbour's messages)."""
+        x = [t - w if own else t for t, w in samples[kind]]
+        return comm.allreduce(float(np.median(x)), op=MPI.MAX)
     say(f"ranks {comm.size} dims {p.dims}: forward {fwd * 1e3:.1f} ms, gradient "
         f"{grad * 1e3:.1f} ms ({grad / fwd:.2f}x the forward; without the exchanges "
-        f"{alone * 1e3:.1f} ms); exchanges: forward {per_f * 1e6:.0f} us, adjoint "
-        f"{per_a * 1e6:.0f} us each ({per_a / per_f:.2f}x); a gradient runs "
-        f"{nf // repeat} forward and {na // repeat} adjoint exchanges, "
-        f"{(tf + ta) / repeat / grad:.0%} of its time")
+        f"{alone * 1e3:.1f} ms); a gradient runs {nf // repeat} forward and "
+        f"{na // repeat} adjoint exchanges, {(tf + ta) / repeat / grad:.0%} of its time")
+    mf, ma, of, oa = (median(k, own) for own in (False, True)
+                      for k in ("forward", "adjoint"))
+    per_f, per_a = tf / max(nf, 1), ta / max(na, 1)
+    say(f"  exchanges in the gradient: forward {mf * 1e6:.0f} us, adjoint "
+        f"{ma * 1e6:.0f} us (medians, {ma / mf:.2f}x; means {per_f * 1e6:.0f} and "
+        f"{per_a * 1e6:.0f} us, {per_a / per_f:.2f}x); without the waits for the "
+        f"neighbours: forward {of * 1e6:.1f} us, adjoint {oa * 1e6:.1f} us "
+        f"({oa / of:.2f}x)")
+
+
+def measure_exchange(p, say, repeat, calls=500):
+    """One exchange and its adjoint alone, warm: ``calls`` exchanges of the same array
+    on a tape, then its backward (their adjoints), ``repeat`` times."""
+    comm, halo = p.comm, p.halo
+    u, g = p.true.copy(), p.true.copy()
+
+    def run():
+        with kadj.Tape() as tape:
+            for _ in range(calls):
+                halo.exchange(u)
+        tape.backward(seeds=[(u, g)])
+    run()                                        # warm up
+    halo.samples = {"forward": [], "adjoint": []}
+    for _ in range(repeat):
+        comm.Barrier()
+        run()
+    samples, halo.samples = halo.samples, None
+
+    def median(kind, own):
+        x = [t - w if own else t for t, w in samples[kind]]
+        return comm.allreduce(float(np.median(x)), op=MPI.MAX)
+    mf, ma, of, oa = (median(k, own) for own in (False, True)
+                      for k in ("forward", "adjoint"))
+    say(f"ranks {comm.size} dims {p.dims}, one exchange of a {p.halo.shape} array "
+        f"(medians of {repeat * calls}): forward {mf * 1e6:.1f} us, adjoint "
+        f"{ma * 1e6:.1f} us ({ma / mf:.2f}x); without the waits for the neighbours: "
+        f"{of * 1e6:.1f} us and {oa * 1e6:.1f} us ({oa / of:.2f}x)")
 
 
 def main():
@@ -159,6 +206,8 @@ def main():
     ap.add_argument("--snapshots", type=int, default=20)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--measure", action="store_true")
+    ap.add_argument("--exchange", action="store_true",
+                    help="time one exchange and its adjoint alone")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
@@ -171,7 +220,9 @@ def main():
     p = Problem(comm, args.size, args.steps, args.snapshots)
     say(f"{comm.size} ranks, process grid {p.dims}, local block {p.halo.shape} "
         f"(ghosts included), {args.steps} steps, {args.snapshots} snapshots")
-    if args.measure:
+    if args.exchange:
+        measure_exchange(p, say, args.repeat)
+    elif args.measure:
         measure(p, say, args.repeat)
     else:
         invert(p, args.iters, say)

@@ -315,8 +315,57 @@ def transpose_case():
         lhs = comm.allreduce(float(np.sum(ex * y)))
         rhs = comm.allreduce(float(np.sum(x * tape.grad(z))))
         assert abs(lhs - rhs) < 1e-12 * max(1.0, abs(lhs)), (lhs, rhs)
+        # a Fortran-ordered array (strided slabs on every axis, no fused loops): the
+        # same exchange and adjoint
+        f = np.asfortranarray(x)
+        with kadj.Tape() as tape_f:
+            halo.exchange(f)
+        tape_f.backward(seeds=[(f, np.asfortranarray(y))])
+        assert np.array_equal(f, ex)
+        assert np.array_equal(tape_f.grad(f), tape.grad(z))
     if rank == 0:
         print("ok transpose_3d", flush=True)
+
+
+def cuda_sim_slabs_case():
+    """Device exchanges (only the slabs staged through the host, or handed to MPI
+    directly with KADJ_MPI_CUDA_AWARE=1) of 2-D simulator arrays, split along axis 0
+    (strided slabs along axis 1), with an unsplit periodic axis: the forward equals the
+    NumPy exchange of the same data, the adjoint is its transpose over the ranks."""
+    if not SIM:
+        return
+    from kadj.mpi import device_slabs
+    rng = np.random.default_rng(200 + rank)
+    for width, periodic in [((1, 1), (True, True)), ((2, 1), (False, True))]:
+        shape = (split(9 + size, size)[rank] + 2 * width[0], 5 + 2 * width[1])
+        halo = kadj.mpi.Halo(comm, shape, width=width, dims=(size, 1),
+                             periodic=periodic)
+        x, y = rng.standard_normal(shape), rng.standard_normal(shape)
+        ex = x.copy()
+        halo.exchange(ex)                        # the NumPy exchange
+        for aware in ("0", "1"):
+            os.environ["KADJ_MPI_CUDA_AWARE"] = aware
+            assert device_slabs.cuda_aware() == (aware == "1")
+            z = cuda.to_device(x)
+            with kadj.Tape() as tape:
+                halo.exchange(z)
+            seed = cuda.to_device(y)
+            tape.backward(seeds=[(z, seed)])
+            assert np.array_equal(z.copy_to_host(), ex), (width, aware)
+            gz = tape.grad(z)
+            gz = gz.copy_to_host() if hasattr(gz, "copy_to_host") else np.asarray(gz)
+            lhs = comm.allreduce(float(np.sum(ex * y)))
+            rhs = comm.allreduce(float(np.sum(x * gz)))
+            assert abs(lhs - rhs) < 1e-12 * max(1.0, abs(lhs)), (width, aware, lhs, rhs)
+        del os.environ["KADJ_MPI_CUDA_AWARE"]
+    try:                # device arrays must be C-contiguous (3-D views per axis)
+        halo.exchange(cuda.to_device(np.asfortranarray(x)))
+    except kadj.DifferentiationError as e:
+        assert "not C-contiguous" in str(e), str(e)
+    else:
+        raise AssertionError("a Fortran-ordered device array was exchanged")
+    if rank == 0:
+        print("ok cuda_sim_slabs", flush=True)
 
 
 def reductions_case():
@@ -417,8 +466,8 @@ if __name__ == "__main__":
     for case in CASES:
         if not only or case["name"] in only:
             gradient_case(case)
-    for fn in (cuda_sim_case, transpose_case, reductions_case, config_case,
-               mismatch_case):
+    for fn in (cuda_sim_case, cuda_sim_slabs_case, transpose_case, reductions_case,
+               config_case, mismatch_case):
         if not only or fn.__name__ in only:
             fn()
     if rank == 0:

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
 
 CASES = ["pingpong_1d_walls", "pingpong_1d_periodic", "pingpong_2d_mixed",
          "checkpointed_2d", "checkpointed_1d_periodic", "online_1d_walls",
-         "cuda_sim_pingpong_1d",
+         "cuda_sim_pingpong_1d", "cuda_sim_slabs",
          "transpose_3d", "reductions", "config", "mismatch"]
 
 
@@ -38,22 +38,31 @@ def cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("mpi_cache")
 
 
-def _run(ranks, cache_dir, timeout):
+def _env(cache_dir, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
     env.update(NUMBA_CACHE_DIR=str(cache_dir / "numba"),
                KADJ_CACHE_DIR=str(cache_dir / "kadj"),
-               NUMBA_ENABLE_CUDASIM="1",
-               MPI_CASES_DUMP_AFTER=str(timeout - 20),
                PYTHONPATH=os.pathsep.join([str(ROOT)] + [
-                   p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+                   p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]),
+               **extra)
+    env.pop("KADJ_MPI_CUDA_AWARE", None)
+    return env
+
+
+def _mpirun(ranks, args, env, timeout, cwd=ROOT):
     try:
-        done = subprocess.run(
-            [_mpiexec(), "-n", str(ranks), sys.executable,
-             str(ROOT / "tests" / "mpi_cases.py")],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run([_mpiexec(), "-n", str(ranks), sys.executable] + args,
+                              cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=timeout)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"mpiexec -n {ranks} hung for {timeout} s:\n"
                     f"{e.stdout}\n{e.stderr}")
+
+
+def _run(ranks, cache_dir, timeout):
+    env = _env(cache_dir, NUMBA_ENABLE_CUDASIM="1",
+               MPI_CASES_DUMP_AFTER=str(timeout - 20))
+    done = _mpirun(ranks, [str(ROOT / "tests" / "mpi_cases.py")], env, timeout)
     out = done.stdout
     assert done.returncode == 0, f"mpiexec -n {ranks} failed:\n{out}\n{done.stderr}"
     for case in CASES:
@@ -67,3 +76,18 @@ def test_two_ranks(cache_dir):
 
 def test_four_ranks(cache_dir):
     _run(4, cache_dir, timeout=200)
+
+
+def test_demo_two_ranks(cache_dir, tmp_path):
+    """``python -m kadj demo --mpi`` on 2 ranks (a tiny problem): exit status 0, and
+    its gradient passes the demo's finite-difference check; rank 0 alone prints."""
+    png = tmp_path / "demo.png"
+    done = _mpirun(2, ["-m", "kadj", "demo", "--mpi", "--quick", "--size", "16",
+                       "--steps", "10", "--iters", "3", "--no-progress", "-o",
+                       str(png)], _env(cache_dir), timeout=200, cwd=tmp_path)
+    out = done.stdout
+    assert done.returncode == 0, f"{out}\n{done.stderr}"
+    assert "2 ranks, process grid (2, 1)" in out, out
+    check = out[out.index("finite-difference check"):]
+    assert "(ok, tolerance" in check.splitlines()[1], out
+    assert out.count("summary") == 1 and png.exists(), out

@@ -248,6 +248,7 @@ _CUDA_ALLOWED = {
     "device_ops.py": "the tape's small device kernels (add, hash)",
     "fingerprint.py": "device-side fingerprints of device arrays",
     "tape_streams.py": "the multi-stream backward (streams and events)",
+    "mpi/device_slabs.py": "halo exchanges of device arrays (slab kernels, buffers)",
 }
 
 

@@ -46,6 +46,10 @@ def add_arguments(p):
                         "(default 0.01)")
     p.add_argument("--seed", type=int, default=0, help="random seed (noise, FD direction)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--mpi", action="store_true",
+                   help="decompose the problem over the ranks of mpiexec -n P python "
+                        "-m kadj demo --mpi (kadj.mpi; CPU kernels; rank 0 prints and "
+                        "writes the PNG)")
 
 
 def resolve(opts):
@@ -58,5 +62,8 @@ def resolve(opts):
 
 
 def run(opts):
+    if opts.mpi:
+        from .mpi import run as run_mpi
+        return run_mpi(resolve(opts))
     from .solve import main
     return main(resolve(opts))

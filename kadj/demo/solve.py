@@ -59,7 +59,9 @@ class Objective:
         return f, g
 
 
-def main(opts):
+def main(opts, make=None):
+    """The demo; ``make(device, problem, snapshots)``: the model (default
+    :func:`kadj.demo.models.make_model`)."""
     names = deps.missing()
     if names:
         print(deps.message(names), file=sys.stderr)
@@ -78,7 +80,7 @@ def main(opts):
     except ValueError as exc:
         print(f"kadj demo: {exc}", file=sys.stderr)
         return 2
-    model = make_model(device, problem, opts.snapshots)
+    model = (make or make_model)(device, problem, opts.snapshots)
     n, steps = problem.n, problem.steps
     print(f"kadj demo: recover the diffusivity kappa(x, y) of u_t = div(kappa grad u) on "
           f"{n}x{n} cells")

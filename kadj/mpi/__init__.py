@@ -16,7 +16,10 @@ reductions recorded on a :class:`kadj.Tape` with their adjoints.
     tape.backward(loss)                         # on every rank
     g = tape.grad(u)                            # this rank's part of the gradient
 
-Modules: :mod:`kadj.mpi.halo` (exchanges), :mod:`kadj.mpi.reduce` (allreduce, gather),
+Modules: :mod:`kadj.mpi.halo` (exchanges), :mod:`kadj.mpi.host_slabs` (their fused
+loops over strided slabs), :mod:`kadj.mpi.device_slabs` (exchanges of device arrays:
+slab kernels, host staging or CUDA-aware MPI), :mod:`kadj.mpi.reduce` (allreduce,
+gather),
 :mod:`kadj.mpi.steps` (communicating tape steps), :mod:`kadj.mpi.replay_check` (every
 rank replays the same communication, or every rank raises).  Needs mpi4py
 (``pip install "kadj[mpi]"``).

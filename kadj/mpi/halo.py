@@ -10,11 +10,21 @@ condition.  A periodic axis that is not split wraps the rank's own interior arou
 
 The adjoint is the transpose, axis by axis in reverse order: each ghost layer's
 cotangent is sent back to the rank that filled it and added into the interior slab it
-came from, then the ghost cotangent is zeroed.  Device arrays are staged through the
-host (the whole array per exchange; CUDA-aware transfers are not used).
+came from, then the ghost cotangent is zeroed.
+
+Cost: the index of every slab is computed once per Halo, the views of an array once
+per array (kept for the last four arrays); slabs that are contiguous (along axis 0 of
+a C-contiguous array) are sent from and received into the array itself, others go
+through one preallocated buffer per neighbour.  A periodic axis that is not split
+copies within the array, without messages, and the adjoint's passes over strided
+slabs are fused (:mod:`kadj.mpi.host_slabs`): one pass per ghost layer, as in the
+forward.  Waits yield the core between tests instead of spinning (ranks sharing
+cores).  Device arrays: :mod:`kadj.mpi.device_slabs`.
 """
 from __future__ import annotations
 
+import math
+import os
 import time
 
 import numpy as np
@@ -22,7 +32,7 @@ from mpi4py import MPI
 
 from .. import arrays
 from ..errors import DifferentiationError
-from . import replay_check, steps
+from . import host_slabs, replay_check, steps
 
 __all__ = ["Halo"]
 
@@ -42,10 +52,14 @@ class Halo:
     axis the low and high neighbour's rank, ``MPI.PROC_NULL`` at a wall),
     ``interior`` (the index of this rank's interior in its local array),
     ``global_shape`` (the global field, ghost layers excluded), ``global_slices``
-    (this rank's interior in it), ``timings`` (``{"forward": [count, seconds],
-    "adjoint": [count, seconds]}`` of the exchanges run so far; recomputed steps of a
-    checkpointed loop count as forward exchanges).  A Halo keeps views of the last four
-    NumPy arrays it exchanged (so those stay alive) and one set of message buffers.
+    (this rank's interior in it), ``timings`` (``{"forward": [count, seconds,
+    waiting], "adjoint": [...]}`` of the exchanges run so far, ``waiting`` the part of
+    ``seconds`` spent waiting for the neighbours' messages, which includes any lag of
+    a neighbour behind this rank; recomputed steps of a checkpointed loop count as
+    forward exchanges), ``samples`` (None, or set it to ``{"forward": [], "adjoint":
+    []}`` to collect ``(seconds, waiting)`` of each exchange).  A Halo keeps views of
+    the last four NumPy arrays it exchanged (so those stay alive) and one set of
+    message buffers per axis and dtype.
     """
 
     def __init__(self, comm, shape, width=1, dims=None, periodic=False):
@@ -68,10 +82,16 @@ class Halo:
         self._null = MPI.PROC_NULL
         self._buffers = {}       # (axis, dtype) -> message buffers
         self._views = {}         # id(array) -> (array, its plan), the last few
-        #: exchanges run so far: {"forward": [count, seconds], "adjoint": [...]}
-        #: (recomputations of checkpointed steps count as forward exchanges)
-        self.timings = {"forward": [0, 0.0], "adjoint": [0, 0.0]}
+        #: exchanges run so far: {"forward": [count, seconds, waiting], "adjoint":
+        #: [...]} (recomputations of checkpointed steps count as forward exchanges)
+        self.timings = {"forward": [0, 0.0, 0.0], "adjoint": [0, 0.0, 0.0]}
+        #: None, or {"forward": [], "adjoint": []}: then every exchange's seconds are
+        #: appended (for medians, robust to a busy machine)
+        self.samples = None
+        self._waited = 0.0       # seconds the exchange running now waited for messages
         self._geometry(self.comm.allgather((self.coords, shape)))
+        self._axes = self._make_axes()
+        self._device_slabs = None
 
     def _geometry(self, everyone):
         """Check the decomposition (each axis' size a function of that axis' coordinate,
@@ -109,32 +129,49 @@ class Halo:
         On an active :class:`kadj.Tape` (or in a :func:`kadj.checkpointed_loop` step)
         the exchange is recorded with its adjoint, the reversed exchange with
         accumulation; without a tape it just communicates.  ``u``: a NumPy array, or a
-        device array (staged through the host) of the Halo's shape."""
+        C-contiguous device array (only the slabs sent and received travel through the
+        host, or none with a CUDA-aware MPI) of the Halo's shape."""
         self._check(u)
+        host = arrays.kind(u) == "host"
+        fwd, adj = (self._forward, self._adjoint) if host else \
+            (self._device().forward, self._device().adjoint)
 
         def forward():
             start = time.perf_counter()
-            h = steps.staged(u)
-            self._forward(h, h is u)
-            steps.store(u, h)
+            fwd(u)
             self._count("forward", start)
 
         def adjoint(adj_u):
             if adj_u is None:
                 return
             start = time.perf_counter()
-            h = steps.staged(adj_u)
-            self._adjoint(h, h is adj_u)
-            steps.store(adj_u, h)
+            adj(adj_u)
             self._count("adjoint", start)
 
         steps.run(self.index, "exchange", forward, adjoint, (u,), (u,),
                   "halo_exchange")
 
     def _count(self, which, start):
+        elapsed = time.perf_counter() - start
         t = self.timings[which]
         t[0] += 1
-        t[1] += time.perf_counter() - start
+        t[1] += elapsed
+        if len(t) > 2:
+            t[2] += self._waited
+        if self.samples is not None:
+            self.samples[which].append((elapsed, self._waited))
+        self._waited = 0.0
+
+    def _wait(self, requests):
+        start = time.perf_counter()
+        _waitall(requests)
+        self._waited += time.perf_counter() - start
+
+    def _device(self):
+        if self._device_slabs is None:
+            from .device_slabs import DeviceSlabs
+            self._device_slabs = DeviceSlabs(self)
+        return self._device_slabs
 
     def _check(self, u):
         if not arrays.is_array(u):
@@ -145,86 +182,140 @@ class Halo:
                 f"halo.exchange got an array of shape {tuple(u.shape)}; this Halo was "
                 f"made for local arrays of shape {self.shape} (ghost layers included).")
 
-    def _plan(self, a, cache=True):
-        """Per exchanged axis: ``(d, views, buffers)``, ``views`` the low and high
-        ghost layers and interior slabs sent of array ``a`` (kept for the last few
-        arrays: a tape's buffers come back at every step), ``buffers`` four message
-        buffers of ``a``'s dtype (reused: one exchange at a time)."""
-        hit = self._views.get(id(a))
-        if hit is not None and hit[0] is a:
-            return hit[1]
-        plan = []
+    def _make_axes(self):
+        """Per exchanged axis, computed once: ``(d, lo, hi, wrap, index)``, ``wrap``
+        when the axis is periodic and not split (both neighbours are this rank: plain
+        copies, no messages), ``index`` the low and high ghost layers and the low and
+        high interior slabs sent, as index tuples."""
+        axes = []
+        me = self.comm.rank
         for d in range(self.ndim):
             w, n = self.width[d], self.shape[d]
             if w == 0:
                 continue
+            lo, hi = self.neighbors[d]
+            if lo == self._null and hi == self._null:
+                continue
 
-            def slab(start, stop):
-                index = [slice(None)] * self.ndim
-                index[d] = slice(start, stop)
-                return a[tuple(index)]
-            key = (d, np.dtype(a.dtype).str)
+            def index(start, stop):
+                i = [slice(None)] * self.ndim
+                i[d] = slice(start, stop)
+                return tuple(i)
+            axes.append((d, lo, hi, lo == me and hi == me,
+                         (index(0, w), index(n - w, n), index(w, 2 * w),
+                          index(n - 2 * w, n - w))))
+        return tuple(axes)
+
+    def _plan(self, a):
+        """Per exchanged axis: ``(d, lo, hi, wrap, views, direct, buffers, fused)``:
+        ``views`` the ghost layers and slabs of NumPy array ``a`` (kept for the last few
+        arrays: a tape's buffers come back at every step), ``direct`` when all four are
+        contiguous (axis 0 of a C-contiguous array: sent from and received into the
+        array itself), ``buffers`` the message buffers of ``a``'s dtype (out low, out
+        high, in low, in high; reused: one exchange at a time)."""
+        hit = self._views.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        plan = []
+        c_order = a.flags.c_contiguous
+        for d, lo, hi, wrap, index in self._axes:
+            views = tuple(a[i] for i in index)
+            direct = all(v.flags.c_contiguous for v in views)
+            key = (d, a.dtype.str)
             if key not in self._buffers:
                 shape = list(self.shape)
-                shape[d] = w
+                shape[d] = self.width[d]
                 self._buffers[key] = tuple(np.empty(shape, a.dtype) for _ in range(4))
-            plan.append((d, (slab(0, w), slab(n - w, n), slab(w, 2 * w),
-                             slab(n - 2 * w, n - w)), self._buffers[key]))
-        if cache:
-            if len(self._views) >= 4:
-                self._views.pop(next(iter(self._views)))
-            self._views[id(a)] = (a, plan)
+            fused = None     # the 3-D views for the fused loops (C-contiguous arrays)
+            if c_order and (wrap or not direct):
+                a3 = a.reshape(_three_d(self.shape, d))
+                fused = (a3, tuple(a3[:, i[d], :] for i in index[:2]),
+                         tuple(b.reshape(_three_d(b.shape, d)) for b in
+                               self._buffers[key][:2]))
+            plan.append((d, lo, hi, wrap, views, direct, self._buffers[key], fused))
+        plan = tuple(plan)
+        if len(self._views) >= 4:
+            self._views.pop(next(iter(self._views)))
+        self._views[id(a)] = (a, plan)
         return plan
 
-    def _forward(self, h, cache=True):
+    def _forward(self, h):
         """Along each axis: my low interior slab goes down (into the low neighbour's
         high ghosts), my high one up; the neighbours' arrive in my ghost layers."""
-        comm, null = self.comm, self._null
-        for d, views, buffers in self._plan(h, cache):
+        comm, null, copyto = self.comm, self._null, np.copyto
+        for d, lo, hi, wrap, views, direct, buffers, fused in self._plan(h):
             ghost_lo, ghost_hi, slab_lo, slab_hi = views
+            if wrap and fused is not None:
+                host_slabs.wrap_forward(fused[0], self.width[d])
+                continue
+            if wrap:
+                copyto(ghost_lo, slab_hi)
+                copyto(ghost_hi, slab_lo)
+                continue
             out_lo, out_hi, in_lo, in_hi = buffers
-            lo, hi = self.neighbors[d]
             down, up = 4 * d, 4 * d + 1
             requests = []
             if lo != null:
-                requests.append(comm.Irecv(in_lo, source=lo, tag=up))
-                np.copyto(out_lo, slab_lo)
-                requests.append(comm.Isend(out_lo, dest=lo, tag=down))
+                requests.append(comm.Irecv(ghost_lo if direct else in_lo, lo, up))
+                if not direct:
+                    copyto(out_lo, slab_lo)
+                requests.append(comm.Isend(slab_lo if direct else out_lo, lo, down))
             if hi != null:
-                requests.append(comm.Irecv(in_hi, source=hi, tag=down))
-                np.copyto(out_hi, slab_hi)
-                requests.append(comm.Isend(out_hi, dest=hi, tag=up))
-            MPI.Request.Waitall(requests)
-            if lo != null:
-                np.copyto(ghost_lo, in_lo)
-            if hi != null:
-                np.copyto(ghost_hi, in_hi)
+                requests.append(comm.Irecv(ghost_hi if direct else in_hi, hi, down))
+                if not direct:
+                    copyto(out_hi, slab_hi)
+                requests.append(comm.Isend(slab_hi if direct else out_hi, hi, up))
+            self._wait(requests)
+            if not direct:
+                if lo != null:
+                    copyto(ghost_lo, in_lo)
+                if hi != null:
+                    copyto(ghost_hi, in_hi)
 
-    def _adjoint(self, g, cache=True):
+    def _adjoint(self, g):
         """The transpose, axes in reverse order: each ghost layer's cotangent goes back
-        to the rank it came from and is added into the slab it was copied from."""
-        comm, null = self.comm, self._null
-        for d, views, buffers in reversed(self._plan(g, cache)):
+        to the rank it came from and is added into the slab it was copied from; the
+        ghost layer's cotangent is then zero."""
+        comm, null, add, copyto = self.comm, self._null, np.add, np.copyto
+        for d, lo, hi, wrap, views, direct, buffers, fused in reversed(self._plan(g)):
             ghost_lo, ghost_hi, slab_lo, slab_hi = views
+            if wrap and fused is not None:
+                host_slabs.wrap_adjoint(fused[0], self.width[d])
+                continue
+            if wrap:
+                add(slab_hi, ghost_lo, out=slab_hi)
+                add(slab_lo, ghost_hi, out=slab_lo)
+                ghost_lo.fill(0)
+                ghost_hi.fill(0)
+                continue
             out_lo, out_hi, in_lo, in_hi = buffers
-            lo, hi = self.neighbors[d]
             down, up = 4 * d + 2, 4 * d + 3     # the directions the cotangents travel
             requests = []
             if lo != null:      # my low ghosts came up from lo: send them back down
-                requests.append(comm.Irecv(in_lo, source=lo, tag=up))
-                np.copyto(out_lo, ghost_lo)
-                requests.append(comm.Isend(out_lo, dest=lo, tag=down))
+                requests.append(comm.Irecv(in_lo, lo, up))
+                if fused is not None:
+                    host_slabs.pack_zero(fused[1][0], fused[2][0])
+                elif not direct:
+                    copyto(out_lo, ghost_lo)
+                    ghost_lo.fill(0)
+                requests.append(comm.Isend(ghost_lo if direct else out_lo, lo, down))
             if hi != null:
-                requests.append(comm.Irecv(in_hi, source=hi, tag=down))
-                np.copyto(out_hi, ghost_hi)
-                requests.append(comm.Isend(out_hi, dest=hi, tag=up))
-            MPI.Request.Waitall(requests)
+                requests.append(comm.Irecv(in_hi, hi, down))
+                if fused is not None:
+                    host_slabs.pack_zero(fused[1][1], fused[2][1])
+                elif not direct:
+                    copyto(out_hi, ghost_hi)
+                    ghost_hi.fill(0)
+                requests.append(comm.Isend(ghost_hi if direct else out_hi, hi, up))
+            self._wait(requests)
             if lo != null:
-                ghost_lo.fill(0)
-                np.add(slab_lo, in_lo, out=slab_lo)
+                if direct:
+                    ghost_lo.fill(0)
+                add(slab_lo, in_lo, out=slab_lo)
             if hi != null:
-                ghost_hi.fill(0)
-                np.add(slab_hi, in_hi, out=slab_hi)
+                if direct:
+                    ghost_hi.fill(0)
+                add(slab_hi, in_hi, out=slab_hi)
 
     # --------------------------------------------------------------- diagnostics
     def local_part(self, field):
@@ -249,6 +340,20 @@ class Halo:
         return (f"Halo(rank {self.comm.rank} at {self.coords} of dims {self.dims}, "
                 f"local shape {self.shape}, width {self.width}, periodic "
                 f"{self.periodic}, global shape {self.global_shape})")
+
+
+def _waitall(requests, testall=MPI.Request.Testall,
+             pause=getattr(os, "sched_yield", lambda: time.sleep(0))):
+    """Wait for ``requests``, yielding the core between tests: MPICH's own wait spins,
+    which starves the neighbour when ranks share cores (more ranks than cores, or GPU
+    runs whose host threads are few); on a core of its own, a yield returns at once."""
+    while not testall(requests):
+        pause()
+
+
+def _three_d(shape, d):
+    """``shape`` as ``(A, n, B)``: the axes before ``d``, ``d``, the axes after it."""
+    return (math.prod(shape[:d]), shape[d], math.prod(shape[d + 1:]))
 
 
 def _fill(value, ndim, pad, what, kind=int):
