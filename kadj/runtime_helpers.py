@@ -31,11 +31,12 @@ def _reserve(tape, need):
     """The tape itself when it holds ``need`` entries, else a larger copy of it."""
     if need <= tape.shape[0]:
         return tape
-    size = tape.shape[0]
+    size = max(tape.shape[0], 1)   # a tape allocated with 0 entries grows too
     while size < need:
         size *= 2
     bigger = np.empty(size, tape.dtype)
-    bigger[: tape.shape[0]] = tape
+    for i in range(tape.shape[0]):   # a loop compiles to less code than a slice copy
+        bigger[i] = tape[i]
     return bigger
 
 

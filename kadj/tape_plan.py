@@ -23,6 +23,7 @@ from . import adj_ir as A
 from . import ir
 from .errors import DifferentiationError
 from .lowering import GROWABLE_START
+from .tape_alloc import allocate_at_first_reserve, unit_step_trips
 
 _ARITH = {operator.add: "+", operator.sub: "-", operator.mul: "*"}
 
@@ -186,7 +187,8 @@ def plan_tape(nodes, growable, kernel_name=None):
     """Decide every reservation and capacity check of an adjoint IR whose frames are
     planned, and the size of each tape declared (:class:`adj_ir.TapeDecl`).  A bounded
     (statically sized) tape reserves nothing: its size is :func:`bounded_tape`'s, which
-    this returns ({kind: entries}; {} for a growable tape)."""
+    this returns ({kind: entries}; {} for a growable tape).  A growable tape's
+    reservations then get the cheaper forms of :mod:`kadj.tape_alloc`."""
     sizes = {} if growable else bounded_tape(nodes, kernel_name)
     for x in A.walk(nodes):
         if isinstance(x, A.Reserve):
@@ -197,10 +199,16 @@ def plan_tape(nodes, growable, kernel_name=None):
             else:
                 fr = x.frame
                 x.amounts = fr.amounts if not fr.absorbed and fr.hoist is None else {}
+            if growable:
+                x.amounts = {k: unit_step_trips(v) for k, v in x.amounts.items()}
         elif isinstance(x, A.CapacityCheck):
             x.needed = growable and check_needed(x.frame, x.seq)
         elif isinstance(x, A.TapeDecl):
             x.size = GROWABLE_START if growable else sizes.get(x.kind, 1)
+    if growable:
+        for fn in nodes:
+            if isinstance(fn, A.Function):
+                allocate_at_first_reserve(fn)
     return sizes
 
 

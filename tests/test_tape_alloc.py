@@ -1,0 +1,127 @@
+"""Cheaper host tape code (kadj/tape_alloc.py): unit-step trip counts written as
+arithmetic, and a tape allocated at its first reservation.  The arithmetic must equal
+``_trips`` for every start, stop and step of 1 or -1; the adjoints that allocate their
+tape at the first reservation must compute the same gradients as finite differences,
+among them at sizes where the allocation is 0 entries or more than the growable tape's
+starting size."""
+import itertools
+
+import numpy as np
+import pytest
+from numba import njit
+
+import kadj
+from kadj.lowering import GROWABLE_START
+from kadj.runtime_helpers import _reserve, _trips
+from kadj.tape_alloc import unit_step_trips
+
+
+@pytest.mark.parametrize("step", [1, -1])
+def test_unit_step_trips_equals_trips(step):
+    env = {"a": 0, "b": 0, "max": max}
+    for lo, hi in [("a", "b"), ("0", "b"), ("a", "-1"), ("(a - 2)", "b + 1"),
+                   ("a * 2", "(b)"), ("3", "-2")]:
+        text = unit_step_trips(f"2 * _trips({lo}, {hi}, {step}) + 1")
+        assert "_trips" not in text, text
+        for a, b in itertools.product(range(-4, 5), repeat=2):
+            env.update(a=a, b=b)
+            want = 2 * _trips.py_func(eval(lo, env), eval(hi, env), step) + 1
+            assert eval(text, env) == want, (text, a, b)
+
+
+def test_other_steps_and_names_are_kept():
+    assert unit_step_trips("_trips(0, n, 2)") == "_trips(0, n, 2)"
+    assert unit_step_trips("x_trips(0, n, 1)") == "x_trips(0, n, 1)"
+    assert unit_step_trips("_trips(0, _trips(0, n, 1), s)") == "_trips(0, max(0, n), s)"
+
+
+def test_reserve_grows_an_empty_tape():
+    t = _reserve(np.empty(0), 5)
+    assert t.shape[0] >= 5
+
+
+@njit
+def _horner(c, x, y):
+    for i in range(x.shape[0]):
+        acc = c[c.shape[0] - 1]
+        for k in range(c.shape[0] - 2, -1, -1):
+            acc = acc * x[i] + c[k]
+        y[i] = acc
+
+
+@njit
+def _two_loops(x, y):
+    m = x[0]
+    for i in range(1, x.shape[0]):
+        if x[i] > m:
+            m = x[i]
+    s = 0.0
+    for i in range(x.shape[0]):
+        y[i] = np.exp(x[i] - m)
+        s += y[i]
+    for i in range(x.shape[0]):
+        y[i] /= s
+
+
+def _fd_vjp(f, args, outs, wrt, w, eps=1e-6):
+    """Finite-difference gradient of sum(w * output) with respect to args[wrt]."""
+    g = np.zeros_like(args[wrt])
+    for j in range(g.size):
+        vals = []
+        for sgn in (1, -1):
+            a = [v.copy() for v in args]
+            a[wrt].flat[j] += sgn * eps
+            o = np.zeros_like(args[outs])
+            a[outs] = o
+            f(*a)
+            vals.append(np.sum(w * o))
+        g.flat[j] = (vals[0] - vals[1]) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("nc,nx", [(1, 3), (2, 4), (6, 5), (3, 700)])
+def test_horner_tape_allocated_at_first_reservation(nc, nx):
+    # nc = 1: the inner loop never runs (a tape of 0 entries); (3, 700): 1400 entries,
+    # more than the growable tape's starting size
+    k = kadj.differentiate(_horner)
+    rng = np.random.default_rng(nc * 1000 + nx)
+    c, x, y = rng.normal(size=nc), rng.uniform(-1, 1, nx), np.zeros(nx)
+    src = k.adjoint_source(c, x, y)
+    assert "_reserve" not in src and "_trips" not in src, src
+    assert "_tape_f64 = np.empty((" in src and f"np.empty({GROWABLE_START}" not in src
+    w = rng.normal(size=nx)
+    adj_c, adj_x = np.zeros(nc), np.zeros(nx)
+    k.adjoint(c.copy(), x.copy(), np.zeros(nx), adj_c, adj_x, w.copy())
+    if nx <= 5:
+        np.testing.assert_allclose(adj_c, _fd_vjp(_horner.py_func, [c, x, y], 2, 0, w),
+                                   rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(adj_x, _fd_vjp(_horner.py_func, [c, x, y], 2, 1, w),
+                                   rtol=1e-6, atol=1e-8)
+    else:   # analytic: d y_i / d c_k = x_i ** k
+        want = (w[:, None] * x[:, None] ** np.arange(nc)[None, :]).sum(axis=0)
+        np.testing.assert_allclose(adj_c, want, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 1500])
+def test_first_allocation_then_growth(n):
+    # the first reservations allocate the tapes (the i64 one with 0 entries when
+    # n = 1); later ones grow the f64 tape (past its starting size when n = 1500)
+    k = kadj.differentiate(_two_loops)
+    rng = np.random.default_rng(n)
+    x, y = rng.uniform(-1, 1, n), np.zeros(n)
+    src = k.adjoint_source(x, y)
+    assert "_tape_f64 = np.empty((" in src and "_tape_i64 = np.empty((" in src, src
+    assert "_tape_f64 = _reserve(" in src, src
+    w = rng.normal(size=n)
+    adj_x = np.zeros(n)
+    k.adjoint(x.copy(), np.zeros(n), adj_x, w.copy())
+    if n <= 7:
+        np.testing.assert_allclose(adj_x, _fd_vjp(_two_loops.py_func, [x, y], 1, 0, w),
+                                   rtol=1e-6, atol=1e-8)
+    else:   # a directional derivative against central differences
+        d = rng.normal(size=n)
+        hi, lo = np.zeros(n), np.zeros(n)
+        _two_loops.py_func(x + 1e-6 * d, hi)
+        _two_loops.py_func(x - 1e-6 * d, lo)
+        fd = np.sum(w * (hi - lo)) / 2e-6
+        assert abs(adj_x @ d - fd) <= 1e-6 * max(1.0, abs(fd))
