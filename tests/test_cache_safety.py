@@ -31,7 +31,7 @@ import pytest
 from numba import njit
 
 import kadj
-from kadj import codegen
+from kadj import pipeline
 
 KADJ_PKG = os.path.dirname(os.path.abspath(kadj.__file__))
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -56,7 +56,7 @@ def arg_types():
 
 def key():
     k = kadj.differentiate(cubic)
-    return codegen.cache_key(k.py_func, arg_types(), None, k._options(), "cpu")
+    return pipeline.cache_key(k.target, k.request(arg_types()))
 
 
 def fresh_gradient():

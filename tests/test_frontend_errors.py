@@ -125,6 +125,7 @@ def test_seventy_calls_to_one_helper_differentiate():
     fd_check(k, (_x(),), rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_five_hundred_calls_to_one_helper_are_all_inlined():
     kern = _straight_line_calls(500)
     tk = frontend.type_cpu_kernel(kern, (numba.typeof(_x()),))

@@ -168,7 +168,7 @@ def test_random_elementwise_expression(body, seed):
     fd_check(k, _data(seed), rtol=1e-5, atol=1e-7)
 
 
-@settings(max_examples=20, **SETTINGS)
+@settings(max_examples=12, **SETTINGS)
 @given(spec=kernel_source(), seed=st.integers(0, 2**16))
 def test_random_structured_kernel(spec, seed):
     lines, _returns = spec

@@ -108,7 +108,8 @@ def test_horner_reads_as_written_by_hand_and_is_exact():
     src = k.adjoint_source(x, c, np.zeros(3))
     body = [line.strip() for line in src.splitlines()]
     i = body.index("adj_c[k] += adj_p")
-    assert body[i + 1:i + 3] == ["_acc_x1 += adj_p * p", "adj_p = adj_p * x_i"]
+    assert body[i + 1:i + 3] == ["_acc_x1 = _sum_add(_acc_x1, adj_p * p)",
+                                 "adj_p = adj_p * x_i"]
     assert "adj_p = 0.0" not in body[i - 5:i]
     # the adjoint against the analytic derivatives of p(x) = sum c_k x^k
     adj_out = np.array([1.0, 2.0, -0.5])
