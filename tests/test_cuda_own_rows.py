@@ -99,8 +99,14 @@ def test_forward_mode_updates_the_row_in_place():
     assert re.search(r"\n +dot_p\[\w+, \w+\] = ", src), src
 
 
-@pytest.mark.parametrize("name", list(sim.FAMILY) + ["softmax_recomputed",
-                                                     "recurrence_scalar"])
+# the Thomas and softmax rows in the default run (the gallery's implicit_rows_thomas
+# compiles there too); the rest with -m slow
+_PTX_DEFAULT = {"thomas_in_place", "softmax_in_place"}
+
+
+@pytest.mark.parametrize("name", [
+    n if n in _PTX_DEFAULT else pytest.param(n, marks=pytest.mark.slow)
+    for n in list(sim.FAMILY) + ["softmax_recomputed", "recurrence_scalar"]])
 def test_adjoint_compiles_to_ptx(name):
     ok, why = nvvm_available()
     if not ok:
