@@ -29,7 +29,6 @@ Exits with status 1 when kadj's adjoint disagrees with the hand-written one or f
 from __future__ import annotations
 
 import argparse
-import gc
 import statistics
 import sys
 import time
@@ -131,25 +130,9 @@ CLOCK = time.perf_counter
 
 
 def time_calls(calls, repeat, stat=statistics.median):
-    """Median (or ``stat``) wall time of each ``call()`` in ``calls`` (name -> (call,
-    refill)) over ``repeat`` rounds.  The calls take turns within each round, so that
-    load from other processes affects them alike; ``refill()`` (or None) runs untimed
-    before each call."""
-    times = {name: [] for name in calls}
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(repeat):
-            for name, (call, refill) in calls.items():
-                if refill is not None:
-                    refill()
-                t0 = CLOCK()
-                call()
-                times[name].append(CLOCK() - t0)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return {name: stat(ts) for name, ts in times.items()}
+    """:func:`kadj.timing.interleaved_times` on wall time (``--clock``)."""
+    from kadj.timing import interleaved_times
+    return interleaved_times(calls, repeat, stat, CLOCK)
 
 
 def _load_kadj():

@@ -25,7 +25,6 @@ only: nothing here is asserted by the tests.
 from __future__ import annotations
 
 import argparse
-import gc
 import math
 import os
 import statistics
@@ -49,25 +48,9 @@ _clock = time.perf_counter
 
 
 def time_calls(calls, repeat, stat=statistics.median):
-    """``stat`` of the times of each ``call()`` in ``calls`` (name -> (call, refill))
-    over ``repeat`` rounds, on the clock chosen (``--clock``; the thread's CPU time
-    leaves out the time other processes hold the core).  The calls take turns within
-    each round; ``refill()`` (or None) runs untimed before each call."""
-    times = {name: [] for name in calls}
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(repeat):
-            for name, (call, refill) in calls.items():
-                if refill is not None:
-                    refill()
-                t0 = _clock()
-                call()
-                times[name].append(_clock() - t0)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return {name: stat(ts) for name, ts in times.items()}
+    """:func:`kadj.timing.interleaved_times` on the clock chosen (``--clock``)."""
+    from kadj.timing import interleaved_times
+    return interleaved_times(calls, repeat, stat, _clock)
 
 
 # ---- functions returning a float, for the HVP -------------------------------------------
