@@ -23,21 +23,12 @@ from mpi4py import MPI
 from numba import cuda
 
 from .. import arrays
+from ..device_ops import _gather3
 from ..errors import DifferentiationError
 
 __all__ = ["DeviceSlabs", "cuda_aware"]
 
 THREADS = 128
-
-
-@cuda.jit
-def _pack(src, out):
-    """out[k] = src[i, j, l], k the C-order index of (i, j, l)."""
-    k = cuda.grid(1)
-    n1, n2 = src.shape[1], src.shape[2]
-    if k < src.shape[0] * n1 * n2:
-        i, r = k // (n1 * n2), k % (n1 * n2)
-        out[k] = src[i, r // n2, r % n2]
 
 
 @cuda.jit
@@ -167,7 +158,7 @@ class DeviceSlabs:
     def _run(self, a, adjoint):
         null = MPI.PROC_NULL
         axes = self._axes(a)
-        send_kernel = _pack_zero if adjoint else _pack
+        send_kernel = _pack_zero if adjoint else _gather3   # out[k] = src[i, j, l], C order
         recv_kernel = _accumulate if adjoint else _unpack
         for d, lo, hi, wrap, views, dev, host in (reversed(axes) if adjoint else axes):
             ghost_lo, ghost_hi, slab_lo, slab_hi = views
