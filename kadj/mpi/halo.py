@@ -212,7 +212,10 @@ class Halo:
         arrays: a tape's buffers come back at every step), ``direct`` when all four are
         contiguous (axis 0 of a C-contiguous array: sent from and received into the
         array itself), ``buffers`` the message buffers of ``a``'s dtype (out low, out
-        high, in low, in high; reused: one exchange at a time)."""
+        high, in low, in high; reused: one exchange at a time), ``fused`` for a
+        C-contiguous array the same as 3-D ``(A, w, B)`` views for the loops of
+        :mod:`kadj.mpi.host_slabs`: the array, its ghost layers, the out buffers, its
+        slabs, the in buffers."""
         hit = self._views.get(id(a))
         if hit is not None and hit[0] is a:
             return hit[1]
@@ -227,11 +230,11 @@ class Halo:
                 shape[d] = self.width[d]
                 self._buffers[key] = tuple(np.empty(shape, a.dtype) for _ in range(4))
             fused = None     # the 3-D views for the fused loops (C-contiguous arrays)
-            if c_order and (wrap or not direct):
+            if c_order:
                 a3 = a.reshape(_three_d(self.shape, d))
-                fused = (a3, tuple(a3[:, i[d], :] for i in index[:2]),
-                         tuple(b.reshape(_three_d(b.shape, d)) for b in
-                               self._buffers[key][:2]))
+                b3 = tuple(b.reshape(_three_d(b.shape, d)) for b in self._buffers[key])
+                fused = (a3, tuple(a3[:, i[d], :] for i in index[:2]), b3[:2],
+                         tuple(a3[:, i[d], :] for i in index[2:]), b3[2:])
             plan.append((d, lo, hi, wrap, views, direct, self._buffers[key], fused))
         plan = tuple(plan)
         if len(self._views) >= 4:
@@ -277,6 +280,7 @@ class Halo:
         to the rank it came from and is added into the slab it was copied from; the
         ghost layer's cotangent is then zero."""
         comm, null, add, copyto = self.comm, self._null, np.add, np.copyto
+        add_zero = host_slabs.add_zero
         for d, lo, hi, wrap, views, direct, buffers, fused in reversed(self._plan(g)):
             ghost_lo, ghost_hi, slab_lo, slab_hi = views
             if wrap and fused is not None:
@@ -293,7 +297,7 @@ class Halo:
             requests = []
             if lo != null:      # my low ghosts came up from lo: send them back down
                 requests.append(comm.Irecv(in_lo, lo, up))
-                if fused is not None:
+                if fused is not None and not direct:
                     host_slabs.pack_zero(fused[1][0], fused[2][0])
                 elif not direct:
                     copyto(out_lo, ghost_lo)
@@ -301,13 +305,20 @@ class Halo:
                 requests.append(comm.Isend(ghost_lo if direct else out_lo, lo, down))
             if hi != null:
                 requests.append(comm.Irecv(in_hi, hi, down))
-                if fused is not None:
+                if fused is not None and not direct:
                     host_slabs.pack_zero(fused[1][1], fused[2][1])
                 elif not direct:
                     copyto(out_hi, ghost_hi)
                     ghost_hi.fill(0)
                 requests.append(comm.Isend(ghost_hi if direct else out_hi, hi, up))
             self._wait(requests)
+            if fused is not None:      # one pass each: add, and zero a ghost sent from
+                ghosts, slabs, ins = fused[1], fused[3], fused[4]
+                if lo != null:
+                    add_zero(slabs[0], ins[0], ghosts[0], direct)
+                if hi != null:
+                    add_zero(slabs[1], ins[1], ghosts[1], direct)
+                continue
             if lo != null:
                 if direct:
                     ghost_lo.fill(0)

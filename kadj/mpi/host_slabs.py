@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numba
 
-__all__ = ["pack_zero", "wrap_adjoint", "wrap_forward"]
+__all__ = ["add_zero", "pack_zero", "wrap_adjoint", "wrap_forward"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -43,3 +43,15 @@ def pack_zero(src, out):
             for k in range(src.shape[2]):
                 out[i, j, k] = src[i, j, k]
                 src[i, j, k] = 0
+
+
+@numba.njit(cache=True, nogil=True)
+def add_zero(slab, src, ghost, zero):
+    """``slab[...] += src``, and ``ghost[...] = 0`` in the same pass when ``zero``
+    (3-D arrays of one shape): the adjoint's work after its messages arrive."""
+    for i in range(slab.shape[0]):
+        for j in range(slab.shape[1]):
+            for k in range(slab.shape[2]):
+                slab[i, j, k] += src[i, j, k]
+                if zero:
+                    ghost[i, j, k] = 0
