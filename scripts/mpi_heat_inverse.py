@@ -15,8 +15,12 @@ prints the progress.
 ``--measure`` times, instead of the inversion, one forward (no tape) and one gradient
 (forward and backward on a tape), and the halo exchanges in the gradient: the median
 seconds per forward and per adjoint exchange, whole and without the time spent
-waiting for the neighbours (the slowest rank's medians and wall times).  ``--exchange``
-times one exchange and its adjoint alone, on the same warm array.
+waiting for the neighbours (the slowest rank's medians and wall times), against the
+exchanges of the forward run as well.  ``--exchange`` times one exchange and its
+adjoint alone, on the same warm array; with ``--cold``, each exchange and each adjoint
+comes after a pass over a buffer larger than the last-level cache (recorded as a custom
+step, so that it also runs between the adjoints), as inside a simulation, where the
+kernels between two exchanges evict the ghost layers and slabs from the caches.
 """
 import argparse
 import time
@@ -151,7 +155,7 @@ def measure(p, say, repeat):
     (nf, tf, _), (na, ta, _) = (results["gradient"][1][k] for k in ("forward", "adjoint"))
     samples = results["gradient"][2]
 
-    def median(kind, own):
+    def median(kind, own, samples=samples):
         """The slowest rank's median seconds per exchange: all of it, or its own work
         (the time not spent waiting for a neighbour's messages)."""
         x = [t - w if own else t for t, w in samples[kind]]
@@ -168,19 +172,39 @@ def measure(p, say, repeat):
         f"{per_a * 1e6:.0f} us, {per_a / per_f:.2f}x); without the waits for the "
         f"neighbours: forward {of * 1e6:.1f} us, adjoint {oa * 1e6:.1f} us "
         f"({oa / of:.2f}x)")
+    # the forward simulation's own exchanges (no tape), against the adjoint's
+    rf, rof = (median("forward", own, results["forward"][2]) for own in (False, True))
+    say(f"  against the forward run's exchanges: forward {rf * 1e6:.0f} us, adjoint "
+        f"{ma * 1e6:.0f} us ({ma / rf:.2f}x); without the waits: forward "
+        f"{rof * 1e6:.1f} us, adjoint {oa * 1e6:.1f} us ({oa / rof:.2f}x)")
 
 
-def measure_exchange(p, say, repeat, calls=500):
-    """One exchange and its adjoint alone, warm: ``calls`` exchanges of the same array
-    on a tape, then its backward (their adjoints), ``repeat`` times."""
+def measure_exchange(p, say, repeat, calls=500, cold=False):
+    """One exchange and its adjoint alone: ``calls`` exchanges of the same array on a
+    tape, then its backward (their adjoints), ``repeat`` times; warm, or ``cold``: a
+    pass over a 64 MB buffer before each exchange and each adjoint, the forward's
+    exchanges timed without a tape."""
     comm, halo = p.comm, p.halo
     u, g = p.true.copy(), p.true.copy()
+    big = np.zeros(8 << 20)
+
+    def evict(*adjoints):
+        big[::8] += 1.0                  # one load and store per 64-byte line
 
     def run():
+        if cold:    # the forward's exchanges as a simulation runs them: no tape (whose
+            for _ in range(calls):      # recording reads the array first)
+                evict()
+                halo.exchange(u)
+        timed = len(halo.samples["forward"]) if halo.samples else 0
         with kadj.Tape() as tape:
             for _ in range(calls):
+                if cold:
+                    kadj.custom_step(evict, evict, name="evict")
                 halo.exchange(u)
         tape.backward(seeds=[(u, g)])
+        if cold and halo.samples:
+            del halo.samples["forward"][timed:]
     run()                                        # warm up
     halo.samples = {"forward": [], "adjoint": []}
     for _ in range(repeat):
@@ -193,8 +217,8 @@ def measure_exchange(p, say, repeat, calls=500):
         return comm.allreduce(float(np.median(x)), op=MPI.MAX)
     mf, ma, of, oa = (median(k, own) for own in (False, True)
                       for k in ("forward", "adjoint"))
-    say(f"ranks {comm.size} dims {p.dims}, one exchange of a {p.halo.shape} array "
-        f"(medians of {repeat * calls}): forward {mf * 1e6:.1f} us, adjoint "
+    say(f"ranks {comm.size} dims {p.dims}, one exchange of a {p.halo.shape} array, "
+        f"{'cold' if cold else 'warm'} (medians of {repeat * calls}): forward {mf * 1e6:.1f} us, adjoint "
         f"{ma * 1e6:.1f} us ({ma / mf:.2f}x); without the waits for the neighbours: "
         f"{of * 1e6:.1f} us and {oa * 1e6:.1f} us ({oa / of:.2f}x)")
 
@@ -208,6 +232,9 @@ def main():
     ap.add_argument("--measure", action="store_true")
     ap.add_argument("--exchange", action="store_true",
                     help="time one exchange and its adjoint alone")
+    ap.add_argument("--cold", action="store_true",
+                    help="with --exchange: evict the caches before each exchange and "
+                         "each adjoint")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
@@ -221,7 +248,8 @@ def main():
     say(f"{comm.size} ranks, process grid {p.dims}, local block {p.halo.shape} "
         f"(ghosts included), {args.steps} steps, {args.snapshots} snapshots")
     if args.exchange:
-        measure_exchange(p, say, args.repeat)
+        measure_exchange(p, say, args.repeat, calls=100 if args.cold else 500,
+                         cold=args.cold)
     elif args.measure:
         measure(p, say, args.repeat)
     else:
