@@ -33,6 +33,8 @@ from . import tape as _tape
 from .tape_step import Reverser, Runner, StepReplay, next_roles
 from .tape_threads import restore_stack, swap_stack
 from .tape_report import nbytes
+from .tape_versions import _PLAIN
+from .kernel import DifferentiatedKernel
 from .errors import DifferentiationError
 from .plan import AdjointPlan
 
@@ -131,6 +133,7 @@ class _Loop:
         self.final_roles = tuple(range(self.k))
         self.runner = None            # the Runner of the latest steps run
         self.memo = arrays.KeyMemo()  # keys of the arrays the steps launch on
+        self.checked = {}             # launch key -> (kernel, plan, state), see checked_plan
         self.step_replay = None       # one-launch steps checked, during a backward
         self.replay_base = None       # key -> adjoint buffer, during a backward
         self.work_keys = None         # the working state's memory keys, then
@@ -143,6 +146,43 @@ class _Loop:
             returns_value=False)
 
     # -- what the steps touch
+    def checked_plan(self, kernel, args, runner, position, forward):
+        """The plan of a launch of a step, checked and noted (:meth:`note_launch`).
+        When recomputing (not ``forward``), a launch of a differentiated kernel with
+        the same state arrays, the same argument memory keys and the same scalar types
+        as one checked before in this sweep is not checked again: the check depends on
+        nothing else (:meth:`_launch_key`)."""
+        key = None if forward else self._launch_key(kernel, args, runner)
+        if key is not None:
+            hit = self.checked.get(key)
+            if hit is not None:
+                return hit[1]
+        plan = kernel.adjoint_plan(*args)
+        self.note_launch(kernel, args, plan, runner, position, forward)
+        if key is not None:
+            self.checked[key] = (kernel, plan, runner.state)   # the ids stay valid
+        return plan
+
+    def _launch_key(self, kernel, args, runner):
+        """What :meth:`note_launch`'s checks of a recomputed launch depend on: the
+        kernel, the state arrays (by identity), each array's memory key (elements,
+        layout, dtype) and each scalar's type (its value is not checked); None for a
+        kernel-like object other than a differentiated kernel (custom steps are new
+        objects at every step) or an argument of another kind."""
+        if not isinstance(kernel, DifferentiatedKernel):
+            return None
+        key = self.memo.key
+        parts = [id(kernel), id(runner.state)]
+        for a in args:
+            t = type(a)
+            if t in _PLAIN:
+                parts.append(t)
+            elif t is np.ndarray or arrays.is_array(a):
+                parts.append(key(a))
+            else:
+                return None
+        return tuple(parts)
+
     def note_launch(self, kernel, args, plan, runner, position, forward=True):
         """Check a launch of a step (``runner``: the :class:`kadj.tape_step.Runner` or
         ``Reverser`` it is made on, whose ``state`` are the state arrays) and, in
@@ -216,6 +256,7 @@ class _Loop:
         else:
             self._sweep(state, observe=True)
         self.memo.clear()
+        self.checked.clear()
         self.runner = None
 
     def _online(self, base):
@@ -238,6 +279,7 @@ class _Loop:
         self.final_roles = self.work_roles = roles
         self.work = tuple(arrays.copy(a) for a in base)
         self.memo.clear()
+        self.checked.clear()
         self.runner = None
 
     def _free(self, i):
@@ -348,6 +390,7 @@ class _Loop:
         for i in list(self.snaps):
             self._free(i)
         self.memo.clear()
+        self.checked.clear()
         self.runner = None
         self.step_replay = self.replay_base = self.work_keys = None
 

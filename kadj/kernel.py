@@ -188,7 +188,7 @@ class DifferentiatedKernel:
         """``comp.function(*call_args)``; a first call, which numba compiles (or loads
         from its cache), says so when it takes a while (:mod:`kadj.progress`)."""
         fn = comp.function
-        if getattr(fn, "signatures", True):
+        if getattr(fn, "overloads", True):      # compiled already (numba's own dict)
             return fn(*call_args)
         with progress.notice(f"compiling the adjoint of {progress.where(self.dispatcher)}"):
             return fn(*call_args)

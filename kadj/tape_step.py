@@ -80,9 +80,7 @@ class Runner:
 
     def record(self, kernel, args, config=None):
         args = tuple(args)
-        plan = kernel.adjoint_plan(*args)
-        self.loop.note_launch(kernel, args, plan, self, self.position,
-                              self.first_run)
+        plan = self.loop.checked_plan(kernel, args, self, self.position, self.first_run)
         self.position += 1
         if isinstance(kernel, DifferentiatedKernel):
             # its forward is compiled code, which launches nothing kadj could record
@@ -109,8 +107,7 @@ class Reverser:
 
     def record(self, kernel, args, config=None):
         args = tuple(args)
-        plan = kernel.adjoint_plan(*args)
-        self.loop.note_launch(kernel, args, plan, self, self.position, forward=False)
+        plan = self.loop.checked_plan(kernel, args, self, self.position, False)
         self.position += 1
         self.flush()
         if plan.returns_value:

@@ -367,3 +367,54 @@ def test_input_overlapping_the_state_is_refused():
     with kadj.Tape():
         with pytest.raises(DifferentiationError, match="overlaps in memory the state"):
             kadj.checkpointed_loop(step, (u0, v0), steps=3, snapshots=2)
+
+
+@pytest.mark.parametrize("change", ["reads", "writes"])
+def test_recomputation_that_differs_late_is_refused(change):
+    """The backward checks a recomputed launch once per distinct launch (kernel, state,
+    argument memory keys, scalar types): a later step that launches differently from
+    its first run (reads another array, or writes one that is not state) is still
+    caught, after earlier steps' identical launches were checked and passed."""
+    u0, v0 = X0.copy(), np.zeros(N)
+    other, scratch = H.copy(), np.zeros(N)
+    recomputing = {"on": False}
+
+    def step(i, u, v):
+        late = recomputing["on"] and i >= 4
+        if late and change == "reads":
+            heat(u, v, 0.1, other)           # F when the step first ran
+        elif late:
+            heat(u, scratch, 0.1, F)         # v when the step first ran
+        else:
+            heat(u, v, 0.1, F)
+        return v, u
+
+    with kadj.Tape() as tape:
+        u, v = kadj.checkpointed_loop(step, (u0, v0), steps=8, snapshots=3)
+        out = np.zeros(1)
+        sqloss(u, TARGET, out)
+    recomputing["on"] = True
+    words = ("when checkpointed_loop recomputed a step" if change == "reads"
+             else "which is not a state array it was given")
+    with pytest.raises(DifferentiationError, match=words):
+        tape.backward(out)
+
+
+def test_recomputed_scalar_of_another_type_is_checked_again():
+    """A recomputed launch whose scalar changes type (int, then float) is a new
+    launch for the checks; the gradient equals the store-everything tape's."""
+    def step(i, u, v):
+        heat(u, v, 0 if i % 3 == 0 else 0.1, F)
+        return v, u
+
+    grads = []
+    for checkpoint in (True, False):
+        u0, v0 = X0.copy(), np.zeros(N)
+        with kadj.Tape() as tape:
+            u, v = run(step, (u0, v0), 7, 2, checkpoint)
+            out = np.zeros(1)
+            sqloss(u, TARGET, out)
+        tape.backward(out)
+        grads.append(tape.grad(u0))
+    assert np.any(grads[1] != 0)
+    assert_same(grads[0], grads[1])
