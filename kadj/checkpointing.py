@@ -126,6 +126,7 @@ class _Loop:
         self.inputs = {}            # memory key (or scalar slot name) -> array / value
         self.buffers = None         # key -> the tape's adjoint buffer, during backward
         self.snaps = {}             # step -> (copies by array index, roles)
+        self.spare = None           # freed snapshots' NumPy arrays, during a backward
         self.work = None            # working copy of the state, by array index
         self.fresh = True           # snapshots still as the forward sweep left them
         self.executions = 0         # forward step executions (first sweep included)
@@ -287,6 +288,23 @@ class _Loop:
         if snap is not None:
             self.snapshot_bytes -= sum(nbytes(a) for a in snap[0])
             self._note()
+            if self.spare is not None:
+                self.spare.extend(a for a in snap[0] if type(a) is np.ndarray)
+
+    def _copy(self, a):
+        """A copy of state array ``a`` for a snapshot: into a NumPy array a freed
+        snapshot left (same shape, strides and dtype) during a backward, where the
+        binomial schedule stores and frees snapshots again and again, else a new one
+        (:func:`kadj.arrays.copy`).  The spare arrays never outnumber the snapshots
+        freed, so the memory held stays within the peak the loop reports."""
+        spare = self.spare
+        if spare and type(a) is np.ndarray:
+            for j, b in enumerate(spare):
+                if b.shape == a.shape and b.strides == a.strides and b.dtype == a.dtype:
+                    del spare[j]
+                    np.copyto(b, a)
+                    return b
+        return arrays.copy(a)
 
     def _note(self):
         self.peak_bytes = max(self.peak_bytes, self.snapshot_bytes)
@@ -326,7 +344,7 @@ class _Loop:
                     self.final_roles = self._run(act[1], base, roles, observe)
 
     def _store(self, i, base, roles):
-        self.snaps[i] = (tuple(arrays.copy(a) for a in base), roles)
+        self.snaps[i] = (tuple(self._copy(a) for a in base), roles)
         self.snapshot_bytes += sum(nbytes(a) for a in self.snaps[i][0])
         self.peak_snapshots = max(self.peak_snapshots, len(self.snaps) + 1)
         self._note()
@@ -353,6 +371,13 @@ class _Loop:
             raise DifferentiationError(
                 "The tape ran the adjoint of checkpointed_loop without that of its "
                 "inputs; replay the whole tape with tape.backward().")
+        self.spare = []
+        try:
+            self._backward(initial, adj, buffers)
+        finally:
+            self.spare = None
+
+    def _backward(self, initial, adj, buffers):
         if not self.fresh:     # a second backward: redo the forward sweep first
             for w, a in zip(self.work, initial):
                 arrays.copy_into(w, a)

@@ -418,3 +418,37 @@ def test_recomputed_scalar_of_another_type_is_checked_again():
         grads.append(tape.grad(u0))
     assert np.any(grads[1] != 0)
     assert_same(grads[0], grads[1])
+
+
+def test_backward_stores_snapshots_in_freed_ones(monkeypatch):
+    """The backward stores its snapshots into the arrays of freed ones (the binomial
+    schedule stores and frees again and again) rather than allocating new ones; the
+    gradient equals the store-everything tape's."""
+    from kadj import checkpointing, schedules
+    n, s = 40, 4
+    stores = sum(1 for a in schedules.binomial(n, s).backward if a[0] == schedules.STORE)
+    frees = sum(1 for a in schedules.binomial(n, s).backward if a[0] == schedules.FREE)
+    assert stores > 3 and frees > 3
+
+    def step(i, u, v):
+        heat(u, v, 0.1, F)
+        return v, u
+
+    grads = []
+    for checkpoint in (True, False):
+        u0, v0 = X0.copy(), np.zeros(N)
+        with kadj.Tape() as tape:
+            u, v = run(step, (u0, v0), n, s, checkpoint)
+            out = np.zeros(1)
+            sqloss(u, TARGET, out)
+        made = []
+        copy = checkpointing.arrays.copy
+        monkeypatch.setattr(checkpointing.arrays, "copy",
+                            lambda a: made.append(a.shape) or copy(a))
+        tape.backward(out)
+        monkeypatch.undo()
+        grads.append(tape.grad(u0))
+        if checkpoint:
+            assert len(made) < 2 * stores     # without reuse: two arrays per store
+    assert np.any(grads[1] != 0)
+    assert_same(grads[0], grads[1])
