@@ -149,11 +149,12 @@ class _Loop:
     # -- what the steps touch
     def checked_plan(self, kernel, args, runner, position, forward):
         """The plan of a launch of a step, checked and noted (:meth:`note_launch`).
-        When recomputing (not ``forward``), a launch of a differentiated kernel with
-        the same state arrays, the same argument memory keys and the same scalar types
-        as one checked before in this sweep is not checked again: the check depends on
-        nothing else (:meth:`_launch_key`)."""
-        key = None if forward else self._launch_key(kernel, args, runner)
+        A launch of a differentiated kernel with the same state arrays, the same
+        argument memory keys and the same scalar types as one checked before in this
+        sweep (in the first sweep, at the same position in its step) is not checked
+        again: the checks depend on nothing else, and noting it again would note
+        nothing new (:meth:`_launch_key`)."""
+        key = self._launch_key(kernel, args, runner, position if forward else None)
         if key is not None:
             hit = self.checked.get(key)
             if hit is not None:
@@ -164,16 +165,18 @@ class _Loop:
             self.checked[key] = (kernel, plan, runner.state)   # the ids stay valid
         return plan
 
-    def _launch_key(self, kernel, args, runner):
-        """What :meth:`note_launch`'s checks of a recomputed launch depend on: the
-        kernel, the state arrays (by identity), each array's memory key (elements,
-        layout, dtype) and each scalar's type (its value is not checked); None for a
+    def _launch_key(self, kernel, args, runner, position):
+        """What :meth:`note_launch` does with a launch depends on: the kernel, the
+        state arrays (by identity), each array's memory key (elements, layout, dtype),
+        each scalar's type (its value is not checked; the first sweep notes the value
+        of the first launch at a position, later ones change nothing) and, in the first
+        sweep, the launch's position in its step (which names its scalars); None for a
         kernel-like object other than a differentiated kernel (custom steps are new
         objects at every step) or an argument of another kind."""
         if not isinstance(kernel, DifferentiatedKernel):
             return None
         key = self.memo.key
-        parts = [id(kernel), id(runner.state)]
+        parts = [id(kernel), id(runner.state), position]
         for a in args:
             t = type(a)
             if t in _PLAIN:
