@@ -10,9 +10,12 @@ function the kernel's code came from (the kernel and its jitted callees, found t
 the key's fingerprint) has exactly the same source lines as when the entry was written,
 possibly at another position.  The entry's functions are then used as they are (the
 module file and numba's compiled code are unchanged, so nothing is recompiled) and the
-source kadj shows has its line numbers moved by each function's offset.  Anything else
-(a changed line of the kernel, a comment naming a line outside the recorded functions,
-two source files with one name) regenerates the entry.
+source kadj shows has its line numbers moved by each function's offset.  The entry's
+record is then rewritten with those offsets and the files' new modification times
+(:func:`rewritten`), so later loads apply the offsets without reading any source
+(:func:`stored`); the module file keeps the line numbers it was written with.
+Anything else (a changed line of the kernel, a comment naming a line outside the
+recorded functions, two source files with one name) regenerates the entry.
 """
 from __future__ import annotations
 
@@ -61,16 +64,20 @@ def record(key, files):
 
 
 def relocation(meta, key, stale):
-    """A function that moves the line numbers of an entry's source text to where the
-    kernel's functions are now, or None when the entry cannot be trusted.  ``stale``:
-    the entry's source files that changed since it was written."""
+    """(relocate, moves): a function that moves the line numbers of an entry's source
+    text to where the kernel's functions are now, and the moves it applies
+    (``{path: [[first line, lines, offset], ...]}``, for :func:`rewritten`); None when
+    the entry cannot be trusted.  ``stale``: the entry's source files that changed
+    since its record was written.  The files a rewritten record moved already
+    (``line_moves``) are looked at again too: the offsets are from the text's lines."""
     spans = meta.get("kernel_lines")
     if not spans:
         return None
     names = [os.path.basename(p) for p, _ in meta["files"]]
     if len(set(names)) != len(names):
         return None
-    now = _functions(key, set(stale))
+    stale = set(stale) | set(meta.get("line_moves") or ())
+    now = _functions(key, stale)
     moves = {}
     for path, qual, start, n, digest in spans:
         if path not in stale:
@@ -78,14 +85,41 @@ def relocation(meta, key, stale):
         cur = now.get((path, qual))
         if cur is None or cur[1] != n or cur[2] != digest:
             return None
-        moves.setdefault(os.path.basename(path), []).append((start, n, cur[0] - start))
-    stale_names = {os.path.basename(p) for p in stale}
+        moves.setdefault(path, []).append([start, n, cur[0] - start])
+    return _relocator(moves, {os.path.basename(p) for p in stale}), moves
+
+
+def stored(meta):
+    """The relocation a rewritten record keeps (:func:`rewritten`), found without
+    reading any source: for an entry whose files have not changed since."""
+    moves = meta.get("line_moves")
+    if not moves:
+        return None
+    return _relocator(moves, {os.path.basename(p) for p in moves})
+
+
+def rewritten(meta, moves, mtimes):
+    """``meta`` recording ``moves`` (:func:`relocation`) and the source files'
+    modification times ``mtimes`` ({path: mtime}, read before the moves were found), so
+    that the next load takes :func:`stored`'s path.  The entry's text keeps the line
+    numbers it was written with; ``kernel_lines`` stays where the text's lines were."""
+    files = [[p, mtimes.get(p, t)] for p, t in meta["files"]]
+    kept = {p: m for p, m in moves.items() if any(d for _, _, d in m)}
+    return dict(meta, files=files, line_moves=kept)
+
+
+def _relocator(moves, names):
+    """Text -> text with ``file.py:N`` of the files ``names`` moved by ``moves``
+    ({path: [[first, lines, offset]]}); raises _Unmapped for a line no span covers."""
+    by_name = {}
+    for path, spans in moves.items():
+        by_name.setdefault(os.path.basename(path), []).extend(spans)
 
     def move(m):
         name, line = m.group(1), int(m.group(2))
-        if name not in stale_names:
+        if name not in names:
             return m.group(0)
-        for start, n, delta in moves.get(name, ()):
+        for start, n, delta in by_name.get(name, ()):
             if start <= line < start + n:
                 return f"{name}:{line + delta}"
         raise _Unmapped(m.group(0))

@@ -57,6 +57,32 @@ def signature(args):
     return tuple(key)
 
 
+def buffer_shapes(plan, args, is_array):
+    """(same_shape, scalar_slots) of a call's positional ``args`` (forward arguments,
+    then the adjoint buffers in slot order): the (buffer, argument) positions whose
+    shapes must agree, and the positions of scalars' buffers, of shape (1,)."""
+    n = len(plan.arg_names)
+    same_shape, scalar_slots = [], []
+    for slot, i in enumerate(plan.adjoint_args):
+        if is_array(args[i]):
+            same_shape.append((n + slot, i))
+        else:
+            scalar_slots.append(n + slot)
+    return tuple(same_shape), tuple(scalar_slots)
+
+
+def shapes_hold(args, same_shape, scalar_slots):
+    """Does every adjoint buffer in ``args`` have its argument's shape (a scalar's:
+    (1,))?  ``same_shape``, ``scalar_slots``: :func:`buffer_shapes`."""
+    for p, i in same_shape:
+        if args[p].shape != args[i].shape:
+            return False
+    for p in scalar_slots:
+        if args[p].shape != (1,):
+            return False
+    return True
+
+
 class CallFacts:
     """What a checked adjoint call with one :func:`signature` leaves to test: built
     from the compiled adjoint ``comp`` and the call's positional ``args`` (forward
@@ -69,13 +95,8 @@ class CallFacts:
         plan = comp.plan
         n = len(plan.arg_names)
         self.comp = comp
-        self.same_shape = []     # (buffer position, argument position)
-        self.scalar_slots = []   # buffers of scalars: shape (1,)
-        for slot, i in enumerate(plan.adjoint_args):
-            if type(args[i]) is np.ndarray:
-                self.same_shape.append((n + slot, i))
-            else:
-                self.scalar_slots.append(n + slot)
+        self.same_shape, self.scalar_slots = buffer_shapes(
+            plan, args, lambda a: type(a) is np.ndarray)
         # arrays that must not share memory with any other array (buffers, written
         # arguments), and the read-only arrays that only they must avoid
         self.guarded = tuple(p for p in range(n) if p in plan.written and
@@ -89,12 +110,8 @@ class CallFacts:
     def accepts(self, args):
         """Do ``args`` (of this signature) pass every check?  False means: run the
         full checks (they may still pass)."""
-        for p, i in self.same_shape:
-            if args[p].shape != args[i].shape:
-                return False
-        for p in self.scalar_slots:
-            if args[p].shape != (1,):
-                return False
+        if not shapes_hold(args, self.same_shape, self.scalar_slots):
+            return False
         for p in self.self_checks:
             if arrays.self_overlapping(args[p]):
                 return False

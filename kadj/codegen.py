@@ -22,7 +22,9 @@ reads an entry through a symbolic link or one that is not the user's own.  An en
 used only when the key matches, the directory and both files pass these checks, the
 module's SHA-256 (a damage check, not a signature) matches the record and the recorded
 source files are unchanged, or changed only outside the kernel's functions, whose lines
-may have moved (:mod:`kadj.cache_lines`); anything else regenerates it.
+may have moved (:mod:`kadj.cache_lines`; the record is then rewritten with the moves and
+the files' new modification times, so that later loads read no source); anything else
+regenerates it.
 
 An adjoint of several functions (a CUDA kernel's scatter, gather and zero forms) is one
 entry too (:func:`build_many`, :func:`load_many`): the module is the functions' sources
@@ -56,14 +58,17 @@ def cache_dir():
 
 
 def _stale_files(files):
-    """The recorded source files whose modification time changed (or that are gone)."""
-    stale = set()
+    """{path: modification time now (None: gone)} of the recorded source files whose
+    modification time changed."""
+    stale = {}
     for path, mtime in files:
         try:
-            if os.path.getmtime(path) != mtime:
-                stale.add(path)
+            now = os.path.getmtime(path)
         except OSError:
-            stale.add(path)
+            stale[path] = None
+            continue
+        if now != mtime:
+            stale[path] = now
     return stale
 
 
@@ -96,15 +101,27 @@ def _verified_entry(key, *required):
             meta.get("sha256") != hashlib.sha256(raw_src).hexdigest():
         return None
     text = raw_src.decode()
-    relocate = _same
+    relocate = cache_lines.stored(meta) or _same
     stale = _stale_files(meta["files"])
     if stale:  # the kernel's lines may only have moved (kadj.cache_lines)
-        relocate = cache_lines.relocation(meta, key, stale)
-        if relocate is None or cache_lines.checked(relocate, text) is None:
+        found = cache_lines.relocation(meta, key, stale)
+        if found is None or cache_lines.checked(found[0], text) is None:
             return None
+        relocate = found[0]
+        if None not in stale.values():   # later loads: the stored moves, no sources read
+            _rewrite_record(d, key, cache_lines.rewritten(meta, found[1], stale))
     module = _exec_module(src_path, key, text)
     release(key)
     return meta, text, module, relocate
+
+
+def _rewrite_record(d, key, meta):
+    """Replace the record of entry ``key`` (its module file, and so numba's cache of
+    it, stay as they are); a directory kadj cannot write to keeps the old record."""
+    try:
+        cachedir.write_entry(d, f"adj_{key}.json", json.dumps(meta).encode())
+    except OSError:
+        pass
 
 
 def load_cached(key):

@@ -226,12 +226,21 @@ class DifferentiatedKernel:
         """(compiled adjoint, forward arguments, adjoints) of an adjoint call, checked
         (``config``: the launch configuration of a device adjoint)."""
         call = f"{self.__name__}.adjoint"
+        defaults = self.py_func.__defaults__ or ()
         fwd, adjs, by_name = validate.split_adjoint_call(
-            call, self.arg_names, self.py_func.__defaults__ or (), args, kwargs or {})
-        comp = self.compiled(*fwd)
+            call, self.arg_names, defaults, args, kwargs or {})
+        try:
+            comp = self.compiled(*fwd)
+        except (NumbaError, DifferentiationError) as exc:
+            _blame_omitted_default(call, self.arg_names, defaults, args, kwargs, exc)
+            raise
         if config is not None:
             self.check_adjoint_launch(call, config, comp)
-        adjs = validate.order_adjoints(call, comp.plan, fwd, adjs, by_name)
+        try:
+            adjs = validate.order_adjoints(call, comp.plan, fwd, adjs, by_name)
+        except TypeError as exc:
+            _blame_omitted_default(call, self.arg_names, defaults, args, kwargs, exc)
+            raise
         if config is None:
             validate.check_adjoint_call(call, comp.plan, fwd, adjs, host=True)
         else:
@@ -345,6 +354,22 @@ def _fast_key(args):
         else:
             return None
     return tuple(key)
+
+
+def _blame_omitted_default(call, names, defaults, args, kwargs, exc):
+    """Raise :func:`kadj.validate.explain_omitted_default`'s error in place of ``exc``
+    when a defaulted argument that took an array explains it; return otherwise.  A
+    :class:`DifferentiationError` for a construct (the kernel with that array is one kadj
+    refuses) stays what it is, with the explanation added as a note; a typing failure is
+    replaced."""
+    clear = validate.explain_omitted_default(call, names, defaults, args, kwargs or {},
+                                             exc)
+    if clear is None:
+        return
+    if validate.refuses_construct(exc):
+        exc.add_note(str(clear))
+        return
+    raise clear from exc
 
 
 def raise_clearer(call, names, args, exc):

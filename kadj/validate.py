@@ -19,6 +19,7 @@ import numbers
 import numpy as np
 
 from . import arrays
+from .errors import DifferentiationError
 
 # the array tests (kadj.arrays), importable from here as well
 is_array, overlap, self_overlapping = arrays.is_array, arrays.overlap, \
@@ -83,12 +84,44 @@ def split_adjoint_call(call, names, defaults, args, kwargs):
     for i in range(first_default, n if len(args) > n else 0):
         d = defaults[i - first_default]
         if is_array(args[i]) and isinstance(d, (int, float)):
-            raise TypeError(
-                f"{call}: argument '{names[i]}' (default {d!r}) got an array, probably an "
-                "adjoint: the adjoint takes every forward argument, defaults included, "
-                f"before the adjoints. Pass '{names[i]}' explicitly; if it really is an "
-                "array here, pass the adjoints by keyword (adj_<name>=...).")
+            raise _default_got_array(call, names, i, d, "")
     return fwd, tuple(args[n:]), adj_kw
+
+
+def _default_got_array(call, names, i, default, why):
+    return TypeError(
+        f"{call}: argument '{names[i]}' (default {default!r}) got an array, probably an "
+        f"adjoint{why}: the adjoint takes every forward argument, defaults included, "
+        f"before the adjoints. Pass '{names[i]}' explicitly ({default!r} for the "
+        "default); if it really is an array here, pass the adjoints by keyword "
+        "(adj_<name>=...).")
+
+
+def refuses_construct(exc):
+    """Is ``exc`` kadj refusing a construct of a kernel numba could type?"""
+    return isinstance(exc, DifferentiationError) and exc.construct != "typing"
+
+
+def explain_omitted_default(call, names, defaults, args, kwargs, exc):
+    """A clear error for ``exc`` (numba could not type the kernel, or the adjoint count
+    did not match) of an adjoint call that filled a defaulted forward argument whose
+    default is not an array (``scale=None``) positionally with an array: most likely
+    the caller left the default out and the adjoints moved into its place.  None when
+    no such argument explains ``exc``.  (A number default given an array is refused up
+    front, by :func:`split_adjoint_call`; a ``None`` default may legitimately take an
+    array, so it is blamed only when the call fails.)"""
+    n = len(names)
+    if len(args) <= n and not any(k not in names for k in kwargs):
+        return None                     # no adjoints at all
+    first = n - len(defaults)
+    for i in range(first, min(len(args), n)):
+        d = defaults[i - first]
+        if is_array(args[i]) and not is_array(d):
+            what = (str(exc).rstrip(".") if isinstance(exc, TypeError) else
+                    "kadj cannot differentiate the kernel with it" if refuses_construct(exc)
+                    else "numba cannot type the kernel with it")
+            return _default_got_array(call, names, i, d, f" ({what})")
+    return None
 
 
 def order_adjoints(call, plan, fwd, positional, by_name):

@@ -40,7 +40,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from kernels.cpu.physics import nbody_accel  # noqa: E402
-from perf.cases_cpu import heat1d, horner, recurrence, recurrence_adjoint  # noqa: E402
+from perf.cases_cpu import (heat1d, horner, horner_adjoint, recurrence,  # noqa: E402
+                            recurrence_adjoint)
 
 
 # ---- expert adjoints ----------------------------------------------------------------------
@@ -131,21 +132,8 @@ def horner_expert(coeffs, x, y, adj_coeffs, adj_x, adj_y):
         adj_x[i + 2] += g2 * d2
         adj_x[i + 3] += g3 * d3
         i += 4
-    while i < n:
-        g = adj_y[i]
-        adj_y[i] = 0.0
-        xi = x[i]
-        w = g
-        for j in range(k):
-            adj_coeffs[j] += w
-            w *= xi
-        p = coeffs[k - 1]
-        d = 0.0
-        for j in range(k - 2, -1, -1):
-            d = d * xi + p
-            p = p * xi + coeffs[j]
-        adj_x[i] += g * d
-        i += 1
+    if i < n:      # the last n % 4 elements: one at a time
+        horner_adjoint(coeffs, x[i:], y[i:], adj_coeffs, adj_x[i:], adj_y[i:])
 
 
 @njit(inline="always", error_model="numpy")

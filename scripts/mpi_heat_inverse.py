@@ -25,31 +25,12 @@ kernels between two exchanges evict the ghost layers and slabs from the caches.
 import argparse
 import time
 
-import numba
 import numpy as np
 from mpi4py import MPI
 
 import kadj
 import kadj.mpi
-
-
-@kadj.differentiate
-@numba.njit(cache=True)
-def heat(u, v, alpha):
-    for i in range(1, u.shape[0] - 1):
-        for j in range(1, u.shape[1] - 1):
-            v[i, j] = u[i, j] + alpha * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1]
-                                         + u[i, j + 1] - 4.0 * u[i, j])
-
-
-@kadj.differentiate
-@numba.njit(cache=True)
-def misfit(u, observed, part):
-    s = 0.0
-    for i in range(1, u.shape[0] - 1):
-        for j in range(1, u.shape[1] - 1):
-            s += 0.5 * (u[i, j] - observed[i, j]) ** 2
-    part[0] = s
+from kadj.demo.heat_mpi import heat2d as heat, misfit2d as misfit
 
 
 def blocks(n, parts):

@@ -11,7 +11,9 @@ with respect to ``x`` only, a recurrence whose loop every launched thread runs, 
 the same computations written without reading back a written argument; each checked
 against float64 central differences (:func:`kadj.testing.check_grad_cuda`, on a
 launch with more threads than rows).  ``unchanged:<case>`` checks that
-``k.adjoint[...]`` changes only the gradient buffers.  REFUSED: rows other threads
+``k.adjoint[...]`` changes only the gradient buffers, ``repeated:<case>`` that a
+repeated launch reuses its row buffers from :mod:`kadj.buffer_pool` (no new
+allocation) and gives the same gradient.  REFUSED: rows other threads
 touch, rows of 3-D arrays, a row rewritten in nested loops, rows picked by a
 grid-stride loop.  Prints ``CASE <name> OK <detail>`` or ``CASE <name> FAIL <why>``.
 """
@@ -223,10 +225,39 @@ def _unchanged(name):
     return 0.0
 
 
+def _repeated(name):
+    """A repeated adjoint launch takes its row buffers from kadj.buffer_pool: the
+    second launch allocates nothing (no pool miss, one hit per own-row array) and,
+    on blocks the first launch left dirty, gives the same gradient."""
+    from kadj import buffer_pool
+    k, config, make = CASES[name]
+    args = make(np.random.default_rng(2))
+    cts = [np.random.default_rng(3).standard_normal(np.shape(a))
+           if isinstance(a, np.ndarray) else np.zeros(1) for a in args]
+    rows = len(k.adjoint_report(*args)["own_rows"])
+    assert rows >= 1, "no own-row buffer"
+    grads, counts = [], []
+    for _ in range(3):
+        adjs = [c.copy() for c in cts]
+        before = buffer_pool.stats()
+        k.adjoint[config](*args, *adjs)
+        after = buffer_pool.stats()
+        counts.append((after["misses"] - before["misses"], after["hits"] - before["hits"]))
+        grads.append(adjs)
+    assert counts[0][0] + counts[0][1] == rows, counts  # the first one takes every buffer
+    assert counts[1:] == [(0, rows)] * 2, counts      # the repeats reuse them all
+    for again in grads[1:]:
+        for a, b in zip(grads[0], again):
+            assert np.array_equal(a, b), "a repeated launch gave another gradient"
+    return 0.0
+
+
 def run_case(name):
     from kadj.testing import check_grad_cuda
     if name.startswith("unchanged:"):
         return _unchanged(name.split(":", 1)[1])
+    if name.startswith("repeated:"):
+        return _repeated(name.split(":", 1)[1])
     k, config, make = CASES[name]
     return check_grad_cuda(k, config, make(np.random.default_rng(0))).max_rel_error
 
@@ -236,7 +267,8 @@ def main(names):
     sys.path[:0] = [here]
     from cudatools import report_cases
     cases = {n: (lambda n=n: run_case(n))
-             for n in list(CASES) + [f"unchanged:{c}" for c in CASES]}
+             for n in list(CASES) + [f"{w}:{c}" for c in CASES
+                                     for w in ("unchanged", "repeated")]}
     report_cases(cases, names)
 
 

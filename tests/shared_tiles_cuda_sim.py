@@ -417,12 +417,9 @@ CASES = {
     "halo1d": (halo1d, (2, TPB), lambda r: [_vec(r, 13), np.zeros(13), 0.7]),
     "halo2d": (halo2d, ((2, 1), (BS, BS)), lambda r: [r.uniform(-1.0, 1.0, (19, 13)),
                                                       np.zeros((19, 13)), 0.3]),
-    "pingpong_copy": (pingpong_copy, (2, TPB), lambda r: [_vec(r, 13), np.zeros(13),
-                                                          0.2, 5]),
-    "pingpong_parity": (pingpong_parity, (2, TPB), lambda r: [_vec(r, 13), np.zeros(13),
-                                                              0.2, 5]),
-    "pingpong_flag": (pingpong_flag, (2, TPB), lambda r: [_vec(r, 13), np.zeros(13),
-                                                          0.2, 5]),
+    "pingpong_copy": (pingpong_copy, (2, TPB), lambda r: _pp_args(r, 5)),
+    "pingpong_parity": (pingpong_parity, (2, TPB), lambda r: _pp_args(r, 5)),
+    "pingpong_flag": (pingpong_flag, (2, TPB), lambda r: _pp_args(r, 5)),
     "pingpong_loss": (pingpong_loss, (2, TPB), lambda r: [_vec(r, 13), _vec(r, 13),
                                                           np.zeros(1), 0.2, 5]),
     "pingpong_shifted": (pingpong_shifted, (2, TPB), lambda r: _pp_args(r)),
@@ -432,8 +429,9 @@ CASES = {
 }
 
 
-def _pp_args(r):
-    return [_vec(r, 13), np.zeros(13), 0.2, 4]
+def _pp_args(r, steps=4):
+    """u, out, alpha, steps of the 1-D ping-pong kernels (13 cells: two blocks)."""
+    return [_vec(r, 13), np.zeros(13), 0.2, steps]
 
 
 # name -> (kernel, make_args(rng)): refused with a located DifferentiationError

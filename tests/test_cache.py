@@ -65,7 +65,7 @@ import kadj.frontend
 import kadj.cpu_gather
 import kadj.reverse
 
-counts = {"type": 0, "write": 0, "build": 0, "compile": 0}
+counts = {"type": 0, "write": 0, "build": 0, "compile": 0, "sources": 0}
 
 
 def wrap(mod, name, key):
@@ -83,6 +83,8 @@ wrap(kadj.reverse, "build_adjoint", "write")
 wrap(kadj.cpu_gather, "build_gather_adjoint", "write")   # a stencil's gather form
 wrap(kadj.codegen, "build", "build")
 wrap(numba.core.compiler, "compile_extra", "compile")   # what Dispatcher compiles with
+import kadj.cache_lines
+wrap(kadj.cache_lines, "_functions", "sources")   # a moved entry's kernel source read
 
 import heatmod
 
@@ -175,7 +177,7 @@ def assert_generated(r, what):
 
 
 def assert_from_cache(r, what):
-    c = r["counts"]
+    c = {k: v for k, v in r["counts"].items() if k != "sources"}
     assert c == {"type": 0, "write": 0, "build": 0, "compile": 0}, (
         f"{what}: expected neither regeneration nor compilation, counters {c} "
         f"(disk_cached={r['disk_cached']}, numba hits={r['hits']} misses={r['misses']})")
@@ -269,6 +271,46 @@ def test_edits_elsewhere_in_the_file_keep_the_entry(workdir, tmp_path):
     commented = run_child(workdir, cache)   # a line of the kernel changed: regenerated
     assert_generated(commented, "process after a comment inside the kernel")
     assert_gradient(commented, 2.0)
+
+
+def _record(cache):
+    (path,) = cache.glob("adj_*.json")
+    return json.loads(path.read_text())
+
+
+def test_moved_kernel_record_is_rewritten(workdir, tmp_path):
+    """The kernel moved down in its file: the first load finds where (reading its
+    source) and rewrites the entry's record, so the next load reads no source; both
+    show the new lines, and a second move is found from the entry's own lines."""
+    cache = tmp_path / "cache"
+    first = run_child(workdir, cache)
+    assert_gradient(first, 2.0)
+    written = _record(cache)
+    assert "line_moves" not in written
+    py_before = [p.read_bytes() for p in cache.glob("adj_*.py")]
+
+    for shift in (9, 4):
+        write_kernel(workdir, above="# moved\n" * shift)
+        mtime = os.path.getmtime(workdir / "heatmod.py")
+        moved = run_child(workdir, cache)
+        assert_from_cache(moved, f"first process after moving the kernel by {shift}")
+        assert moved["counts"]["sources"] >= 1, moved["counts"]
+        assert_gradient(moved, 2.0)
+        assert min(moved["shown_lines"]) == kernel_lines_before(first) + shift
+        assert set(kernel_lines(workdir)) <= set(moved["shown_lines"])
+        rec = _record(cache)
+        assert rec["kernel_lines"] == written["kernel_lines"]   # the text's own lines
+        assert [m[2] for m in rec["line_moves"][str(workdir / "heatmod.py")]] == [shift]
+        assert dict(rec["files"])[str(workdir / "heatmod.py")] == mtime
+
+        again = run_child(workdir, cache)
+        assert_from_cache(again, f"second process after moving the kernel by {shift}")
+        assert again["counts"]["sources"] == 0, again["counts"]
+        assert_gradient(again, 2.0)
+        assert grads(again)[0].tobytes() == grads(first)[0].tobytes()
+        assert again["shown_lines"] == moved["shown_lines"]
+    # the module file, and so numba's cache of it, is the one first written
+    assert [p.read_bytes() for p in cache.glob("adj_*.py")] == py_before
 
 
 def kernel_lines_before(r):

@@ -70,7 +70,8 @@ def test_row_read_by_another_thread_keeps_its_refusal():
 def test_in_place_rows_in_the_simulator():
     unchanged = [f"unchanged:{n}:7" for n in sim.FAMILY] + [
         "unchanged:recurrence_scalar", "unchanged:recurrence_guard_inside"]
-    names = list(sim.CASES) + unchanged
+    repeated = ["repeated:thomas_in_place:7", "repeated:softmax_in_place:7"]
+    names = list(sim.CASES) + unchanged + repeated
     res = run_sim_cases("own_rows_cuda_sim.py", names)
     bad = {n: r for n, r in res.items() if r[0] != "OK"}
     assert not bad, bad

@@ -321,6 +321,20 @@ def test_refusal_is_documented(make, stable, page):
     assert stable in page, f"docs/troubleshooting.md does not quote: {stable}"
 
 
+def test_omitted_default_refusal_is_documented(page):
+    """A call error ("Calling an adjoint"): adjoints in the place of a None default."""
+    @kadj.differentiate
+    @njit
+    def sq(x, y, scale=None):
+        s = 1.0 if scale is None else scale
+        for i in range(x.shape[0]):
+            y[i] = s * x[i] * x[i]
+    x, y = _x(), np.zeros(8)
+    with pytest.raises(TypeError) as info:
+        sq.adjoint(x, y, np.zeros(8), np.ones(8))
+    assert str(info.value) in page, f"docs/troubleshooting.md does not quote: {info.value}"
+
+
 def test_page_has_a_rewrite_for_each_group(page):
     """Every construct group says what to do, with code where a rewrite exists."""
     sections = page.split("\n## ")[1:]

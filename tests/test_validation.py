@@ -384,6 +384,109 @@ def test_integer_scalar_has_no_slot(k, data):
     assert "'a' is the integer 1" in msg and "pass 1.0" in msg
 
 
+# ---- a None default: omitted on the forward, given explicitly on the adjoint -------------
+@njit
+def scaled_product(x, y, out, scale=None):
+    s = 2.0 if scale is None else scale
+    for i in range(x.shape[0]):
+        out[i] = s * x[i] * y[i] * y[i]
+
+
+@njit
+def square_with_option(x, out, w=None):
+    for i in range(x.shape[0]):
+        out[i] = x[i] * x[i]
+
+
+def _product_fd(x, y, scale, ct, eps=1e-6):
+    """Central differences of sum(ct * out) for scaled_product: (d/dx, d/dy)."""
+    def loss(xx, yy):
+        out = np.zeros_like(xx)
+        scaled_product.py_func(xx, yy, out, scale)
+        return float(np.dot(ct, out))
+    gx, gy = np.zeros_like(x), np.zeros_like(y)
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e[i] = eps
+        gx[i] = (loss(x + e, y) - loss(x - e, y)) / (2 * eps)
+        gy[i] = (loss(x, y + e) - loss(x, y - e)) / (2 * eps)
+    return gx, gy
+
+
+def test_none_default_forward_and_adjoint(data):
+    k = kadj.differentiate(scaled_product)
+    x, y, ct = data
+    out = np.zeros(6)
+    k(x, y, out)                                   # the default filled in
+    np.testing.assert_allclose(out, 2.0 * x * y * y, rtol=1e-15)
+    k(x, y, out, 3.0)
+    np.testing.assert_allclose(out, 3.0 * x * y * y, rtol=1e-15)
+    fx, fy = _product_fd(x, y, None, ct)
+    # the default passed explicitly, then positional adjoints
+    ax, ay, aout = np.zeros(6), np.zeros(6), ct.copy()
+    k.adjoint(x, y, out, None, ax, ay, aout)
+    np.testing.assert_allclose(ax, fx, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(ay, fy, rtol=1e-7, atol=1e-9)
+    np.testing.assert_array_equal(aout, np.zeros(6))   # out is overwritten
+    # the default omitted, adjoints by keyword
+    ax, ay, aout = np.zeros(6), np.zeros(6), ct.copy()
+    k.adjoint(x, y, out, adj_x=ax, adj_y=ay, adj_out=aout)
+    np.testing.assert_allclose(ax, fx, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(ay, fy, rtol=1e-7, atol=1e-9)
+    # a float in its place: a differentiable scalar, with its own adjoint slot
+    fx3, _ = _product_fd(x, y, 3.0, ct)
+    ax, ay, aout, ascale = np.zeros(6), np.zeros(6), ct.copy(), np.zeros(1)
+    k.adjoint(x, y, out, 3.0, ax, ay, aout, ascale)
+    np.testing.assert_allclose(ax, fx3, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(ascale[0], float(np.dot(ct, x * y * y)), rtol=1e-12)
+
+
+def test_none_default_left_out_before_positional_adjoints(data):
+    """The adjoints move into the omitted default's place: refused, naming it."""
+    k = kadj.differentiate(scaled_product)
+    x, y, ct = data
+    out = np.zeros(6)
+    bufs = [np.zeros(6), np.zeros(6), ct.copy()]
+    msg = _refused(TypeError, r"^scaled_product.adjoint: argument 'scale' \(default None\) "
+                   "got an array, probably an adjoint",
+                   lambda: k.adjoint(x, y, out, *bufs), [x, y, out, *bufs])
+    assert "Pass 'scale' explicitly (None for the default)" in msg
+    assert "adj_<name>=" in msg
+    # one positional adjoint, the others by keyword: the same
+    _refused(TypeError, r"argument 'scale' \(default None\) got an array",
+             lambda: k.adjoint(x, y, out, bufs[0], adj_y=bufs[1], adj_out=bufs[2]),
+             [x, y, out, *bufs])
+    # the kernel types with an array there, but the adjoints are too few
+    k2 = kadj.differentiate(square_with_option)
+    bufs = [np.zeros(6), ct.copy()]
+    msg = _refused(TypeError, r"argument 'w' \(default None\) got an array, probably an "
+                   r"adjoint \(square_with_option.adjoint expects 3 adjoint argument",
+                   lambda: k2.adjoint(x, out, *bufs), [x, out, *bufs])
+    # and the refused calls left the kernel usable
+    ax, aout = np.zeros(6), ct.copy()
+    k2.adjoint(x, out, None, ax, aout)
+    np.testing.assert_allclose(ax, 2.0 * x * ct, rtol=1e-14)
+
+
+def test_none_default_given_an_array_kadj_refuses(data):
+    """When the array makes the kernel one kadj refuses, the DifferentiationError stays,
+    with a note naming the argument."""
+    @njit
+    def pick(x, out, w=None):
+        for i in range(x.shape[0]):
+            out[i] = x[i] * (1.0 if w is None else w[i])
+    k = kadj.differentiate(pick)
+    x, _, ct = data
+    out, bufs = np.zeros(6), [np.zeros(6), ct.copy()]
+    with pytest.raises(kadj.DifferentiationError) as info:
+        k.adjoint(x, out, *bufs)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "argument 'w' (default None) got an array, probably an adjoint" in notes
+    ax, aout = np.zeros(6), ct.copy()
+    k.adjoint(x, out, None, ax, aout)
+    np.testing.assert_allclose(ax, ct, rtol=1e-15)
+
+
 # ---- 5. kadj.grad with default arguments -------------------------------------------------
 @njit
 def weighted_energy(x, scale=2.0):
@@ -525,7 +628,7 @@ def test_replaced_rule_rebuilds_existing_adjoints():
 
 # ---- the same checks on CUDA, in the simulator -------------------------------------------
 SIM_CASES = ["launch_configuration", "stride0_buffers", "overlaps_numpy",
-             "overlaps_device", "bad_arguments", "keywords"]
+             "overlaps_device", "bad_arguments", "keywords", "none_default"]
 
 
 @pytest.fixture(scope="module")
@@ -554,7 +657,8 @@ def test_cuda_simulator(sim_results, name):
 
 def _sim_cases():
     """The simulator cases: name -> function raising AssertionError on failure (the
-    kernel ``heat`` and ``cuda`` are module globals, defined when run as a script)."""
+    kernels ``heat`` and ``scaled_square`` and ``cuda`` are module globals, defined when
+    run as a script)."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
     hk = kadj.differentiate(heat)
@@ -675,6 +779,21 @@ def _sim_cases():
         refused(TypeError, "unexpected keyword argument 'beta'",
                 lambda: hk[2, 8](u, un, beta=0.1), [u, un])
 
+    def none_default():
+        sk = kadj.differentiate(scaled_square)
+        out = np.zeros(12)
+        sk[2, 8](u, out)                           # the default filled in
+        assert np.allclose(out, 2.0 * u * u, rtol=1e-15)
+        for call in (lambda au, aout: sk.adjoint[2, 8](u, out, None, au, aout),
+                     lambda au, aout: sk.adjoint[2, 8](u, out, adj_u=au, adj_out=aout)):
+            au, aout = np.zeros(12), ct.copy()
+            call(au, aout)
+            assert np.allclose(au, 4.0 * u * ct, rtol=1e-14), (au, 4.0 * u * ct)
+        bufs = [np.zeros(12), ct.copy()]
+        refused(TypeError, r"^scaled_square.adjoint: argument 'scale' \(default None\) got "
+                "an array, probably an adjoint",
+                lambda: sk.adjoint[2, 8](u, out, *bufs), [u, out, *bufs])
+
     return {name: fn for name, fn in locals().items() if name in SIM_CASES}
 
 
@@ -698,5 +817,12 @@ if __name__ == "__main__":
         i = cuda.grid(1)
         if 0 < i < u.shape[0] - 1:
             un[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+
+    @cuda.jit
+    def scaled_square(u, out, scale=None):
+        i = cuda.grid(1)
+        if i < u.shape[0]:
+            s = 2.0 if scale is None else scale
+            out[i] = s * u[i] * u[i]
 
     _sim_main(sys.argv[1:])

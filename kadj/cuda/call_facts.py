@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import arrays
-from ..call_cache import MAX_SIGNATURES, _INT64, _NUMBERS
+from ..call_cache import MAX_SIGNATURES, _INT64, _NUMBERS, buffer_shapes, shapes_hold
 
 
 _KINDS = {}   # array type -> kadj.arrays.kind (a type has one kind)
@@ -84,12 +84,7 @@ class LaunchFacts:
         n = len(plan.arg_names)
         self.comp = comp
         self.nargs = len(args)
-        self.same_shape, self.scalar_slots = [], []
-        for slot, i in enumerate(plan.adjoint_args):
-            if arrays.is_array(args[i]):
-                self.same_shape.append((n + slot, i))
-            else:
-                self.scalar_slots.append(n + slot)
+        self.same_shape, self.scalar_slots = buffer_shapes(plan, args, arrays.is_array)
         is_arr = [arrays.is_array(a) for a in args]
         self.guarded = tuple(p for p in range(n) if p in plan.written and is_arr[p]) + \
             tuple(range(n, len(args)))
@@ -99,14 +94,9 @@ class LaunchFacts:
     def accepts(self, args):
         """Do ``args`` (of this signature) pass every check?  False: run the full
         checks (they may still pass)."""
-        if len(args) != self.nargs:
+        if len(args) != self.nargs or \
+                not shapes_hold(args, self.same_shape, self.scalar_slots):
             return False
-        for p, i in self.same_shape:
-            if args[p].shape != args[i].shape:
-                return False
-        for p in self.scalar_slots:
-            if args[p].shape != (1,):
-                return False
         spans = {p: _extent(args[p], k) for p, k in self.kinds.items()}
         for k, p in enumerate(self.guarded):
             sp = spans[p]

@@ -13,7 +13,9 @@ checkpoints that save the whole array).  Only the spelling of its memory changes
 - every run-time-length array of the adjoint lives in one global buffer per own-row
   array, ``kadj_rows_y`` of shape ``(threads, K, n)`` (an extra parameter the launch
   allocates, :func:`buffers`): thread ``t = cuda.grid(1)`` uses ``kadj_rows_y[t]``,
-  its ``K`` rows of length ``n = y.shape[1]``;
+  its ``K`` rows of length ``n = y.shape[1]``; the buffers live on the device (NumPy
+  arguments too) and come from :mod:`kadj.buffer_pool`, so a repeated launch reuses
+  the previous launch's blocks;
 - ``y__row`` is ``kadj_rows_y[i, 0]``, filled in the prologue with the pre-call row
   ``y[i, :]`` (the user's array is only read);
 - its adjoint ``adj_y__row`` is the user's ``adj_y[i]`` itself: it holds the incoming
@@ -362,11 +364,17 @@ def _threads(config):
 def buffers(comp, fwd, config):
     """The buffers of the adjoint launch ``config`` (module doc), one part per launched
     thread (threads past the last row too: a loop they run may save and restore the
-    row they would own), where the arrays live."""
-    from .. import arrays
+    row they would own), zeroed, on the device: from :mod:`kadj.buffer_pool` (for CuPy
+    arguments from CuPy's pool), also when the arguments are NumPy arrays, since the
+    host never reads them.  A repeated launch takes the blocks the previous one
+    released when its buffers were dropped: it allocates nothing."""
+    from .. import arrays, buffer_pool
     out = []
     for e in of(comp):
         a = fwd[e["arg"]]
         shape = (max(_threads(config), 1), e["rows"], a.shape[1])
-        out.append(arrays.zeros(shape, np.dtype(a.dtype), a))
+        if arrays.kind(a) == "cupy":
+            out.append(arrays.zeros(shape, np.dtype(a.dtype), a))
+        else:
+            out.append(buffer_pool.zeros(shape, np.dtype(a.dtype)))
     return tuple(out)
