@@ -19,6 +19,11 @@ pass checks that its iteration exists; the compiler vectorises the interior and 
 the passes' common loads.  :func:`kadj.gather_plan.cpu_stencil_plan` says which loop
 nests qualify; the rest of the kernel (the statements before and after the nest) is
 written as in the scatter form.
+
+When the nest was asked to run in parallel (``prange``, ``parallel=True``), the form's
+outermost loops (:attr:`GatherWriter.outer_loops`) become ``numba.prange`` loops where
+:func:`kadj.parallel.parallelise_loops` finds them race-free: the loop over the elements
+(in 1-D its interior) and the sums' loop.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ class GatherWriter(Writer):
         self.lowerings = (self._gather_lowering,) + tuple(self.lowerings)
         self._pass = None        # the offset vector of the pass being written
         self._acc = {}           # gathered array -> its local sum (A.Local)
+        self.outer_loops = []    # the form's outermost loops (A.For), for kadj.parallel
 
     # ---- the reversed nest -----------------------------------------------------------
     def rev_for(self, s, depth, loop_depth):
@@ -74,7 +80,8 @@ class GatherWriter(Writer):
         ib = self.fresh("b")
         at = depth
         for d in range(inner):
-            self.put(at, A.For(p[d], f"range({bounds[d][0]}, {bounds[d][1]})"))
+            self._outer(d, self.put(at, A.For(p[d],
+                                              f"range({bounds[d][0]}, {bounds[d][1]})")))
             at += 1
         interior = f"max({ihi}, {ilo})"
         if inner:
@@ -88,12 +95,12 @@ class GatherWriter(Writer):
             self.put(at, A.Assign(ib, interior))
         self.put(at, A.Comment("# the edges: each pass checks that its iteration exists"))
         e = self.fresh("e")
-        self.put(at, A.For(e, f"range({plo}, {phi} - ({ib} - {ilo}))"))
+        self._outer(inner, self.put(at, A.For(e, f"range({plo}, {phi} - ({ib} - {ilo}))")))
         self.put(at + 1, A.Assign(p[inner],
                                   f"{e} if {e} < {ilo} else {e} + ({ib} - {ilo})"))
         self._passes(at + 1, p, lo, hi, guarded=True)
         self.put(at, A.Comment("# the interior: every pass's iteration exists"))
-        self.put(at, A.For(p[inner], f"range({ilo}, {ib})"))
+        self._outer(inner, self.put(at, A.For(p[inner], f"range({ilo}, {ib})")))
         self._passes(at + 1, p, lo, hi, guarded=False)
         self.b.put(depth, sums)
 
@@ -160,10 +167,17 @@ class GatherWriter(Writer):
             self.put(depth, A.Comment("# each iteration's sums (scalars, other "
                                       "elements); its outputs' adjoints consumed"))
             for d, level in enumerate(nest.levels):
-                self.put(depth + d, A.For(self.n(level.index), f"range({lo[d]}, {hi[d]})"))
+                self._outer(d, self.put(depth + d, A.For(self.n(level.index),
+                                                         f"range({lo[d]}, {hi[d]})")))
             self._iteration(depth + nest.ndim, None)
         self.b.targets[depth].remove(block)
         return block
+
+    def _outer(self, d, loop):
+        """Note ``loop``, at dimension ``d`` of the nest, when it is an outermost loop
+        of the form (which :func:`kadj.parallel.parallelise_loops` may make parallel)."""
+        if d == 0:
+            self.outer_loops.append(loop)
 
     def _fresh_names(self):
         """New names for the iteration's own variables in the next pass: each name is

@@ -29,6 +29,13 @@ always correct:
 A reduction adds the threads' partial sums in another order than the serial loop: the
 gradient equals the serial adjoint's to rounding.  Everything else is exactly the
 serial result.
+
+A stencil nest asked to be parallel, whose reversed loop would scatter into neighbours,
+takes the gather form (:mod:`kadj.cpu_gather`); :func:`parallelise_loops` applies the
+same decision (:func:`race_free`) to that form's outermost loops: the loop over the
+elements (each adds only into its own element ``adj_u[p, ...]``; in 1-D the interior
+loop, the few edge elements' loop stays serial) and the loop of the iterations' sums
+(scalars' sums: reductions; each iteration consumes its own outputs' adjoints).
 """
 from __future__ import annotations
 
@@ -78,6 +85,37 @@ def parallelise(fn, ns, wanted):
     return tuple(done)
 
 
+def parallelise_loops(fn, ns, loops):
+    """Turn those of the plain loops ``loops`` (:class:`A.For` nodes of ``fn``, over
+    ``range(lo, hi)``, written by the adjoint's writer itself: the gather form's loops,
+    :mod:`kadj.cpu_gather`) whose body is race-free into ``numba.prange`` loops, as
+    :func:`parallelise` does with reversed loops; binds ``numba`` in ``ns``.  Returns
+    the number made parallel."""
+    chosen = {id(x) for x in loops}
+    done = []
+
+    def visit(seq, in_loop):
+        for x in list(seq):
+            if isinstance(x, A.For) and id(x) in chosen:
+                bounds = _range_bounds(x)
+                if bounds is not None and _to_prange(fn, x, seq, x, bounds, in_loop):
+                    done.append(x)
+                    continue   # (a loop nested in a parallel one stays serial)
+            inner = in_loop or isinstance(x, (A.For, A.While))
+            for body in x.children():
+                visit(body, inner)
+    visit(fn.prologue, False)
+    visit(fn.body, False)
+    if done:
+        ns["numba"] = numba
+    return len(done)
+
+
+def is_parallel_for(x):
+    """Is ``x`` a loop made parallel (a ``for`` over ``numba.prange``)?"""
+    return isinstance(x, A.For) and x.iter.startswith(f"{PRANGE}(")
+
+
 def is_parallel_source(source):
     """Does an adjoint's source (as :func:`parallelise` leaves it printed) run a loop
     in parallel?  (Its compiler options then include ``parallel=True``.)"""
@@ -91,7 +129,13 @@ def _the_for(rl):
     loops = [x for x in rl.body if isinstance(x, A.For)]
     if len(loops) != 1 or any(not isinstance(x, (A.For, A.Comment)) for x in rl.body):
         return None
-    loop = loops[0]
+    bounds = _range_bounds(loops[0])
+    return None if bounds is None else (loops[0], *bounds)
+
+
+def _range_bounds(loop):
+    """(lo, hi) texts of the values of a ``for`` over ``range(a, b)`` or
+    ``range(a, b, ±1)``, else None."""
     try:
         call = ast.parse(loop.iter, mode="eval").body
     except SyntaxError:
@@ -107,8 +151,8 @@ def _the_for(rl):
         return None
     a, b = (ast.unparse(x) for x in call.args[:2])
     if step == 1:
-        return loop, a, b
-    return loop, _plus_one(b), _plus_one(a)  # range(a, b, -1): the values of range(b+1, a+1)
+        return a, b
+    return _plus_one(b), _plus_one(a)  # range(a, b, -1): the values of range(b+1, a+1)
 
 
 def _plus_one(text):
@@ -127,19 +171,29 @@ def _make_parallel(fn, rl, in_loop):
     if found is None:
         return False
     loop, lo, hi = found
-    verdict = race_free(fn, rl, loop, in_loop)
+    if not _to_prange(fn, rl, rl.body, loop, (lo, hi), in_loop):
+        return False
+    rl.parallel = True
+    return True
+
+
+def _to_prange(fn, owner, seq, loop, bounds, in_loop):
+    """Make ``loop`` (in the statement list ``seq``, the outermost statement of it
+    being ``owner``: the loop itself or its reversed loop) a ``numba.prange`` loop
+    over ``bounds`` when :func:`race_free` allows it."""
+    verdict = race_free(fn, owner, loop, in_loop)
     if verdict is None:
         return False
     reductions, zeroed = verdict
-    rl.parallel = True
+    lo, hi = bounds
     loop.iter = f"{PRANGE}({lo}, {hi})"
     inits = [A.Assign(name, zero) for name, zero in zeroed]
     loop.body[:0] = inits
-    at = rl.body.index(loop)
+    at = next(k for k, x in enumerate(seq) if x is loop)
     note = [A.Comment(_NOTE)]
     if reductions:
         note.append(A.Comment(f"# (summed over the threads: {', '.join(reductions)})"))
-    rl.body[at:at] = note
+    seq[at:at] = note
     return True
 
 

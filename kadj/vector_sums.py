@@ -23,6 +23,7 @@ from numba.core import types
 
 from . import adj_ir as A
 from .adj_refs import names
+from .parallel import is_parallel_for
 from .sum_intrinsic import _sum_add
 
 def vector_sums(fn, w):
@@ -34,7 +35,7 @@ def vector_sums(fn, w):
 
     def visit(seq, loop):
         for x in seq:
-            if isinstance(x, A.ReverseLoop) and x.parallel:
+            if isinstance(x, A.ReverseLoop) and x.parallel or is_parallel_for(x):
                 continue
             if loop is not None and _summable(w, x) and _only_summed(x.target.name, loop):
                 x.how = "sum"

@@ -6,12 +6,16 @@ where :mod:`kadj.parallel` allows it) are timed at each thread count
 buffers are refilled outside the timed region.  Prints one markdown table: time per
 call and the adjoint/forward ratio per thread count.  A parallel adjoint keeps its
 ratio as threads are added (within ~20% of the single-threaded ratio); a serial one's
-ratio grows with the forward's speed-up.
+ratio grows with the forward's speed-up.  The prange stencils' adjoints take the gather
+form, run in parallel; each is also timed with ``parallel=False`` (the serial gather
+form) for comparison.  Forward and adjoint take turns within each round
+(:func:`kadj.timing.interleaved_times`).
 
 Usage::
 
     python scripts/bench_parallel.py                    # 1, 2, ... all threads
     python scripts/bench_parallel.py --threads 1 2 --n 2000000 --repeat 15
+    python scripts/bench_parallel.py --only heat_stencil diffusion_2d
 """
 from __future__ import annotations
 
@@ -30,7 +34,8 @@ if str(ROOT) not in sys.path:
 
 import kadj  # noqa: E402
 from kadj.parallel import is_parallel_source  # noqa: E402
-from kadj.timing import median_time  # noqa: E402
+from kadj.timing import interleaved_times  # noqa: E402
+from kernels.cpu.stencils import diffusion_1d_parallel, diffusion_2d_parallel  # noqa: E402
 
 
 @njit(parallel=True)
@@ -60,21 +65,45 @@ def heat_stencil(u, out, alpha):
         out[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
 
 
+@njit(parallel=True)
+def stencil_3d(u, kappa, out, dt):
+    for i in prange(1, u.shape[0] - 1):
+        for j in range(1, u.shape[1] - 1):
+            for k in range(1, u.shape[2] - 1):
+                lap = (u[i - 1, j, k] + u[i + 1, j, k] + u[i, j - 1, k] + u[i, j + 1, k]
+                       + u[i, j, k - 1] + u[i, j, k + 1] - 6.0 * u[i, j, k])
+                out[i, j, k] = u[i, j, k] + dt * kappa[i, j, k] * lap
+
+
 def cases(n, rng):
     m = max(1, n // 64)
+    s2 = max(3, int(round(math.sqrt(n))))
+    s3 = max(3, int(round(n ** (1 / 3))))
+    d1 = (rng.standard_normal(n), 0.5 + rng.random(n), np.zeros(n), 0.2)
+    d2 = (rng.standard_normal((s2, s2 + 8)), 0.5 + rng.random((s2, s2 + 8)),
+          np.zeros((s2, s2 + 8)), 0.1)
+    d3 = (rng.standard_normal((s3, s3 + 2, s3 + 4)), 0.5 + rng.random((s3, s3 + 2, s3 + 4)),
+          np.zeros((s3, s3 + 2, s3 + 4)), 0.1)
+    heat = (rng.standard_normal(n), np.zeros(n), 0.3)
     return {
         "damped_map": (damped_map, (rng.standard_normal(n), rng.random(n), np.zeros(n),
                                     0.8)),
         "row_scale": (row_scale, (rng.standard_normal((m, 64)), rng.standard_normal(m),
                                   np.zeros((m, 64)))),
         "weighted_sum": (weighted_sum, (rng.standard_normal(n), rng.standard_normal(n))),
-        "heat_stencil (serial adjoint)": (heat_stencil, (rng.standard_normal(n),
-                                                         np.zeros(n), 0.3)),
+        "heat_stencil": (heat_stencil, heat),
+        "heat_stencil, parallel=False": (heat_stencil, heat, {"parallel": False}),
+        "diffusion_1d": (diffusion_1d_parallel, d1),
+        "diffusion_1d, parallel=False": (diffusion_1d_parallel, d1, {"parallel": False}),
+        "diffusion_2d": (diffusion_2d_parallel, d2),
+        "diffusion_2d, parallel=False": (diffusion_2d_parallel, d2, {"parallel": False}),
+        "stencil_3d": (stencil_3d, d3),
+        "stencil_3d, parallel=False": (stencil_3d, d3, {"parallel": False}),
     }
 
 
-def bench(name, kernel, args, threads, repeat):
-    k = kadj.differentiate(kernel)
+def bench(name, kernel, args, threads, repeat, options=None):
+    k = kadj.differentiate(kernel, **(options or {}))
     plan = k.adjoint_plan(*args)
     src = k.adjoint_source(*args)
     rng = np.random.default_rng(3)
@@ -91,8 +120,10 @@ def bench(name, kernel, args, threads, repeat):
         numba.set_num_threads(t)
         kernel(*args)
         k.adjoint(*args, *bufs, **kw)       # warm-up (compiles)
-        fwd = median_time(lambda: kernel(*args), repeat)
-        adj = median_time(lambda: k.adjoint(*args, *bufs, **kw), repeat, refill)
+        times = interleaved_times({"fwd": (lambda: kernel(*args), None),
+                                   "adj": (lambda: k.adjoint(*args, *bufs, **kw), refill)},
+                                  repeat)
+        fwd, adj = times["fwd"], times["adj"]
         row.append(f"{fwd * 1e3:.2f} / {adj * 1e3:.2f} ms = {adj / fwd:.2f}")
     return row
 
@@ -102,6 +133,8 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=1_000_000)
     p.add_argument("--repeat", type=int, default=9)
     p.add_argument("--threads", type=int, nargs="*", default=None)
+    p.add_argument("--only", nargs="*", default=None,
+                   help="cases whose name starts with one of these")
     opts = p.parse_args(argv)
     most = numba.config.NUMBA_NUM_THREADS
     threads = opts.threads or sorted({1, 2, most} & set(range(1, most + 1)))
@@ -111,9 +144,11 @@ def main(argv=None):
                                              for t in threads]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    for name, (kernel, args) in cases(opts.n, np.random.default_rng(0)).items():
-        print("| " + " | ".join(bench(name, kernel, args, threads, opts.repeat)) + " |",
-              flush=True)
+    for name, (kernel, args, *options) in cases(opts.n, np.random.default_rng(0)).items():
+        if opts.only and not any(name.startswith(o) for o in opts.only):
+            continue
+        row = bench(name, kernel, args, threads, opts.repeat, *options)
+        print("| " + " | ".join(row) + " |", flush=True)
 
 
 if __name__ == "__main__":

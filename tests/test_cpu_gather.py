@@ -166,13 +166,13 @@ def test_kernels_that_do_not_qualify_keep_the_scatter_form(fn, args, why):
     fd_check(k, a)
 
 
-def test_a_prange_stencil_that_cannot_run_in_parallel_takes_the_gather_form():
-    """Its scatter form would race (adj_x[i - 1] += ...), so it stays serial: the
-    gather form, serial too, is used instead."""
+def test_a_prange_stencil_takes_the_gather_form_in_parallel():
+    """Its scatter form would race (adj_x[i - 1] += ...): the gather form is used,
+    its loop over the elements run in parallel (tests/test_parallel_gather.py)."""
     k = kadj.differentiate(parallel_stencil)
     args = [_rng(2).standard_normal(7), np.zeros(7)]
     src = k.adjoint_source(*args)
-    assert "gather form" in src and "numba.prange" not in src
+    assert "gather form" in src and "numba.prange" in src
     fd_check(k, args)
 
 

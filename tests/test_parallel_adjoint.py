@@ -1,7 +1,9 @@
 """Parallel CPU adjoints (kadj.parallel): reversed prange loops run as numba.prange when
 every write of the reversed body is private to its iteration or a reduction; loops whose
-iterations share adjoint writes (a neighbour stencil, a gather) stay serial.  Gradients
-against float64 finite differences and against the serial adjoint (parallel=False)."""
+iterations share adjoint writes (a gather through an index array) stay serial; a
+neighbour stencil takes the gather form, run in parallel (tests/test_parallel_gather.py).
+Gradients against float64 finite differences and against the serial adjoint
+(parallel=False)."""
 import math
 
 import numpy as np
@@ -62,7 +64,7 @@ def _loop_line(src):
 
 def _serial_and_parallel(kernel, args, **opts):
     par = kadj.differentiate(kernel, **opts)
-    ser = kadj.differentiate(kernel, parallel=False)
+    ser = kadj.differentiate(kernel, **{**opts, "parallel": False})
     return par, ser, par.adjoint_source(*args), ser.adjoint_source(*args)
 
 
@@ -100,16 +102,17 @@ def test_private_writes_run_in_parallel(kernel, args):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
 
 
-@pytest.mark.parametrize("kernel, args", [
-    (p_stencil, lambda: (rng.standard_normal(203), np.zeros(203), 0.3)),
+@pytest.mark.parametrize("kernel, args, opts", [
+    (p_stencil, lambda: (rng.standard_normal(203), np.zeros(203), 0.3), {"gather": False}),
     (p_gather, lambda: (rng.standard_normal(40), rng.integers(0, 40, 120),
-                        np.zeros(120))),
+                        np.zeros(120)), {}),
 ])
-def test_shared_writes_stay_serial(kernel, args):
+def test_shared_writes_stay_serial(kernel, args, opts):
     """adj_u[i - 1] += ... and adj_x[idx[i]] += ... would race: the loop stays serial
-    and the gradient is exactly the serial one."""
+    and the gradient is exactly the serial one.  (The stencil's default, the gather
+    form, runs in parallel: tests/test_parallel_gather.py.)"""
     args = args()
-    par, ser, psrc, ssrc = _serial_and_parallel(kernel, args)
+    par, ser, psrc, ssrc = _serial_and_parallel(kernel, args, **opts)
     assert "prange" not in _loop_line(psrc) and not is_parallel_source(psrc)
     assert psrc == ssrc
     ir_text = par.show_stage("adjoint-ir", *args)

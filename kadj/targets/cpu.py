@@ -17,8 +17,9 @@ loop (the outermost of a nest); False: every loop serial.
 Option ``gather`` (default True): the adjoint of a stencil loop nest (each iteration
 writes its own element and reads arrays at constant offsets of the loop counters) takes
 the gather form, each adjoint element written once (:mod:`kadj.cpu_gather`; which nests
-qualify: :mod:`kadj.gather_plan`), unless a loop of it runs in parallel; False: the
-scatter form.
+qualify: :mod:`kadj.gather_plan`), unless its scatter form runs in parallel; a nest asked
+to run in parallel whose scatter form would race (a neighbour stencil) runs the gather
+form's loops in parallel where race-free; False: the scatter form.
 
 Option ``checkpoints`` (default None: off): with ``checkpoints=N`` (or True: 24), loops
 whose iterations carry state and would record a tape growing with their trip count
@@ -100,6 +101,10 @@ def _write(prepared, facts, plan, options):
     if nest is not None:
         fn, w = cpu_gather.build_gather_adjoint(kernel, facts, slot_names,
                                                 plan.returns_value, nest)
+        if wanted & {level.uid for level in nest.levels}:
+            # each element's adjoint written once: the loops over the elements, and the
+            # sums' loop (reductions), run in parallel where race-free
+            parallel.parallelise_loops(fn, w.ns, w.outer_loops)
     elif not wanted:
         fn, w = reverse.build_adjoint(kernel, facts, slot_names, plan.returns_value,
                                       slots=options.get("checkpoints"))

@@ -6,7 +6,7 @@ wrap with modulo indexing ``(i + 1) % n``.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from ._example import Example
 from ..sizes import at_least, grid2, grid3
@@ -264,6 +264,42 @@ def wave_leapfrog_args(rng):
     return wave_leapfrog_sized(rng, 12)
 
 
+@njit(parallel=True)
+def diffusion_1d_parallel(u, kappa, u_new, dt):
+    """One explicit 1-D diffusion step with a variable coefficient, over prange."""
+    for i in prange(1, u.shape[0] - 1):
+        flux = kappa[i] * (u[i + 1] - u[i]) - kappa[i - 1] * (u[i] - u[i - 1])
+        u_new[i] = u[i] + dt * flux
+
+
+def diffusion_1d_parallel_sized(rng, n):
+    n = at_least(n, 3)
+    return rng.random(n), 0.5 + rng.random(n), np.zeros(n), 0.2
+
+
+def diffusion_1d_parallel_args(rng):
+    return diffusion_1d_parallel_sized(rng, 24)
+
+
+@njit(parallel=True)
+def diffusion_2d_parallel(u, kappa, u_new, dt):
+    """One explicit 2-D diffusion step with a variable coefficient, rows over prange."""
+    nx, ny = u.shape
+    for i in prange(1, nx - 1):
+        for j in range(1, ny - 1):
+            lap = u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] - 4.0 * u[i, j]
+            u_new[i, j] = u[i, j] + dt * kappa[i, j] * lap
+
+
+def diffusion_2d_parallel_sized(rng, n):
+    shape = grid2(n)
+    return rng.random(shape), 0.5 + rng.random(shape), np.zeros(shape), 0.1
+
+
+def diffusion_2d_parallel_args(rng):
+    return rng.random((7, 9)), 0.5 + rng.random((7, 9)), np.zeros((7, 9)), 0.1
+
+
 EXAMPLES = [
     Example("heat_step", heat_step, heat_step_args, tags=("stencil",),
             sized=heat_step_sized),
@@ -305,4 +341,10 @@ EXAMPLES = [
     Example("heat_step_f32", heat_step, heat_step_f32_args,
             tags=("stencil", "float32"),
             sized=heat_step_f32_sized),
+    Example("diffusion_1d_parallel", diffusion_1d_parallel, diffusion_1d_parallel_args,
+            tags=("stencil", "parallel"),
+            sized=diffusion_1d_parallel_sized),
+    Example("diffusion_2d_parallel", diffusion_2d_parallel, diffusion_2d_parallel_args,
+            tags=("stencil", "2d", "parallel"),
+            sized=diffusion_2d_parallel_sized),
 ]
