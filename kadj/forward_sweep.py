@@ -36,7 +36,9 @@ class ForwardSweep:
             return
         kind = self.tape_of(t)
         what = value_text
-        if not isinstance(t, (types.Float,)):
+        if not isinstance(t, types.Float) and t != types.int64:
+            # an int64 is stored as it is (``int()`` of it is numba's overload, compiled
+            # once per process for nothing)
             value_text = f"int({value_text})"
         frame = self.frames[-1]
         if self.growable_tape:

@@ -11,7 +11,7 @@ node) -> [nodes]}``, before the readability passes and the printer see the IR: f
 the scalar finishing, then the declarations in prologue order (the order in which
 their fresh names are handed out).
 
-The host's table (:data:`HOST`): a growable heap tape (``np.empty(1024, np.float64)``,
+The host's table (:data:`HOST`): a growable heap tape (``np.empty((1024,), np.float64)``,
 grown by the reservations of :mod:`kadj.tape_plan`), ``np.empty`` scratch arrays and a
 plain ``adj_x_buf[0] += adj_x`` per scalar argument.
 
@@ -68,10 +68,12 @@ def finish_scalar(w, node):
 
 
 def heap_tape(w, node):
-    """A growable tape: a heap array, grown where reservations find it short."""
+    """A growable tape: a heap array, grown where reservations find it short.  Its shape
+    is a 1-tuple, as in every other tape allocation of the host's adjoints: numba then
+    compiles one ``np.empty`` per tape type in a process, not one per spelling."""
     assert node.policy == "growable", node
     return [A.Assign(f"_tape_{node.kind}",
-                     f"np.empty({node.size}, np.{TAPE_DTYPES[node.kind]})"),
+                     f"np.empty(({node.size},), np.{TAPE_DTYPES[node.kind]})"),
             A.Assign(f"_sp_{node.kind}", "0")]
 
 

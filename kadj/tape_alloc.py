@@ -1,11 +1,13 @@
 """Cheaper tape code for a growable (host) tape, decided after :mod:`kadj.tape_plan`.
 
-Two rewrites that leave what the adjoint computes, and every push's coverage,
-unchanged but give numba less to compile:
+Rewrites that leave what the adjoint computes, and every push's coverage, unchanged
+but give numba less to compile:
 
 * :func:`unit_step_trips`: a reservation's trip count ``_trips(lo, hi, 1)`` (or step
   ``-1``) is written as the arithmetic it amounts to, ``max(0, hi - lo)`` (or
   ``max(0, lo - hi)``), instead of a call of the inlined helper.
+* :func:`kadj.tape_merge.merge_later_reserves` (run first): later straight-line
+  reservations whose amounts are known at an earlier one join it.
 * :func:`allocate_at_first_reserve`: when the first thing the adjoint does with a
   tape is an unconditional reservation (the tape pointer is still 0 there), the tape
   is allocated there with exactly that size instead of being allocated in the
@@ -123,13 +125,13 @@ def _first_uses(fn):
     return first
 
 
-def _straight_line(seq):
+def straight_line(seq):
     """The nodes of ``seq`` that run exactly once, unconditionally, with the list each
     is in (bodies of :data:`_ONCE` containers included)."""
     for x in seq:
         yield x, seq
         if isinstance(x, _ONCE):
-            yield from _straight_line(x.body)
+            yield from straight_line(x.body)
 
 
 def allocate_at_first_reserve(fn):
@@ -138,7 +140,7 @@ def allocate_at_first_reserve(fn):
     prologue declaration then only sets the pointer (see the module's doc)."""
     first = _first_uses(fn)
     chosen = {}
-    for x, seq in _straight_line(fn.body):
+    for x, seq in straight_line(fn.body):
         if isinstance(x, A.Reserve):
             kinds = [k for k in sorted(x.amounts) if first.get(k) is x]
             if kinds:

@@ -7,10 +7,11 @@ for a ``for`` loop).  A nested frame whose trip count is known where the enclosi
 frame starts (it reads no variable the enclosing loop assigns; never a ``while`` loop)
 and that runs on every iteration is absorbed: its amount joins the enclosing reservation.  When a nested frame
 that records cannot be absorbed, it reserves for itself where it starts, which moves
-the tape pointer past what the enclosing reservation counted: the enclosing frame is
-then *foreign* from that point on, and each of its pushes not provably covered gets a
-capacity check.  So every push is either inside a reservation that covers it or
-checked.  The decisions need the whole frame tree: the reverse pass leaves
+the pointers of the tapes it pushes to past what the enclosing reservation counted:
+the enclosing frame is then *foreign* for those kinds from that point on, and each of
+its pushes of those kinds not provably covered gets a capacity check (a push of a kind
+the nested frame never pushes stays covered).  So every push is either inside a
+reservation that covers it or checked.  The decisions need the whole frame tree: the reverse pass leaves
 :class:`adj_ir.Reserve` and :class:`adj_ir.CapacityCheck` nodes, and :func:`plan_tape`
 decides them before printing.
 """
@@ -24,6 +25,7 @@ from . import ir
 from .errors import DifferentiationError
 from .lowering import GROWABLE_START
 from .tape_alloc import allocate_at_first_reserve, unit_step_trips
+from .tape_merge import merge_later_reserves
 
 _ARITH = {operator.add: "+", operator.sub: "-", operator.mul: "*"}
 
@@ -47,7 +49,8 @@ class Frame:
     children: list = field(default_factory=list)
     closed: object = None        # the push sequence number when the frame closed
     absorbed: bool = False       # its amount joined the parent's reservation
-    foreign: object = None       # pushes after this sequence number are not covered
+    foreign: object = None       # {kind: pushes of it after this sequence number are
+    #                              not covered} (a nested frame reserved it for itself)
     records: bool = False        # the frame or a nested one pushes
     ops: set = field(default_factory=set)          # variables its amounts read
     terms: dict = field(default_factory=dict)      # per-iteration amounts, per kind
@@ -66,18 +69,28 @@ class Frame:
         return self._defs
 
 
-def check_needed(frame, seq):
-    """Is push number ``seq`` of ``frame`` outside every reservation that could cover
-    it?  A frame that reserves in place covers its pushes made before a nested frame
-    reserved for itself, except in a ``for`` loop (its reservation is made once, at
-    loop entry: later iterations run after the nested frame of an earlier one)."""
+def check_needed(frame, seq, kind):
+    """Is push number ``seq`` (of ``kind``) of ``frame`` outside every reservation that
+    could cover it?  A frame that reserves in place covers its pushes of a kind made
+    before a nested frame that pushes that kind reserved for itself, except in a ``for``
+    loop (its reservation is made once, at loop entry: later iterations run after the
+    nested frame of an earlier one).  A nested frame that pushes only other kinds moves
+    only their pointers: it leaves the frame's reservation of this kind whole."""
     f = frame
     while f is not None:
-        at = f.foreign
+        at = f.foreign.get(kind) if f.foreign else None
         if at is not None and (f.trip is not None or seq > at):
             return True
         f = f.parent if f.absorbed else None
     return False
+
+
+def pushed_kinds(fr):
+    """The tape kinds ``fr`` and the frames nested in it push."""
+    kinds = set(fr.counts)
+    for c in fr.children:
+        kinds |= pushed_kinds(c)
+    return kinds
 
 
 def amounts_of(terms, trip):
@@ -123,7 +136,10 @@ class FramePlanner:
                 for kind, amount in amounts.items():
                     terms.setdefault(kind, []).append(amount)
         elif recording:
-            fr.foreign = min(c.closed for c in recording)
+            fr.foreign = {}
+            for c in recording:
+                for kind in pushed_kinds(c):
+                    fr.foreign[kind] = min(fr.foreign.get(kind, c.closed), c.closed)
         fr.ops = ops
         fr.terms = terms
         fr.amounts = amounts_of(terms, fr.trip)
@@ -138,7 +154,7 @@ class FramePlanner:
         is per iteration, not per run of the loop), or its trip count depends on the
         loop's own variables (loop-invariant definitions such as ``n = x.shape[0]``
         in the loop body are computed again in front of the loop)."""
-        if c.foreign is not None or c.cond != fr.cond or c.per_trip:
+        if c.foreign or c.cond != fr.cond or c.per_trip:
             return None
         clash = c.ops & fr.assigned
         if not clash:
@@ -202,12 +218,13 @@ def plan_tape(nodes, growable, kernel_name=None):
             if growable:
                 x.amounts = {k: unit_step_trips(v) for k, v in x.amounts.items()}
         elif isinstance(x, A.CapacityCheck):
-            x.needed = growable and check_needed(x.frame, x.seq)
+            x.needed = growable and check_needed(x.frame, x.seq, x.kind)
         elif isinstance(x, A.TapeDecl):
             x.size = GROWABLE_START if growable else sizes.get(x.kind, 1)
     if growable:
         for fn in nodes:
             if isinstance(fn, A.Function):
+                merge_later_reserves(fn)
                 allocate_at_first_reserve(fn)
     return sizes
 

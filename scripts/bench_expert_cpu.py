@@ -8,14 +8,17 @@ of this process: set ``NUMBA_NUM_THREADS=1``), the best of ``--repeat`` calls af
 warm-up call that compiles; adjoint buffers are refilled outside the timed region.
 
 "kadj before" is the same kadj with scalar adjoints summed by plain ``+=`` (the CPU
-target's sum policy, :mod:`kadj.vector_sums`, switched off); it runs in a subprocess
-with its own adjoint cache, so the two versions never share a cached adjoint.  kadj's
+target's sum policy, :mod:`kadj.vector_sums`, switched off), or with ``--before lanes``
+with replayed iterations run one at a time (:mod:`kadj.lane_jam` switched off); it runs
+in a subprocess with its own adjoint cache, so the two versions never share a cached
+adjoint.  kadj's
 adjoint is checked against the expert's before timing.
 
 Usage::
 
     NUMBA_NUM_THREADS=1 python scripts/bench_expert_cpu.py
     NUMBA_NUM_THREADS=1 python scripts/bench_expert_cpu.py --cases heat1d_f64 horner
+    NUMBA_NUM_THREADS=1 python scripts/bench_expert_cpu.py --before lanes
 
 Prints forward, kadj before, kadj after and expert times (ms), kadj/expert and
 adjoint/forward.  Exits 1 when kadj disagrees with an expert adjoint.
@@ -358,20 +361,24 @@ def bench(name, repeat):
             "expert": t_exp, "error": err, "ok": err <= tol}
 
 
-def _before(names, repeat):
-    """kadj's times with plain sums, from a subprocess with its own adjoint cache."""
+def _before(names, repeat, what):
+    """kadj's times with ``what`` ("sums" or "lanes") switched off, from a subprocess
+    with its own adjoint cache."""
     env = dict(os.environ)
     with tempfile.TemporaryDirectory() as cache:
         env["KADJ_CACHE_DIR"] = cache
-        out = subprocess.run([sys.executable, __file__, "--plain-sums", "--repeat",
+        out = subprocess.run([sys.executable, __file__, "--off", what, "--repeat",
                               str(repeat), "--cases", *names], env=env, check=True,
                              capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _plain_sums_run(names, repeat):
+def _off_run(what, names, repeat):
     import kadj.targets.cpu as cpu
-    cpu.vector_sums = lambda fn, w: w.syntax     # the policy off: plain += everywhere
+    if what == "sums":
+        cpu.vector_sums = lambda fn, w: w.syntax     # the policy off: plain += everywhere
+    else:
+        cpu.jam_replayed = lambda fn: 0              # replayed iterations one at a time
     print(json.dumps({n: time_kadj(n, repeat)[0] for n in names}))
 
 
@@ -379,17 +386,21 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--plain-sums", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--before", choices=("sums", "lanes"), default="sums",
+                   help="what 'kadj before' switches off: the vectorisable sums "
+                        "(default) or the replayed iterations run side by side")
+    p.add_argument("--off", choices=("sums", "lanes"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    if a.plain_sums:
-        _plain_sums_run(a.cases, a.repeat)
+    if a.off:
+        _off_run(a.off, a.cases, a.repeat)
         return 0
     if os.environ.get("NUMBA_NUM_THREADS") != "1":
         print("note: NUMBA_NUM_THREADS is not 1", file=sys.stderr)
     with tempfile.TemporaryDirectory() as cache:
         os.environ.setdefault("KADJ_CACHE_DIR", cache)
         rows = [bench(n, a.repeat) for n in a.cases]
-    before = _before(a.cases, a.repeat)
+    before = _before(a.cases, a.repeat, a.before)
+    print(f"kadj before: {'plain sums' if a.before == 'sums' else 'one iteration at a time'}")
     print(f"{'case':<12} {'forward':>9} {'kadj before':>12} {'kadj after':>11} "
           f"{'expert':>9} {'before/exp':>11} {'after/exp':>10} {'after/fwd':>10} "
           f"{'exp/fwd':>8}  (ms, process time)")

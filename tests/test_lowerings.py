@@ -61,7 +61,7 @@ def test_cpu_declarations_before_and_after_lowering():
     assert (fn.prologue[0].target, fn.prologue[0].value) == ("_sp_f64", "0")
     assert [(a.target, a.value) for a in lowering.heap_tape(
         None, A.TapeDecl("f64", "growable", lowering.GROWABLE_START))] == [
-        ("_tape_f64", "np.empty(1024, np.float64)"), ("_sp_f64", "0")]
+        ("_tape_f64", "np.empty((1024,), np.float64)"), ("_sp_f64", "0")]
     (finish,) = nodes(fn, A.FinishScalar)
     assert finish.names == ("alpha",)
     assert fn.body[-2] is finish and isinstance(fn.body[-1], A.Return)

@@ -1,9 +1,10 @@
 """Cheaper host tape code (kadj/tape_alloc.py): unit-step trip counts written as
-arithmetic, and a tape allocated at its first reservation.  The arithmetic must equal
-``_trips`` for every start, stop and step of 1 or -1; the adjoints that allocate their
-tape at the first reservation must compute the same gradients as finite differences,
-among them at sizes where the allocation is 0 entries or more than the growable tape's
-starting size."""
+arithmetic, later straight-line reservations joined to an earlier one, and a tape
+allocated at its first reservation.  The arithmetic must equal ``_trips`` for every
+start, stop and step of 1 or -1; the adjoints that allocate their tape once (or at the
+first reservation, growing it where a later loop's count is known only there) must
+compute the same gradients as finite differences, among them at sizes where the
+allocation is 0 entries or more than the growable tape's starting size."""
 import itertools
 
 import numpy as np
@@ -87,7 +88,7 @@ def test_horner_tape_allocated_at_first_reservation(nc, nx):
     rng = np.random.default_rng(nc * 1000 + nx)
     c, x, y = rng.normal(size=nc), rng.uniform(-1, 1, nx), np.zeros(nx)
     src = k.adjoint_source(c, x, y)
-    assert "_reserve" not in src and "_trips" not in src, src
+    assert "_reserve(" not in src and "_trips(" not in src, src
     assert "_tape_f64 = np.empty((" in src and f"np.empty({GROWABLE_START}" not in src
     w = rng.normal(size=nx)
     adj_c, adj_x = np.zeros(nc), np.zeros(nx)
@@ -102,26 +103,61 @@ def test_horner_tape_allocated_at_first_reservation(nc, nx):
         np.testing.assert_allclose(adj_c, want, rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize("n", [1, 2, 7, 1500])
-def test_first_allocation_then_growth(n):
-    # the first reservations allocate the tapes (the i64 one with 0 entries when
-    # n = 1); later ones grow the f64 tape (past its starting size when n = 1500)
-    k = kadj.differentiate(_two_loops)
-    rng = np.random.default_rng(n)
-    x, y = rng.uniform(-1, 1, n), np.zeros(n)
-    src = k.adjoint_source(x, y)
-    assert "_tape_f64 = np.empty((" in src and "_tape_i64 = np.empty((" in src, src
-    assert "_tape_f64 = _reserve(" in src, src
-    w = rng.normal(size=n)
+def _check_two_loops(kernel, x, w, rng):
+    n = x.shape[0]
     adj_x = np.zeros(n)
-    k.adjoint(x.copy(), np.zeros(n), adj_x, w.copy())
+    kernel.adjoint(x.copy(), np.zeros(n), adj_x, w.copy())
+    f = kernel.py_func
     if n <= 7:
-        np.testing.assert_allclose(adj_x, _fd_vjp(_two_loops.py_func, [x, y], 1, 0, w),
+        np.testing.assert_allclose(adj_x, _fd_vjp(f, [x, np.zeros(n)], 1, 0, w),
                                    rtol=1e-6, atol=1e-8)
     else:   # a directional derivative against central differences
         d = rng.normal(size=n)
         hi, lo = np.zeros(n), np.zeros(n)
-        _two_loops.py_func(x + 1e-6 * d, hi)
-        _two_loops.py_func(x - 1e-6 * d, lo)
+        f(x + 1e-6 * d, hi)
+        f(x - 1e-6 * d, lo)
         fd = np.sum(w * (hi - lo)) / 2e-6
         assert abs(adj_x @ d - fd) <= 1e-6 * max(1.0, abs(fd))
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 1500])
+def test_straight_line_loops_allocated_once(n):
+    # the first reservations allocate the tapes (the i64 one with 0 entries when
+    # n = 1); the last loop's reservation, whose count (x.shape[0]) is known at the
+    # first f64 one, joins it (kadj/tape_alloc.py merge_later_reserves): one f64
+    # allocation, no growth, past the growable tape's starting size when n = 1500
+    k = kadj.differentiate(_two_loops)
+    rng = np.random.default_rng(n)
+    x = rng.uniform(-1, 1, n)
+    src = k.adjoint_source(x, np.zeros(n))
+    assert "_tape_f64 = np.empty((2 + max(0, x.shape[0]),), np.float64)" in src, src
+    assert "_tape_i64 = np.empty((" in src and "_reserve" not in src, src
+    _check_two_loops(k, x, rng.normal(size=n), rng)
+
+
+@njit
+def _two_loops_counted(x, y):
+    m = x[0]
+    for i in range(1, x.shape[0]):
+        if x[i] > m:
+            m = x[i]
+    s = 0.0
+    for i in range(x.shape[0]):
+        y[i] = np.exp(x[i] - m)
+        s += y[i]
+    c = 0
+    for i in range(x.shape[0]):
+        if y[i] > 0.5:
+            c += 1
+    for i in range(c):       # a count the first reservation cannot know
+        y[i] /= s
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 1500])
+def test_later_loop_of_data_dependent_count_grows_the_tape(n):
+    k = kadj.differentiate(_two_loops_counted)
+    rng = np.random.default_rng(n)
+    x = rng.uniform(-1, 1, n)
+    src = k.adjoint_source(x, np.zeros(n))
+    assert "_tape_f64 = np.empty((" in src and "_tape_f64 = _reserve(" in src, src
+    _check_two_loops(k, x, rng.normal(size=n), rng)

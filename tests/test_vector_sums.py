@@ -104,8 +104,11 @@ def test_horner_sums_with_sum_add():
     k = kadj.differentiate(_horner)
     rng = np.random.default_rng(2)
     args = (rng.uniform(-1, 1, 5), rng.standard_normal(4), np.zeros(5))
-    # the local sum of x[i]'s adjoint over the reversed inner loop
-    assert _sum_lines(k.adjoint_source(*args)) == ["_acc_x1 = _sum_add(_acc_x1, adj_p * p)"]
+    # the local sum of x[i]'s adjoint over the reversed inner loop: one per lane of the
+    # iterations run side by side (kadj/lane_jam.py), then the remainder loop's
+    lanes = [f"_acc_x1{s} = _sum_add(_acc_x1{s}, adj_p{s} * p{s})"
+             for s in ("_l3", "_l2", "_l1", "")]
+    assert _sum_lines(k.adjoint_source(*args)) == lanes + [lanes[-1]]
     fd_check(k, args)
 
 

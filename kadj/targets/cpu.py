@@ -6,7 +6,8 @@ saved in kadj's disk cache and compiled by numba with the kernel's own options (
 numba's own disk cache).  The tape of a reversed loop is a heap array that grows
 ("growable"); adjoint contributions are plain ``+=`` ("plain"), except the sums into
 a scalar adjoint inside a reversed loop, which LLVM may reassociate and vectorise
-(:mod:`kadj.vector_sums`).
+(:mod:`kadj.vector_sums`).  A replayed loop's iterations run several at a time, side
+by side, where their order cannot matter (:mod:`kadj.lane_jam`).
 
 Option ``parallel`` (default None): the reversed loops that the kernel wrote with
 ``prange`` run in parallel (``numba.prange``, compiled with ``parallel=True``) when the
@@ -29,6 +30,7 @@ whose iterations carry state and would record a tape growing with their trip cou
 from __future__ import annotations
 
 from .. import codegen, cpu_gather, frontend, gather_plan, parallel, reverse, structurize
+from ..lane_jam import jam_replayed
 from ..vector_sums import vector_sums
 from .base import CompiledAdjoint, Prepared, Target, Written, checkpoint_slots
 
@@ -108,6 +110,7 @@ def _write(prepared, facts, plan, options):
     elif not wanted:
         fn, w = reverse.build_adjoint(kernel, facts, slot_names, plan.returns_value,
                                       slots=options.get("checkpoints"))
+        jam_replayed(fn)    # replayed iterations side by side (kadj.lane_jam)
     vector_sums(fn, w)      # scalar sums in loops: LLVM may vectorise them
     return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
 

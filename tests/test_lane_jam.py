@@ -1,0 +1,235 @@
+"""Replayed iterations run side by side on the CPU (kadj/lane_jam.py).
+
+- kernels whose replayed loop qualifies (Horner's polynomial, a per-element
+  recurrence with a scalar parameter summed across iterations, a branch on the inner
+  counter that all lanes take alike, two inner loops with a value saved between them)
+  get the jammed loop and pass float64 finite-difference checks at trip counts around the
+  lane count (0, 1, 3, 4, 5, 7, 8, 9: no jammed iteration, only jammed ones, both),
+  with inner loops of zero and one trip, and at sizes whose tape is larger than any
+  earlier call's;
+- neighbouring kernels (a branch per element, two inner loops, an output sum read by
+  every iteration; not jammed today: not a replayed loop of the form above) pass the
+  same checks whichever loop they get;
+- kernels whose iteration order matters or that leave a loop early (an inner ``break``,
+  an element every iteration overwrites) keep the plain loop and pass the same checks;
+- the jammed adjoint gives the same gradients as the plain one on a larger problem
+  (up to the rounding of the reordered sums).
+"""
+import numpy as np
+import pytest
+from numba import njit
+
+import kadj
+import kadj.targets.cpu as cpu
+from fdcheck import fd_check
+
+JAMMED = "at a time, side by side"
+SIZES = [0, 1, 3, 4, 5, 7, 8, 9]
+
+
+@njit
+def horner(coeffs, x, y):
+    k = coeffs.shape[0]
+    for i in range(x.shape[0]):
+        xi = x[i]
+        p = coeffs[k - 1]
+        for j in range(k - 2, -1, -1):
+            p = p * xi + coeffs[j]
+        y[i] = p
+
+
+@njit
+def recurrence(x0, a, b, y, steps):
+    for i in range(x0.shape[0]):
+        x = x0[i]
+        for t in range(steps):
+            x = x * a[i] + b
+        y[i] = x
+
+
+@njit
+def alternating(x, a, b, y, steps):
+    for i in range(x.shape[0]):
+        v = x[i]
+        for t in range(steps):
+            if t % 2 == 0:          # the same way for every element: one branch, all lanes
+                v = v * a + b
+            else:
+                v = v * 0.9 - 0.1
+        y[i] = v
+
+
+@njit
+def two_loops(x, w, y):
+    for i in range(x.shape[0]):
+        v = x[i]
+        for j in range(w.shape[0]):
+            v = v * w[j] + 0.3
+        u = v * v
+        for j in range(w.shape[0] - 1, -1, -1):
+            u = u * w[j] - v
+        v = u * v + v               # a value saved outside the loops
+        y[i] = v * u
+
+
+@njit
+def branchy(x, c, y):
+    for i in range(x.shape[0]):
+        v = x[i]
+        for t in range(3):
+            if v > 0.0:
+                v = v * c + 0.5 * v * v
+            else:
+                v = v * c - 0.25
+        y[i] = v
+
+
+@njit
+def two_inner(x, w, y):
+    n = w.shape[0]
+    for i in range(x.shape[0]):
+        s = x[i]
+        for j in range(n):
+            s = s * w[j] + 0.1 * s * s
+        for j in range(n):
+            s = s + w[j] * s
+        y[i] = s
+
+
+@njit
+def summed_out(x, w, out):
+    for i in range(x.shape[0]):
+        s = x[i]
+        for j in range(w.shape[0]):
+            s = s * w[j] + s * s * 0.05
+        out[0] += s
+
+
+@njit
+def early_exit(x, w, y):
+    for i in range(x.shape[0]):
+        s = x[i]
+        for j in range(w.shape[0]):
+            s = s * w[j] + 0.1
+            if s > 2.0:
+                break
+        y[i] = s
+
+
+@njit
+def shared_last(x, w, y, last):
+    for i in range(x.shape[0]):
+        s = x[i]
+        for j in range(w.shape[0]):
+            s = s * w[j] + 0.1 * s
+        y[i] = s
+        last[0] = s * s
+
+
+def _rng(n):
+    return np.random.default_rng(100 + n)
+
+
+def _check(fn, args, jammed):
+    k = kadj.differentiate(fn)
+    src = k.adjoint_source(*args)
+    fd_check(k, args)
+    if jammed is not None:
+        assert (JAMMED in src) == jammed, src
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("ncoef", [1, 2, 5])
+def test_horner(n, ncoef):
+    r = _rng(n)
+    _check(horner, (r.standard_normal(ncoef) / 2, r.uniform(-1, 1, n), np.zeros(n)), True)
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("steps", [0, 1, 6])
+def test_recurrence(n, steps):
+    r = _rng(n)
+    _check(recurrence, (r.standard_normal(n), r.uniform(0.5, 0.95, n), 0.3, np.zeros(n),
+                        steps), True)
+
+
+@pytest.mark.parametrize("n", [0, 1, 4, 7])
+@pytest.mark.parametrize("steps", [0, 1, 5])
+def test_branch_the_same_for_every_lane(n, steps):
+    """The tape under a branch that every lane takes alike (stack pointer moved by all
+    lanes at once)."""
+    r = _rng(n)
+    _check(alternating, (r.uniform(-0.5, 0.5, n), 0.7, 0.2, np.zeros(n), steps), True)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5, 8, 9])
+@pytest.mark.parametrize("m", [0, 1, 3])
+def test_tape_addresses_of_two_loops_and_a_saved_value(n, m):
+    """Addresses from loop counters (kadj/lane_tape.py): two loops of pushes, one in
+    descending order, and a push between them."""
+    r = _rng(n)
+    _check(two_loops, (r.uniform(-0.5, 0.5, n), r.uniform(0.5, 0.9, m), np.zeros(n)), True)
+
+
+@pytest.mark.parametrize("n", [0, 5, 9])
+def test_branch_per_element(n):
+    r = _rng(n)
+    x = r.uniform(0.2, 1.0, n) * np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    _check(branchy, (x, 0.7, np.zeros(n)), None)
+
+
+@pytest.mark.parametrize("n", [0, 4, 7])
+@pytest.mark.parametrize("m", [0, 1, 3])
+def test_two_inner_loops_ascending(n, m):
+    r = _rng(n)
+    _check(two_inner, (r.uniform(-0.5, 0.5, n), r.uniform(0.3, 0.8, m), np.zeros(n)), None)
+
+
+@pytest.mark.parametrize("n", [1, 6])
+def test_output_sum_read_by_every_iteration(n):
+    r = _rng(n)
+    _check(summed_out, (r.uniform(-0.5, 0.5, n), r.uniform(0.3, 0.8, 3), np.zeros(1)), None)
+
+
+def test_growing_tape():
+    """Larger inner trip counts after smaller ones: the tape is sized per call."""
+    k = kadj.differentiate(recurrence)
+    for steps in (2, 40, 7):
+        r = _rng(steps)
+        args = (r.standard_normal(6), r.uniform(0.5, 0.95, 6), 0.3, np.zeros(6), steps)
+        assert JAMMED in k.adjoint_source(*args)
+        fd_check(k, args)
+
+
+@pytest.mark.parametrize("n", [3, 9])
+def test_early_exit_keeps_the_plain_loop(n):
+    r = _rng(n)
+    _check(early_exit, (r.uniform(0.1, 1.0, n), r.uniform(0.8, 1.6, 4), np.zeros(n)), False)
+
+
+@pytest.mark.parametrize("n", [3, 9])
+def test_order_dependent_element_keeps_the_plain_loop(n):
+    r = _rng(n)
+    _check(shared_last, (r.uniform(-0.5, 0.5, n), r.uniform(0.3, 0.8, 3), np.zeros(n),
+                         np.zeros(1)), False)
+
+
+def test_same_gradients_as_the_plain_loop(monkeypatch, tmp_path):
+    r = np.random.default_rng(7)
+    n = 1003
+    args = (r.standard_normal(n), r.uniform(0.5, 0.95, n), 0.3, np.zeros(n), 17)
+    seeds = [np.zeros(n), np.zeros(n), np.zeros(1), r.standard_normal(n)]
+
+    def grads():
+        k = kadj.differentiate(recurrence)
+        bufs = [s.copy() for s in seeds]
+        k.adjoint(*args, *bufs)
+        return k.adjoint_source(*args), bufs
+
+    src, jammed = grads()
+    monkeypatch.setenv("KADJ_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu, "jam_replayed", lambda fn: 0)
+    src_plain, plain = grads()
+    assert JAMMED in src and JAMMED not in src_plain
+    for a, b in zip(jammed, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
