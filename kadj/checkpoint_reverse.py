@@ -86,16 +86,19 @@ class CheckpointedLoops:
 
     @contextmanager
     def _shared_replays(self, s, depth):
-        """Reverse loop ``s`` inside the ``with``; when its replayed iterations rewrite
-        arrays shared by a block of threads (analysis ``replay_shared``: never on a
-        CPU), the block meets at a barrier before (threads may still be reading what
-        the first replay overwrites) and after (what follows reads it again)."""
+        """Reverse loop ``s`` inside the ``with``; its replayed iterations execute their
+        stores into the arrays of analysis ``replay_shared``.  When those are shared by
+        a block of threads (never on a CPU, where they are the kernel's scratch arrays
+        each iteration rewrites whole), the block meets at a barrier before (threads
+        may still be reading what the first replay overwrites) and after (what follows
+        reads it again)."""
         shared = set(self.a.replay_shared.get(s.uid, ()))
+        block = shared & (self.a.shared_scratch | self.a.owned_shared)  # (CPU: none)
         with self.mode(_replay_shared=self._replay_shared | shared):
-            if shared:
+            if block:
                 self.put(depth, A.Barrier("before replays rewrite shared memory"))
             yield
-            if shared:
+            if block:
                 self.put(depth, A.Barrier("after them"))
 
     def check_replayed_stores(self):

@@ -17,6 +17,10 @@ writer (policies, not code):
   checkpoint 0) must hold its value there even where the loop's own updates of it are
   dead (not an unset register).
 - arrays the adjoint never writes (analysis ``unwritten``): their stores are not run.
+- arrays that replayed iterations rewrite whole, or whose rows they restore, before
+  reading them (CPU, analysis ``replay_shared``): stored only while a kept load reads
+  them (the forward sweep of a replayed loop whose results nothing else reads is
+  not run at all).
 
 With the defaults (a CPU kernel) this is the forward sweep's own liveness.
 """
@@ -32,6 +36,7 @@ class MemoryLiveness:
     declares_allocations = False
     kernel_returns = True
     entry_state_live = False
+    _replay_live = frozenset()
 
     def liveness(self):
         a = self.a
@@ -54,7 +59,18 @@ class MemoryLiveness:
                     break
                 self._live_arrays |= loaded
         else:
-            super().liveness()
+            # arrays that only replayed iterations read, which rewrite (or restore)
+            # them first: stored by the forward sweep only while a load it keeps
+            # reads them
+            self._replay_live = set()
+            while True:
+                super().liveness()
+                loaded = {x.expr.array.name for x in ir.walk(self.k.body)
+                          if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Load) and
+                          id(x) in self.kept} & self.replay_rewritten()
+                if loaded <= self._replay_live:
+                    break
+                self._replay_live |= loaded
         if self.kernel_returns and not self.declares_allocations:
             return
         for x in ir.walk(self.k.body):
@@ -87,10 +103,24 @@ class MemoryLiveness:
         if not self.declares_allocations:  # (else declared in the prologue)
             super().alloc(s, depth)
 
+    def replay_rewritten(self):
+        """Without checkpoints: the arrays that replayed iterations rewrite whole or
+        restore the rows of before reading them (analysis ``replay_shared`` on a
+        CPU): the reverse sweep never reads what the forward sweep stored there."""
+        a = self.a
+        if a.carried_replay:
+            return frozenset()
+        out = set()
+        for names in a.replay_shared.values():
+            out |= set(names)
+        return frozenset(out - a.shared_scratch)
+
     def _stmt_needed(self, s):
         if isinstance(s, ir.Store):
             if s.array.name in self.a.unwritten:
                 return False  # later reads use a scalar in its place
             if s.array.name in self.space:
                 return s.array.name in self._live_arrays
+            if s.array.name in self.replay_rewritten():
+                return s.array.name in self._replay_live
         return super()._stmt_needed(s)

@@ -12,6 +12,7 @@ from . import ops
 from . import rules
 from .adj_naming import _add
 from .analysis import partial_reads
+from .analysis.rewrites import own_rows
 from .printer import target_text
 
 
@@ -254,6 +255,26 @@ class ReverseSweep:
             self.accumulate(depth + guarded, self.adj_elem(arr, index), "+=", local.name)
 
     # ---- loops ---------------------------------------------------------------------
+    def restore_own_rows(self, s, depth):
+        """Before replaying an iteration of ``s``: the rows of argument arrays that
+        only this iteration touches (analysis.rewrites.own_rows), as the caller passed
+        them (the forward sweep left the iteration's results there)."""
+        idx = self.n(s.index)
+        for x in self.a.replay_shared.get(s.uid, ()):
+            if x in self.a.work_arrays and own_rows(self.a, s, x):
+                self.put(depth, A.Comment(f"# {self.n(x)}'s row as this iteration "
+                                          f"found it"))
+                # (element loops: cheaper than a slice copy for short rows)
+                index = [idx]
+                for axis in range(1, self.T[x].ndim):
+                    j = self.fresh("j")
+                    self.put(depth + axis - 1,
+                             A.For(j, f"range({self.n(x)}.shape[{axis}])"))
+                    index.append(j)
+                ref = ", ".join(index)
+                self.put(depth + self.T[x].ndim - 1,
+                         A.Assign(f"{self.arr(x)}[{ref}]", f"{self.n(x)}[{ref}]"))
+
     def rev_for(self, s, depth, loop_depth):
         keys = self.open_accumulators(self.invariant_loads(s), depth)
         self._rev_for(s, depth, loop_depth)
@@ -315,6 +336,7 @@ class ReverseSweep:
                                           "recording"))
             self.open_frame(depth + 1, hoist=hoist, body=s.body)
             self._last_loc = None
+            self.restore_own_rows(s, depth + 1)
             with self.mode(kept=set(map(id, ir.walk(s.body))), skip_stores=True,
                            nopush=False), \
                     self.b.group(depth + 1, A.Block("replayed iteration")):

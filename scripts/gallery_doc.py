@@ -15,6 +15,7 @@ CUDA kernels (``kernels.cuda.all_cases()``): the first docstring sentence, the a
 (``adjoint_ptx``, no GPU needed); timing needs a GPU (``scripts/bench_cuda.py``).
 
     python scripts/gallery_doc.py [--out docs/gallery.md] [--size 1000000] [--repeat 7]
+    python scripts/gallery_doc.py --only thomas_batched    # one row measured again
 """
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ def _out_of_bounds(ex, args, adjs):
         os.environ["NUMBA_BOUNDSCHECK"] = "0"
 
 
-def cpu_rows(size, repeat, budget=0.05):
+def cpu_rows(size, repeat, budget=0.05, only=None):
     import numba
 
     import kadj
@@ -129,6 +130,8 @@ def cpu_rows(size, repeat, budget=0.05):
     numba.set_num_threads(1)
     rows = []
     for ex in GALLERY:
+        if only is not None and ex.name not in only:
+            continue
         k = kadj.differentiate(ex.kernel, wrt=ex.wrt)
         small = ex.make_args(np.random.default_rng(0))
         ex.kernel(*_copy(small))                # compile the forward before sizing
@@ -234,16 +237,45 @@ def page(cpu, cuda, size, repeat, cc):
     return "\n".join(out) + "\n"
 
 
+def replace_cpu_rows(text, rows):
+    """``text`` (the page) with the CPU table's rows of ``rows``' kernels replaced, and
+    those it lacks added, the table in gallery order."""
+    from kernels.cpu import GALLERY
+    head, rest = text.split("## CPU", 1)
+    table, tail = rest.split("\n## ", 1)
+    lines = table.split("\n")
+    old = {}
+    for line in lines:
+        m = re.match(r"\| `(\w+)` \|", line)
+        if m:
+            old[m.group(1)] = line
+    for n, d, z, r, acc, lp in rows:
+        old[n] = f"| `{n}` | {_cell(d)} | {z} | {r} | {_cell(acc)} | {lp} |"
+    first = next(k for k, line in enumerate(lines) if re.match(r"\| `", line))
+    last = max(k for k, line in enumerate(lines) if re.match(r"\| `", line))
+    ordered = [old[ex.name] for ex in GALLERY if ex.name in old]
+    lines = lines[:first] + ordered + lines[last + 1:]
+    return head + "## CPU" + "\n".join(lines) + "\n## " + tail
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "docs" / "gallery.md"))
     p.add_argument("--size", type=int, default=1_000_000)
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--cc", type=int, nargs=2, default=(8, 0))
+    p.add_argument("--only", nargs="+", metavar="NAME",
+                   help="measure only these CPU kernels again: their rows are replaced "
+                        "(or added, in gallery order) in the existing page, the other "
+                        "rows kept")
     a = p.parse_args(argv)
     os.environ["NUMBA_BOUNDSCHECK"] = "0"       # timed code as users run it
     cc = tuple(a.cc)
-    text = page(cpu_rows(a.size, a.repeat), cuda_rows(cc), a.size, a.repeat, cc)
+    if a.only:
+        text = replace_cpu_rows(pathlib.Path(a.out).read_text(),
+                                cpu_rows(a.size, a.repeat, only=set(a.only)))
+    else:
+        text = page(cpu_rows(a.size, a.repeat), cuda_rows(cc), a.size, a.repeat, cc)
     pathlib.Path(a.out).write_text(text)
     print(f"wrote {a.out}", file=sys.stderr)
 

@@ -11,12 +11,17 @@ import pytest
 
 import kadj
 import golden_kernels as gk
+import golden_rows as gr
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 CASES = {
     "heat_step": (gk.heat_step, lambda: (np.ones(8), np.zeros(8), 0.1)),
     "horner": (gk.horner, lambda: (np.ones(5), np.ones(4), np.zeros(5))),
     "clipped_energy": (gk.clipped_energy, lambda: (np.ones(6), 2.0)),
+    # row loops replayed one row at a time (kadj.analysis.rewrites)
+    "thomas_shared_rows": (gr.thomas_shared_rows,
+                           lambda: tuple(np.ones((3, 4)) for _ in range(5))),
+    "softmax_rows_inplace": (gr.softmax_rows_inplace, lambda: (np.ones((3, 4)),)),
 }
 
 

@@ -77,6 +77,13 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
             if isinstance(s, ir.ForRange) and _loops.order_free(s, a):
                 a.ascending.add(s.uid)
         _replay(body, a)
+        lost = {x for x, uid in a.scratch_owner.items() if uid not in a.replay}
+        if lost:
+            # scratch arrays whose rewriting loop is not replayed after all: restored
+            a.scratch_kept |= lost
+            for x in lost:
+                del a.scratch_owner[x]
+            continue
         more = _loops.replay_reads(body, a) - a.needed
         if not more and not a.restore_arrays - restored - a.varied_arrays:
             break   # (an array without adjoint restored anew: its stores pop)

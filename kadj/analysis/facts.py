@@ -140,6 +140,11 @@ class _Work(_Queries):
     # shared tiles a replay pass relied on being rewritten by an enclosing replayed
     # loop: those loops join force_replay in analyze's fixpoint
     tile_owners: set = field(default_factory=set)
+    # scratch arrays each iteration of a loop rewrites whole (analysis.rewrites) ->
+    # that loop, which replays them instead of restoring them; those whose loop could
+    # not be replayed after all are restored (``scratch_kept``)
+    scratch_owner: dict = field(default_factory=dict)
+    scratch_kept: set = field(default_factory=set)
 
     carried_replay = Facts.carried_replay
     private_scratch = Facts.private_scratch

@@ -8,6 +8,7 @@ from numba.core import types
 from .. import ir
 from .memory import rewriting_loop, rewritten_each_iteration, stored_during_or_after
 from .needed import partial_reads, records_in_branches
+from .rewrites import own_rows, rewritten_before_read
 from .recompute import reads_outside
 
 def order_free(loop, a):
@@ -93,8 +94,9 @@ def find_replay(stmts, a, inside_replay):
                                  if not rewritten_each_iteration(s, x)))
             if ok:
                 a.replay_shared[s.uid] = tuple(sorted(
-                    x for x in a.shared_scratch & ir.stored_arrays(s.body)
-                    if rewritten_each_iteration(s, x) or x in owned))
+                    {x for x in a.shared_scratch & ir.stored_arrays(s.body)
+                     if rewritten_each_iteration(s, x) or x in owned} |
+                    set(rewritten_scratch(s, a))))
                 a.checkpoint_owned[s.uid] = owned
             if isinstance(s, ir.Loop):
                 if ok:
@@ -189,9 +191,18 @@ def stale_loads_harmless(loop, a):
 def stale_loads(loop, a):
     """:func:`stale_loads_harmless`, and the loops enclosing ``loop`` that the answer
     relies on being replayed (they rewrite a shared tile that ``loop`` reads at each
-    iteration: replaying such an iteration rewrites the tile).  Changes nothing."""
+    iteration: replaying such an iteration rewrites the tile).  Changes nothing.
+
+    Without checkpoints a replayed iteration stores only into the arrays it rewrites
+    whole or owns a row of (:func:`rewritten_scratch`): the loads are harmless when
+    every array the loop loads and the kernel stores is one of those, and the loop is
+    replayed for them (``force_replay``: else they would be restored element by
+    element).  Other loops keep their strategy: replaying a loop whose arrays need no
+    restoring gains nothing (an out-of-place row softmax)."""
     if not a.carried_replay:
-        return False, frozenset()
+        risky = (ir.loaded_arrays(loop.body) & a.stored) - a.unwritten
+        return not risky or (loop.uid in a.force_replay and
+                             risky <= set(rewritten_scratch(loop, a))), frozenset()
     body = list(ir.walk(loop.body))
     stored_in = ir.stored_arrays(loop.body)
     # per-thread scratch arrays that the loop writes are checkpointed with its state;
@@ -236,6 +247,22 @@ def stale_loads(loop, a):
         elif isinstance(x, ir.Assign) and isinstance(x.expr, ir.Load):
             critical |= ir.var_names(x.expr.index)
     return not (tainted & critical), owners
+
+
+def rewritten_scratch(loop, a):
+    """Without checkpoints: the kernel's scratch arrays that ``loop`` stores and that
+    each of its iterations rewrites whole before reading them
+    (:func:`.rewrites.rewritten_before_read`), and the argument arrays of which each
+    iteration touches only its own row (:func:`.rewrites.own_rows`: a replayed
+    iteration first restores that row).  A replayed iteration executes its stores into
+    them: it then reads what it wrote, and they need no recorded elements."""
+    if a.carried_replay:
+        return ()
+    kept = getattr(a, "scratch_kept", ())
+    return tuple(sorted(
+        x for x in ir.stored_arrays(loop.body) if x not in kept and (
+            x in a.scratch_arrays and rewritten_before_read(a, loop, x) or
+            x in a.work_arrays and own_rows(a, loop, x))))
 
 
 def replayed_tile(a, loop, arr):

@@ -3,6 +3,7 @@ loop rewrites at each iteration, arrays stored after a loop."""
 from __future__ import annotations
 
 from .. import ir
+from .rewrites import own_rows, rewritten_before_read
 
 def rewritten_each_iteration(loop, arr):
     """Does every iteration of ``loop`` write shared array ``arr`` (a statement of the
@@ -24,8 +25,20 @@ def rewritten_each_iteration(loop, arr):
 
 def rewriting_loop(a, uid, arr):
     """The uid of a loop enclosing loop ``uid`` that rewrites shared array ``arr`` at
-    each iteration (CUDA tiles), or None."""
-    if arr not in a.shared_scratch:
+    each iteration (CUDA tiles), or, without checkpoints, the innermost loop around or
+    at loop ``uid`` whose iterations rewrite scratch array ``arr`` whole before reading
+    it (:func:`.rewrites.rewritten_before_read`) or touch only their own row of argument
+    ``arr`` (:func:`.rewrites.own_rows`); or None."""
+    itself = False     # (a tile is rewritten by a loop around the one reading it)
+    if arr in a.shared_scratch:
+        rewrites = rewritten_each_iteration
+    elif not a.carried_replay and arr not in getattr(a, "scratch_kept", ()) and \
+            (arr in a.scratch_arrays or arr in a.work_arrays):
+        itself = True
+
+        def rewrites(outer, arr):
+            return rewritten_before_read(a, outer, arr) or own_rows(a, outer, arr)
+    else:
         return None
     found = None
 
@@ -37,8 +50,8 @@ def rewriting_loop(a, uid, arr):
                 visit(x.orelse, stack)
             elif isinstance(x, (ir.ForRange, ir.Loop)):
                 if x.uid == uid:
-                    for outer in reversed(stack):
-                        if rewritten_each_iteration(outer, arr):
+                    for outer in reversed(stack + [x] if itself else stack):
+                        if rewrites(outer, arr):
                             found = outer.uid
                             return
                     return

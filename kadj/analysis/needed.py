@@ -118,8 +118,11 @@ def _needed_once(body, a, extra):
                     owner = rewriting_loop(a, uid, s.expr.array.name)
                     if owner is not None:
                         # a tile rewritten at each iteration of an enclosing loop:
-                        # replaying that iteration rewrites it (shared memory)
+                        # replaying that iteration rewrites it (shared memory; a
+                        # scratch array that each iteration rewrites whole)
                         a.force_replay.add(owner)
+                        if s.expr.array.name not in a.shared_scratch:
+                            a.scratch_owner[s.expr.array.name] = owner
                         continue
                     a.restore_arrays.add(s.expr.array.name)
     a.restore_arrays &= (a.stored & a.loaded)

@@ -385,6 +385,31 @@ def thomas_batched(lower, diag, upper, rhs, x):
             x[s, i] = xi
 
 
+@njit
+def thomas_batched_private(lower, diag, upper, rhs, x):
+    """Thomas solves of many tridiagonal systems (one per row), each system with its
+    own scratch rows (the out-of-place twin of thomas_batched)."""
+    nsys, n = diag.shape
+    c = np.empty((nsys, n))
+    d = np.empty((nsys, n))
+    for s in range(nsys):
+        cp = upper[s, 0] / diag[s, 0]
+        dp = rhs[s, 0] / diag[s, 0]
+        c[s, 0] = cp
+        d[s, 0] = dp
+        for i in range(1, n):
+            denom = diag[s, i] - lower[s, i] * cp
+            cp = upper[s, i] / denom
+            dp = (rhs[s, i] - lower[s, i] * dp) / denom
+            c[s, i] = cp
+            d[s, i] = dp
+        xi = dp
+        x[s, n - 1] = xi
+        for i in range(n - 2, -1, -1):
+            xi = d[s, i] - c[s, i] * xi
+            x[s, i] = xi
+
+
 def thomas_batched_shaped(rng, nsys, n):
     """nsys diagonally dominant systems of n unknowns each."""
     shape = (at_least(nsys, 1), at_least(n, 1))
@@ -445,6 +470,9 @@ EXAMPLES = [
             tags=("recurrence", "scratch"),
             sized=thomas_solve_sized),
     Example("thomas_batched", thomas_batched, thomas_batched_args,
+            tags=("recurrence", "scratch", "2d"),
+            sized=thomas_batched_sized),
+    Example("thomas_batched_private", thomas_batched_private, thomas_batched_args,
             tags=("recurrence", "scratch", "2d"),
             sized=thomas_batched_sized),
 ]

@@ -263,6 +263,67 @@ def softmax_cross_entropy_args(rng):
     return softmax_cross_entropy_shaped(rng, 5, 6)
 
 
+@njit
+def softmax_rows_inplace(x):
+    """Softmax of every row of a matrix, written over the row in place (max-shifted,
+    the max by a branch)."""
+    nrows, ncols = x.shape
+    for r in range(nrows):
+        m = x[r, 0]
+        for j in range(1, ncols):
+            if x[r, j] > m:
+                m = x[r, j]
+        s = 0.0
+        for j in range(ncols):
+            x[r, j] = math.exp(x[r, j] - m)
+            s += x[r, j]
+        for j in range(ncols):
+            x[r, j] /= s
+
+
+@njit
+def softmax_rows(x, out):
+    """Softmax of every row of a matrix into another matrix (the out-of-place twin of
+    softmax_rows_inplace)."""
+    nrows, ncols = x.shape
+    for r in range(nrows):
+        m = x[r, 0]
+        for j in range(1, ncols):
+            if x[r, j] > m:
+                m = x[r, j]
+        s = 0.0
+        for j in range(ncols):
+            out[r, j] = math.exp(x[r, j] - m)
+            s += out[r, j]
+        for j in range(ncols):
+            out[r, j] /= s
+
+
+def softmax_rows_shaped(rng, rows, cols):
+    """(rows, cols) logits with distinct entries per row (no ties for the max)."""
+    return rng.standard_normal((at_least(rows, 1), at_least(cols, 1))) * 2.0
+
+
+def softmax_rows_inplace_sized(rng, n):
+    """n rows of 8."""
+    return (softmax_rows_shaped(rng, n, 8),)
+
+
+def softmax_rows_inplace_args(rng):
+    return (softmax_rows_shaped(rng, 5, 7),)
+
+
+def softmax_rows_sized(rng, n):
+    """n rows of 8."""
+    x = softmax_rows_shaped(rng, n, 8)
+    return x, np.zeros_like(x)
+
+
+def softmax_rows_args(rng):
+    x = softmax_rows_shaped(rng, 5, 7)
+    return x, np.zeros_like(x)
+
+
 EXAMPLES = [
     Example("dot", dot, dot_args, tags=("reduction", "returns"),
             sized=dot_sized),
@@ -274,6 +335,10 @@ EXAMPLES = [
             sized=softmax_sized),
     Example("softmax_f32", softmax, softmax_f32_args, tags=("branch", "float32"),
             sized=softmax_f32_sized),
+    Example("softmax_rows_inplace", softmax_rows_inplace, softmax_rows_inplace_args,
+            tags=("branch", "inplace", "2d"), sized=softmax_rows_inplace_sized),
+    Example("softmax_rows", softmax_rows, softmax_rows_args, tags=("branch", "2d"),
+            sized=softmax_rows_sized),
     Example("mse_loss_into", mse_loss_into, mse_loss_into_args, tags=("reduction",),
             sized=mse_loss_into_sized),
     Example("logsumexp", logsumexp, logsumexp_args, tags=("reduction", "returns"),
