@@ -49,8 +49,9 @@ def no_op(x):
         isinstance(x, A.CapacityCheck) and x.needed is False)
 
 
-def _range(text):
-    """(start, stop, step) texts of ``range(a, b[, s])`` with s = +-1, or None."""
+def _range(text, simple=True):
+    """(start, stop, step) texts of ``range(a, b[, s])`` with s = +-1, or None (also
+    when ``simple`` and a bound is not a plain operand of a sum)."""
     try:
         node = ast.parse(text, mode="eval").body
     except SyntaxError:
@@ -66,9 +67,9 @@ def _range(text):
             return None
         if step not in (1, -1):
             return None
-    simple = (ast.Name, ast.Constant, ast.Call, ast.BinOp, ast.UnaryOp, ast.Subscript,
-              ast.Attribute)
-    if not all(isinstance(a, simple) for a in node.args[:2]):
+    operands = (ast.Name, ast.Constant, ast.Call, ast.BinOp, ast.UnaryOp, ast.Subscript,
+                ast.Attribute)
+    if simple and not all(isinstance(a, operands) for a in node.args[:2]):
         return None     # (written into sums below without parentheses)
     return ast.unparse(node.args[0]), ast.unparse(node.args[1]), step
 

@@ -19,6 +19,7 @@ import ast
 from dataclasses import dataclass, field
 
 from . import adj_ir as A
+from . import lane_check
 
 
 @dataclass
@@ -109,22 +110,8 @@ def _units(seq, node_type):
 
 
 def _range(loop):
-    try:
-        node = ast.parse(loop.iter, mode="eval").body
-    except SyntaxError:
-        return None
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-            and node.func.id == "range" and len(node.args) in (2, 3)):
-        return None
-    step = 1
-    if len(node.args) == 3:
-        try:
-            step = ast.literal_eval(node.args[2])
-        except ValueError:
-            return None
-    if step not in (1, -1):
-        return None
-    return ast.unparse(node.args[0]), ast.unparse(node.args[1]), step
+    """(start, stop, step) texts of the ``for`` loop's ``range``, step +-1, or None."""
+    return lane_check._range(loop.iter, simple=False)
 
 
 def _paren(text):

@@ -67,22 +67,10 @@ def parallelise(fn, ns, wanted):
     """Turn the reversed loops of ``fn`` (an adjoint IR function, simplified) whose
     primal loop is in ``wanted`` and whose body is race-free into ``numba.prange``
     loops; binds ``numba`` in ``ns``.  Returns the uids of the loops made parallel."""
-    done = []
-
-    def visit(seq, in_loop):
-        for x in seq:
-            if isinstance(x, A.ReverseLoop) and x.loop in wanted and \
-                    x.strategy in _STRATEGIES and _make_parallel(fn, x, in_loop):
-                done.append(x.loop)
-                continue       # (a loop nested in a parallel one stays serial)
-            inner = in_loop or isinstance(x, (A.For, A.While))
-            for body in x.children():
-                visit(body, inner)
-    visit(fn.prologue, False)
-    visit(fn.body, False)
-    if done:
-        ns["numba"] = numba
-    return tuple(done)
+    def pick(x, seq, in_loop):
+        return isinstance(x, A.ReverseLoop) and x.loop in wanted and \
+            x.strategy in _STRATEGIES and _make_parallel(fn, x, in_loop)
+    return tuple(x.loop for x in _visit(fn, ns, pick))
 
 
 def parallelise_loops(fn, ns, loops):
@@ -92,15 +80,25 @@ def parallelise_loops(fn, ns, loops):
     :func:`parallelise` does with reversed loops; binds ``numba`` in ``ns``.  Returns
     the number made parallel."""
     chosen = {id(x) for x in loops}
+
+    def pick(x, seq, in_loop):
+        if not (isinstance(x, A.For) and id(x) in chosen):
+            return False
+        bounds = _range_bounds(x)
+        return bounds is not None and _to_prange(fn, x, seq, x, bounds, in_loop)
+    return len(_visit(fn, ns, pick))
+
+
+def _visit(fn, ns, pick):
+    """The nodes of ``fn`` (outside loops made parallel) for which ``pick(node, its
+    sequence, inside a loop)`` made a loop parallel; binds ``numba`` in ``ns`` if any."""
     done = []
 
     def visit(seq, in_loop):
         for x in list(seq):
-            if isinstance(x, A.For) and id(x) in chosen:
-                bounds = _range_bounds(x)
-                if bounds is not None and _to_prange(fn, x, seq, x, bounds, in_loop):
-                    done.append(x)
-                    continue   # (a loop nested in a parallel one stays serial)
+            if pick(x, seq, in_loop):
+                done.append(x)
+                continue       # (a loop nested in a parallel one stays serial)
             inner = in_loop or isinstance(x, (A.For, A.While))
             for body in x.children():
                 visit(body, inner)
@@ -108,7 +106,7 @@ def parallelise_loops(fn, ns, loops):
     visit(fn.body, False)
     if done:
         ns["numba"] = numba
-    return len(done)
+    return done
 
 
 def is_parallel_for(x):
