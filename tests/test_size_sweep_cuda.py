@@ -14,7 +14,9 @@ one per gallery module plus one for trip counts, in parallel:
 Each check is :func:`kadj.testing.check_grad_cuda` with one random direction per
 argument, against float64 central differences.
 """
+import fcntl
 import os
+import pickle
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -49,11 +51,24 @@ def _run_group(group):
 
 
 @pytest.fixture(scope="module")
-def sweep_results():
-    """{group: ({case: (status, detail)}, CompletedProcess)}, all groups at once."""
-    workers = max(1, min(len(GROUPS), os.cpu_count() or 1))
-    with ThreadPoolExecutor(workers) as pool:
-        return dict(zip(GROUPS, pool.map(_run_group, GROUPS)))
+def sweep_results(tmp_path_factory):
+    """{group: ({case: (status, detail)}, CompletedProcess)}, all groups at once.  Under
+    pytest-xdist the first worker to need them runs the simulator children and the
+    others read its results (the workers share the parent of their temporary
+    directories), rather than each worker running them again."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    path = root / "size_sweep_cuda.pickle"
+    with open(root / "size_sweep_cuda.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        workers = max(1, min(len(GROUPS), os.cpu_count() or 1))
+        with ThreadPoolExecutor(workers) as pool:
+            results = dict(zip(GROUPS, pool.map(_run_group, GROUPS)))
+        path.write_bytes(pickle.dumps(results))
+        return results
 
 
 @pytest.mark.parametrize("group,name", PARAMS)
