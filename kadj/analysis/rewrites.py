@@ -20,6 +20,7 @@ from __future__ import annotations
 from numba.core import types
 
 from .. import ir
+from ..gather_plan import _single_defs
 
 
 def rewritten_before_read(a, loop, arr):
@@ -172,18 +173,6 @@ def _used_only_in(kernel, loop, arr):
         if named and (not direct or id(x) not in inside):
             return False
     return True
-
-
-def _single_defs(kernel):
-    """variable -> the expression of its one assignment (variables assigned once)."""
-    count, expr = {}, {}
-    for x in ir.walk(kernel.body):
-        if isinstance(x, ir.Assign):
-            count[x.target] = count.get(x.target, 0) + 1
-            expr[x.target] = x.expr
-        elif isinstance(x, ir.ForRange):
-            count[x.index] = count.get(x.index, 0) + 2   # never "assigned once"
-    return {v: e for v, e in expr.items() if count[v] == 1}
 
 
 def _resolve(op, defs, a):
