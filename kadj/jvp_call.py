@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from numba.core.errors import NumbaError
+
 from . import call_cache, codegen, pipeline, rules, validate
 from .errors import DifferentiationError
 from .tangent import check_target
@@ -91,24 +93,35 @@ def split_call(call, kernel, args, kwargs, device=False):
     """(compiled tangent, forward arguments, tangents in slot order) of
     ``kernel.jvp(...)`` (``device``: a launch, whose arrays may be device arrays)."""
     names = kernel.arg_names
-    n = len(names)
-    fwd_kw = {k: v for k, v in kwargs.items() if k in names}
-    dot_kw = {k: v for k, v in kwargs.items() if k not in names}
-    for k in dot_kw:
-        if not (k.startswith("dot_") and k[4:] in names):
-            raise TypeError(f"{call} got an unexpected keyword argument '{k}'; it takes "
-                            f"the forward arguments {names} and then their tangents "
-                            f"({', '.join('dot_' + m for m in names)}, for those that "
-                            "have one).")
-    if len(args) > n and fwd_kw:
-        raise TypeError(f"{call} got forward argument(s) {tuple(fwd_kw)} by keyword after "
-                        f"{len(args)} positional arguments; pass the forward arguments "
-                        "first, then the tangents.")
-    fwd = validate.bind(call, names, kernel.py_func.__defaults__ or (), args[:n], fwd_kw)
-    comp = compiled(kernel, fwd)
+    defaults = kernel.py_func.__defaults__ or ()
+    fwd, positional, dot_kw = validate.split_adjoint_call(call, names, defaults, args,
+                                                          kwargs, slot="tangent")
+    try:
+        comp = compiled(kernel, fwd)
+    except (NumbaError, DifferentiationError) as exc:
+        validate.blame_omitted_default(call, names, defaults, args, kwargs, exc,
+                                       "tangent")
+        raise
     plan = _TangentPlan(comp.plan)
     expected = plan.adjoint_names()
-    positional = tuple(args[n:])
+    try:
+        tangents = _order_tangents(call, expected, positional, dot_kw)
+    except TypeError as exc:
+        validate.blame_omitted_default(call, names, defaults, args, kwargs, exc,
+                                       "tangent")
+        raise
+    if dot_kw:
+        raise TypeError(f"{call}: {tuple(dot_kw)} are not tangent slots (given twice, or "
+                        f"not a differentiated floating-point argument); the tangents are "
+                        f"{expected}.")
+    validate.check_adjoint_call(call, plan, fwd, tangents, host=not device)
+    if device:
+        validate.check_transferable(call, names + expected, tuple(fwd) + tangents)
+    return comp, fwd, tangents
+
+
+def _order_tangents(call, expected, positional, dot_kw):
+    """The tangents in slot order, from positional ones and ``dot_<name>=`` (popped)."""
     if len(positional) > len(expected):
         raise TypeError(f"{call} expects {len(expected)} tangent argument(s) {expected} "
                         f"after the forward arguments, got {len(positional)}.")
@@ -118,15 +131,7 @@ def split_call(call, kernel, args, kwargs, device=False):
             raise TypeError(f"{call} is missing tangent argument(s) "
                             f"{expected[len(positional):]}; it expects {expected}.")
         tangents.append(dot_kw.pop(name))
-    if dot_kw:
-        raise TypeError(f"{call}: {tuple(dot_kw)} are not tangent slots (given twice, or "
-                        f"not a differentiated floating-point argument); the tangents are "
-                        f"{expected}.")
-    tangents = tuple(tangents)
-    validate.check_adjoint_call(call, plan, fwd, tangents, host=not device)
-    if device:
-        validate.check_transferable(call, names + expected, tuple(fwd) + tangents)
-    return comp, fwd, tangents
+    return tuple(tangents)
 
 
 def run(kernel, args, kwargs, config=None):

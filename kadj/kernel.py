@@ -232,14 +232,16 @@ class DifferentiatedKernel:
         try:
             comp = self.compiled(*fwd)
         except (NumbaError, DifferentiationError) as exc:
-            _blame_omitted_default(call, self.arg_names, defaults, args, kwargs, exc)
+            validate.blame_omitted_default(call, self.arg_names, defaults, args, kwargs,
+                                           exc)
             raise
         if config is not None:
             self.check_adjoint_launch(call, config, comp)
         try:
             adjs = validate.order_adjoints(call, comp.plan, fwd, adjs, by_name)
         except TypeError as exc:
-            _blame_omitted_default(call, self.arg_names, defaults, args, kwargs, exc)
+            validate.blame_omitted_default(call, self.arg_names, defaults, args, kwargs,
+                                           exc)
             raise
         if config is None:
             validate.check_adjoint_call(call, comp.plan, fwd, adjs, host=True)
@@ -354,22 +356,6 @@ def _fast_key(args):
         else:
             return None
     return tuple(key)
-
-
-def _blame_omitted_default(call, names, defaults, args, kwargs, exc):
-    """Raise :func:`kadj.validate.explain_omitted_default`'s error in place of ``exc``
-    when a defaulted argument that took an array explains it; return otherwise.  A
-    :class:`DifferentiationError` for a construct (the kernel with that array is one kadj
-    refuses) stays what it is, with the explanation added as a note; a typing failure is
-    replaced."""
-    clear = validate.explain_omitted_default(call, names, defaults, args, kwargs or {},
-                                             exc)
-    if clear is None:
-        return
-    if validate.refuses_construct(exc):
-        exc.add_note(str(clear))
-        return
-    raise clear from exc
 
 
 def raise_clearer(call, names, args, exc):

@@ -57,44 +57,49 @@ def bind(call, names, defaults, args, kwargs):
     return tuple(out)
 
 
-def split_adjoint_call(call, names, defaults, args, kwargs):
+PREFIX = {"adjoint": "adj_", "tangent": "dot_"}   # keyword prefix of each slot kind
+TAKER = {"adjoint": "the adjoint", "tangent": "jvp"}  # the call that takes the slots
+
+
+def split_adjoint_call(call, names, defaults, args, kwargs, slot="adjoint"):
     """``k.adjoint(*args, **kwargs)`` -> (forward arguments, positional adjoints,
     adjoints by name).  Forward arguments come first, positionally (all of them, defaults
-    included) or by name; adjoints follow positionally or as ``adj_<name>=``."""
-    n = len(names)
+    included) or by name; adjoints follow positionally or as ``adj_<name>=``.
+    ``slot="tangent"``: the same for ``k.jvp``, whose tangents are ``dot_<name>=``."""
+    n, pre = len(names), PREFIX[slot]
     fwd_kw = {k: v for k, v in kwargs.items() if k in names}
     adj_kw = {k: v for k, v in kwargs.items() if k not in names}
     for k in adj_kw:
-        if not (k.startswith("adj_") and k[4:] in names):
+        if not (k.startswith(pre) and k[4:] in names):
             raise TypeError(
                 f"{call} got an unexpected keyword argument '{k}'; it takes the forward "
-                f"arguments {names} and then their adjoints "
-                f"({', '.join('adj_' + m for m in names)}, for those that have one).")
+                f"arguments {names} and then their {slot}s "
+                f"({', '.join(pre + m for m in names)}, for those that have one).")
     if len(args) > n and fwd_kw:
         raise TypeError(f"{call} got forward argument(s) {tuple(fwd_kw)} by keyword after "
                         f"{len(args)} positional arguments; pass the forward arguments "
-                        "first, then the adjoints.")
+                        f"first, then the {slot}s.")
     if len(args) < n and not kwargs:
         raise TypeError(f"{call} expects all {n} forward arguments {names} (defaults "
-                        "included) followed by their adjoints, or keyword arguments "
-                        f"(adjoints as adj_<name>=...); got {len(args)} positional "
+                        f"included) followed by their {slot}s, or keyword arguments "
+                        f"({slot}s as {pre}<name>=...); got {len(args)} positional "
                         "arguments.")
     fwd = bind(call, names, defaults, args[:n], fwd_kw)
     first_default = n - len(defaults)
     for i in range(first_default, n if len(args) > n else 0):
         d = defaults[i - first_default]
         if is_array(args[i]) and isinstance(d, (int, float)):
-            raise _default_got_array(call, names, i, d, "")
+            raise _default_got_array(call, names, i, d, "", slot)
     return fwd, tuple(args[n:]), adj_kw
 
 
-def _default_got_array(call, names, i, default, why):
+def _default_got_array(call, names, i, default, why, slot):
     return TypeError(
-        f"{call}: argument '{names[i]}' (default {default!r}) got an array, probably an "
-        f"adjoint{why}: the adjoint takes every forward argument, defaults included, "
-        f"before the adjoints. Pass '{names[i]}' explicitly ({default!r} for the "
-        "default); if it really is an array here, pass the adjoints by keyword "
-        "(adj_<name>=...).")
+        f"{call}: argument '{names[i]}' (default {default!r}) got an array, probably "
+        f"{'an' if slot[0] in 'aeiou' else 'a'} {slot}{why}: {TAKER[slot]} takes every "
+        f"forward argument, defaults included, before the {slot}s. Pass '{names[i]}' explicitly "
+        f"({default!r} for the default); if it really is an array here, pass the "
+        f"{slot}s by keyword ({PREFIX[slot]}<name>=...).")
 
 
 def refuses_construct(exc):
@@ -102,7 +107,7 @@ def refuses_construct(exc):
     return isinstance(exc, DifferentiationError) and exc.construct != "typing"
 
 
-def explain_omitted_default(call, names, defaults, args, kwargs, exc):
+def explain_omitted_default(call, names, defaults, args, kwargs, exc, slot="adjoint"):
     """A clear error for ``exc`` (numba could not type the kernel, or the adjoint count
     did not match) of an adjoint call that filled a defaulted forward argument whose
     default is not an array (``scale=None``) positionally with an array: most likely
@@ -120,8 +125,23 @@ def explain_omitted_default(call, names, defaults, args, kwargs, exc):
             what = (str(exc).rstrip(".") if isinstance(exc, TypeError) else
                     "kadj cannot differentiate the kernel with it" if refuses_construct(exc)
                     else "numba cannot type the kernel with it")
-            return _default_got_array(call, names, i, d, f" ({what})")
+            return _default_got_array(call, names, i, d, f" ({what})", slot)
     return None
+
+
+def blame_omitted_default(call, names, defaults, args, kwargs, exc, slot="adjoint"):
+    """Raise :func:`explain_omitted_default`'s error in place of ``exc`` when a
+    defaulted argument that took an array explains it; return otherwise.  A
+    :class:`DifferentiationError` for a construct (the kernel with that array is one kadj
+    refuses) stays what it is, with the explanation added as a note; a typing failure is
+    replaced."""
+    clear = explain_omitted_default(call, names, defaults, args, kwargs or {}, exc, slot)
+    if clear is None:
+        return
+    if refuses_construct(exc):
+        exc.add_note(str(clear))
+        return
+    raise clear from exc
 
 
 def order_adjoints(call, plan, fwd, positional, by_name):

@@ -487,6 +487,34 @@ def test_none_default_given_an_array_kadj_refuses(data):
     np.testing.assert_allclose(ax, ct, rtol=1e-15)
 
 
+def test_defaults_left_out_before_positional_tangents(data):
+    """k.jvp: the tangents move into an omitted default's place; refused, naming it,
+    as k.adjoint does.  With the default passed, the tangent matches finite differences."""
+    k = kadj.differentiate(scaled_product)
+    x, y, ct = data
+    out = np.zeros(6)
+    tans = [np.ones(6), np.zeros(6), np.zeros(6)]
+    msg = _refused(TypeError, r"^scaled_product.jvp: argument 'scale' \(default None\) "
+                   "got an array, probably a tangent",
+                   lambda: k.jvp(x, y, out, *tans), [x, y, *tans])
+    assert "jvp takes every forward argument" in msg and "dot_<name>=" in msg
+    k2 = kadj.differentiate(square_with_option)
+    msg = _refused(TypeError, r"argument 'w' \(default None\) got an array, probably a "
+                   r"tangent \(square_with_option.jvp is missing tangent argument",
+                   lambda: k2.jvp(x, out, np.ones(6), np.zeros(6), np.zeros(6)),
+                   [x])
+    k3 = kadj.differentiate(axpy)
+    msg = _refused(TypeError, r"^axpy.jvp: argument 'a' \(default 0.5\) got an array",
+                   lambda: k3.jvp(x, y.copy(), np.ones(6), np.zeros(6)), [x])
+    # the default passed: the tangent of out along dx, against central differences
+    dx, dy, dout = ct.copy(), np.zeros(6), np.zeros(6)
+    k.jvp(x, y, out, None, dx, dy, dout)
+    plus, minus, eps = np.zeros(6), np.zeros(6), 1e-6
+    scaled_product.py_func(x + eps * dx, y, plus)
+    scaled_product.py_func(x - eps * dx, y, minus)
+    np.testing.assert_allclose(dout, (plus - minus) / (2 * eps), rtol=1e-7, atol=1e-9)
+
+
 # ---- 5. kadj.grad with default arguments -------------------------------------------------
 @njit
 def weighted_energy(x, scale=2.0):
