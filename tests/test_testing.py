@@ -607,6 +607,34 @@ def test_truncation_error_is_cleared_by_the_confirming_step(rng):
         check_grad(scale_wrong_in_one_element, (x, np.zeros(6), 1.3), rtol=1e-6)
 
 
+@fake(("x", "y", "a"), written={1}, read={0})
+def scale_slightly_wrong_everywhere(x, y, a):
+    _scale(x, y, a)
+
+
+@scale_slightly_wrong_everywhere
+def scale_slightly_wrong_everywhere(fwd, adj):
+    (x, y, a), (adj_x, adj_y, adj_a) = fwd, adj
+    adj_x += a * np.cos(x) * adj_y * (1.0 + 1e-4)
+    adj_a[0] += np.sum(np.sin(x) * adj_y)
+    adj_y[:] = 0.0
+
+
+def test_truncation_error_of_both_steps_is_extrapolated_away(rng):
+    # at |x| ~ 10^4 both steps' truncation errors exceed rtol, shrinking sixteen-fold
+    # from one to the other; extrapolated to a zero step (Richardson) the differences
+    # agree with the right adjoint and not with one wrong by 1e-4
+    x = 1.0e4 + rng.standard_normal(6)
+    kernel = sine_far_out
+    assert check_grad(kernel, (x, np.zeros(6), 1.3)).max_rel_error < 1e-6
+    with pytest.raises(AssertionError, match=r"d\(y after\)/d\(x before\)"):
+        check_grad(scale_wrong_in_one_element, (x, np.zeros(6), 1.3), rtol=1e-6)
+    big = 1.0e4 + rng.standard_normal(400)      # the inner-product test alone
+    assert not check_grad(kernel, (big, np.zeros(400), 1.3)).jacobian_checked
+    with pytest.raises(AssertionError, match="argument 'x'"):
+        check_grad(scale_slightly_wrong_everywhere, (big, np.zeros(400), 1.3))
+
+
 # ---------------------------------------------------------------- kinks and ties
 
 
