@@ -93,7 +93,8 @@ KERNELS = {k.__name__: k for k in (inner_reads_state, inner_while_reads_state,
                                    inner_reads_array_element)}
 
 
-@pytest.mark.parametrize("checkpoints", [None, 1, 2, 3])
+@pytest.mark.parametrize("checkpoints", [None, pytest.param(1, marks=pytest.mark.slow), 2,
+                                         pytest.param(3, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_nested_replay_reads_outer_values(name, checkpoints):
     k = kadj.differentiate(KERNELS[name], checkpoints=checkpoints)

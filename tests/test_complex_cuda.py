@@ -36,6 +36,7 @@ def sim():
     return run_sim_cases("complex_cuda_sim.py", list(NAMES))
 
 
+@pytest.mark.slow   # the CUDA simulator; its PTX tests run by default (-m slow runs it)
 @pytest.mark.parametrize("name", NAMES)
 def test_complex_kernel_in_the_simulator(sim, name):
     status, detail = sim[name]

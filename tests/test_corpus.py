@@ -1683,14 +1683,16 @@ def _check_forward(k, kernel, args):
             np.testing.assert_array_equal(x1, x2)
 
 
-def _param(c):
-    marks = []
+def _param(c, i=0):
+    """The case ``c``; by default every third gradient case runs (the others with
+    -m slow, as CI does), spread over the corpus's families."""
+    marks = [] if i % 3 == 0 else [pytest.mark.slow]
     if c[0] in XFAIL:
         marks.append(pytest.mark.xfail(strict=True, reason=XFAIL[c[0]]))
     return pytest.param(*c, id=c[0], marks=marks)
 
 
-@pytest.mark.parametrize("name,kernel,make", [_param(c) for c in CASES])
+@pytest.mark.parametrize("name,kernel,make", [_param(c, i) for i, c in enumerate(CASES)])
 def test_corpus_gradient(name, kernel, make):
     k = kadj.differentiate(kernel)
     args = make()

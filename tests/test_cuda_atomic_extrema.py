@@ -24,6 +24,7 @@ from cudatools import nvvm_available, run_sim_cases
 from kadj.cuda.atomic_extrema import claim_ptx
 
 
+@pytest.mark.slow   # the CUDA simulator; its PTX tests run by default (-m slow runs it)
 def test_gradients_in_the_simulator():
     names = list(sim.CASES) + list(sim.EXTRA)
     res = run_sim_cases("atomic_extrema_cuda_sim.py", names)

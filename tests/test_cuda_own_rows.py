@@ -67,6 +67,7 @@ def test_row_read_by_another_thread_keeps_its_refusal():
     assert err.loc.line == _line_of(k, "y[i, j] = y[i, j] * y[i + 1, j]")
 
 
+@pytest.mark.slow   # the CUDA simulator; its PTX tests run by default (-m slow runs it)
 def test_in_place_rows_in_the_simulator():
     unchanged = [f"unchanged:{n}:7" for n in sim.FAMILY] + [
         "unchanged:recurrence_scalar", "unchanged:recurrence_guard_inside"]

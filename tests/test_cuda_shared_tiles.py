@@ -60,6 +60,7 @@ def test_refused_with_its_location(name):
     assert err.loc is not None and err.loc.line == _line_of(k, text), (err.loc, text)
 
 
+@pytest.mark.slow   # the CUDA simulator; its PTX tests run by default (-m slow runs it)
 def test_gradients_in_the_simulator():
     res = run_sim_cases("shared_tiles_cuda_sim.py", list(sim.CASES))
     bad = {n: r for n, r in res.items() if r[0] != "OK"}

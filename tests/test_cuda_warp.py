@@ -26,6 +26,7 @@ from cudatools import nvvm_available, run_sim_cases
 FULL = 0xFFFFFFFF
 
 
+@pytest.mark.slow   # the CUDA simulator; its PTX tests run by default (-m slow runs it)
 def test_gradients_and_tangents_in_the_simulator():
     names = list(sim.CASES) + [f"jvp:{n}" for n in sim.CASES]
     res = run_sim_cases("warp_cuda_sim.py", names)

@@ -82,7 +82,8 @@ def _assert_parallel_gather(src):
     assert is_parallel_source(src)
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "3d" else c
+                                  for c in CASES])
 def test_prange_stencil_gather_form_runs_in_parallel(case):
     kernel, small, large = CASES[case]
     k = kadj.differentiate(kernel)

@@ -25,6 +25,8 @@ import numpy as np
 import pytest
 
 pytest.importorskip("numba.cuda")
+# about 5 minutes of the simulator on two cores: the slow run (-m slow), which CI runs
+pytestmark = pytest.mark.slow
 
 from kernels.cuda import MODULES, all_cases, load  # noqa: E402
 
