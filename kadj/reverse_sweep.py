@@ -141,11 +141,16 @@ class ReverseSweep:
             self.sym_g_type, self.sym_out_types = self.T.get(v), {out_name: self.T.get(v)}
             if out_name:
                 self.names.setdefault(out_name, out_name)
+            merged = {}         # an operand used twice (x * x) gets one contribution
             for x, c in zip(e.args, contribs):
                 if c is None or not a.active(x):
                     continue
-                t = self.T[x.name]
-                out.append((self.adj_var(x.name), self.cast(self.sym(ops._lift(c), t), t)))
+                c, prev = ops._lift(c), merged.get(x.name)
+                merged[x.name] = c if prev is None else \
+                    prev * 2.0 if repr(prev) == repr(c) else prev + c
+            for name, c in merged.items():
+                t = self.T[name]
+                out.append((self.adj_var(name), self.cast(self.sym(c, t), t)))
         return out
 
     def consume(self, depth, ref, dtype):

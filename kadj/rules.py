@@ -320,7 +320,10 @@ register(operator.mul, operator.imul, np.multiply, domain=_PM, name="mul",
           domain=((-2.0, 2.0), (0.5, 2.0)), name="truediv",
           complex_domain=(_PMC[0], ((0.5, 2.0), (-1.0, 1.0))))
 def _truediv(g, out, a, b):
-    da, db = g / _cj(b), -(g * _cj(out)) / _cj(b)
+    # d/db (a / b) = -out / b; for a == 1 that is -out * out, with no division
+    da = g / _cj(b)
+    db = (-(g * _cj(out) * _cj(out)) if o.constant(a) == 1.0 else
+          -(g * _cj(out)) / _cj(b))
     if _may_be_zero(b):
         return (_sz(g, da), _sz(g, db))
     return (da, db)
