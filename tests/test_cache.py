@@ -356,7 +356,8 @@ def populated(tmp_path_factory):
     return src, cache, r
 
 
-@pytest.mark.parametrize("damage", sorted(DAMAGE))
+@pytest.mark.parametrize("damage", [d if i % 3 == 0 else pytest.param(d, marks=pytest.mark.slow)
+                                    for i, d in enumerate(sorted(DAMAGE))])   # the rest: -m slow
 def test_damaged_cache_entry_is_regenerated(populated, tmp_path, damage):
     src, pristine, first = populated
     assert first["disk_cached"], "precondition: the adjoint is disk-cached (see test 1)"

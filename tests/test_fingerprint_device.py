@@ -20,6 +20,7 @@ def results():
     return run_sim_cases("fingerprint_device_sim.py", CASES)
 
 
+@pytest.mark.slow   # the CUDA simulator (-m slow runs it, as CI does)
 @pytest.mark.parametrize("name", CASES)
 def test_device_fingerprint_in_simulator(results, name):
     status, detail = results[name]

@@ -70,7 +70,9 @@ def _atomics(ptx):
 
 
 @needs_nvvm
-@pytest.mark.parametrize("name", GALLERY)
+@pytest.mark.parametrize("name", [  # every other kernel by default, the rest: -m slow
+    n if i % 2 == 0 else pytest.param(n, marks=pytest.mark.slow)
+    for i, n in enumerate(GALLERY)])
 def test_tangent_compiles_to_ptx(name):
     case = by_name(name)
     ptx = case.kernel.jvp_ptx(*_args(name), cc=(9, 0))

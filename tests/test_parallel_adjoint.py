@@ -6,6 +6,8 @@ Gradients against float64 finite differences and against the serial adjoint
 (parallel=False)."""
 import math
 
+import re
+
 import numpy as np
 import pytest
 from numba import njit, prange
@@ -58,8 +60,9 @@ def plain_map(x, out, a):
 
 
 def _loop_line(src):
+    # a parallel loop's counter is renamed i_ and bound as i = max(i_, start)
     return [ln.strip() for ln in src.splitlines()
-            if ln.strip().startswith("for i in")][-1]
+            if re.match(r"for i_? in ", ln.strip())][-1]
 
 
 def _serial_and_parallel(kernel, args, **opts):

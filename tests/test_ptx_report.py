@@ -132,6 +132,7 @@ def hand_checks():
     return out
 
 
+@pytest.mark.slow   # the CUDA simulator (-m slow runs it, as CI does)
 @pytest.mark.parametrize("name", HAND_CASES)
 def test_hand_adjoint_matches_finite_differences(hand_checks, name):
     status, detail = hand_checks[name]
