@@ -278,6 +278,7 @@ def _record(cache):
     return json.loads(path.read_text())
 
 
+@pytest.mark.slow
 def test_moved_kernel_record_is_rewritten(workdir, tmp_path):
     """The kernel moved down in its file: the first load finds where (reading its
     source) and rewrites the entry's record, so the next load reads no source; both

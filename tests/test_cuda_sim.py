@@ -6,15 +6,20 @@ import pytest
 
 from cudatools import run_sim_cases
 
-CASES = ["heat_step", "laplace2d", "scaled_sin", "pointwise", "with_device_helper",
-         "checkpointed_loop", "checkpointed_loop_2_slots",
-         "newton_while", "while_break_on_running_value", "gridstride_time_loop", "nested_carried_loops",
-         "inner_loop_reads_overwritten_state",
-         "in_place_update", "local_array_state", "tape_numpy", "tape_device_arrays",
-         "stream_device_arrays_errors", "scatter_form", "grid_not_covering_uses_scatter",
-         "gather_2d_blocks", "gather_wrapped_index", "gather_refused_thread_ids",
-         "uniform_elements_block_reduced", "gather_with_recorded_branch",
-         "ptx_under_simulator", "shared_tile_read_after_loop", "hostile_names"]
+# Run by default: one case per kind of CUDA kernel (stencils, helpers, checkpointed and
+# while loops, in-place state, the tape with host and device arrays, the scatter,
+# gather and block-reduced forms).  The variants run with -m slow (as CI does).
+CASES = ["heat_step", "laplace2d", "with_device_helper", "checkpointed_loop",
+         "newton_while", "gridstride_time_loop", "in_place_update", "tape_numpy",
+         "tape_device_arrays", "scatter_form", "gather_2d_blocks",
+         "uniform_elements_block_reduced", "hostile_names"]
+SLOW_CASES = ["scaled_sin", "pointwise", "checkpointed_loop_2_slots",
+              "while_break_on_running_value", "nested_carried_loops",
+              "inner_loop_reads_overwritten_state", "local_array_state",
+              "stream_device_arrays_errors", "grid_not_covering_uses_scatter",
+              "gather_wrapped_index", "gather_refused_thread_ids",
+              "gather_with_recorded_branch", "ptx_under_simulator",
+              "shared_tile_read_after_loop"]
 
 
 @pytest.fixture(scope="module")
@@ -25,4 +30,16 @@ def sim_results():
 @pytest.mark.parametrize("name", CASES)
 def test_gradient_matches_finite_differences(sim_results, name):
     status, detail = sim_results[name]
+    assert status == "OK", detail
+
+
+@pytest.fixture(scope="module")
+def slow_sim_results():
+    return run_sim_cases("cuda_sim_cases.py", SLOW_CASES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SLOW_CASES)
+def test_gradient_matches_finite_differences_variants(slow_sim_results, name):
+    status, detail = slow_sim_results[name]
     assert status == "OK", detail

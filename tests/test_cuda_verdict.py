@@ -10,7 +10,8 @@ every CUDA kernel of the gallery (kernels/cuda), of the benchmark cases
 JSON; the tests compare the two descriptions.  The simulator process also checks the
 gradients of this file's own kernels (check_grad_cuda, float64 central differences) and
 the refusal adjoint_ptx() reports; the other compiles their adjoints to PTX when NVVM is
-available.
+available.  The two processes take about 45 s on two cores: the comparison runs with
+``-m slow`` (as CI does); the shim's typing of math runs by default.
 
 Kernels of other test files are found by loading those files without their
 module-level statements (skips, asserts): every module-level ``@cuda.jit`` kernel must
@@ -428,6 +429,7 @@ def runs(tmp_path_factory):
         return {label: f.result() for label, f in futures.items()}
 
 
+@pytest.mark.slow
 def test_every_cuda_kernel_is_described(runs):
     for label, run in runs.items():
         kernels = run["kernels"]
@@ -465,6 +467,7 @@ def _difference(name, sim, gpu):
     return None
 
 
+@pytest.mark.slow
 def test_simulator_and_compiler_give_one_verdict_and_adjoint(runs):
     sim, gpu = runs["simulator"]["kernels"], runs["numba-cuda"]["kernels"]
     diffs = [d for d in (_difference(n, sim[n], gpu.get(n, {})) for n in sorted(sim))
@@ -476,6 +479,7 @@ def test_simulator_and_compiler_give_one_verdict_and_adjoint(runs):
     assert any("gather" in d.get("sources", {}) for d in sim.values())
 
 
+@pytest.mark.slow
 def test_regressions_accepted_alike(runs):
     for label, run in runs.items():
         kernels = run["kernels"]
@@ -494,12 +498,14 @@ def test_regressions_accepted_alike(runs):
     assert "cuda.atomic" not in src, src
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(OWN))
 def test_regression_gradients_in_simulator(runs, name):
     status = runs["simulator"]["checks"][name]
     assert status.startswith("OK"), status
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(OWN))
 def test_regression_adjoints_compile_to_ptx(runs, name):
     status = runs["numba-cuda"]["checks"][name]
@@ -547,6 +553,7 @@ def test_shim_types_math_as_numba_cuda():
     assert checked > 100
 
 
+@pytest.mark.slow
 def test_adjoint_ptx_refusal_is_complete_under_simulator(runs):
     in_process, ptx, child = runs["simulator"]["checks"]["ptx_refusal"]
     assert "cuda.atomic.max" in in_process and "What you can do" in in_process

@@ -225,8 +225,16 @@ def test_check_grad(ex):
         check_grad(k, args, wrt=ex.wrt, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("mode", ["fresh", "accumulate"])
-@pytest.mark.parametrize("ex", GALLERY, ids=IDS)
+def _modes():
+    """Every entry in both modes; the "accumulate" mode of every second entry runs with
+    -m slow (as CI does)."""
+    for i, ex in enumerate(GALLERY):
+        yield pytest.param(ex, "fresh", id=f"{ex.name}-fresh")
+        yield pytest.param(ex, "accumulate", id=f"{ex.name}-accumulate",
+                           marks=[pytest.mark.slow] if i % 2 else [])
+
+
+@pytest.mark.parametrize("ex,mode", list(_modes()))
 def test_adjoint_matches_finite_differences(ex, mode):
     """kernel.adjoint against the independent reference above.
 

@@ -78,6 +78,7 @@ def test_four_ranks(cache_dir):
     _run(4, cache_dir, timeout=200)
 
 
+@pytest.mark.slow
 def test_demo_two_ranks(cache_dir, tmp_path):
     """``python -m kadj demo --mpi`` on 2 ranks (a tiny problem): exit status 0, and
     its gradient passes the demo's finite-difference check; rank 0 alone prints."""
