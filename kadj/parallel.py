@@ -45,7 +45,7 @@ import numba
 
 from . import adj_ir as A
 from . import ir
-from .adj_refs import names
+from .adj_refs import index, names
 
 PRANGE = "numba.prange"
 # reversed loops that may run in parallel when their body is race-free (replayed and
@@ -186,7 +186,7 @@ def _to_prange(fn, owner, seq, loop, bounds, in_loop):
     lo, hi = bounds
     loop.iter = f"{PRANGE}({lo}, {hi})"
     inits = [A.Assign(name, zero) for name, zero in zeroed]
-    loop.body[:0] = _counter_from_start(loop, lo) + inits
+    loop.body[:0] = _counter_from_start(fn, loop, lo) + inits
     at = next(k for k, x in enumerate(seq) if x is loop)
     note = [A.Comment(_NOTE)]
     if reductions:
@@ -195,9 +195,9 @@ def _to_prange(fn, owner, seq, loop, bounds, in_loop):
     return True
 
 
-def _counter_from_start(loop, lo):
-    """For a loop from a constant start ``lo >= 0``: the counter renamed and bound as
-    ``max(counter, lo)`` (the same value).  numba's parallel region hands the loop its
+def _counter_from_start(fn, loop, lo):
+    """For a loop from a constant start ``lo >= 0``: the counter renamed (to a name
+    ``fn`` does not use) and bound as ``max(counter, lo)`` (the same value).  numba's parallel region hands the loop its
     start at run time; without the bound LLVM cannot tell the indices are not negative,
     keeps numba's negative-index checks and does not vectorise the body (a 1-D
     stencil's parallel gather took twice the serial one's time on one thread).  Only
@@ -211,8 +211,12 @@ def _counter_from_start(loop, lo):
     if start < 0:
         return []
     var = loop.var
-    loop.var = f"{var}_"
-    return [A.Assign(var, f"max({loop.var}, {start})")]
+    taken = set(index(fn)[0]) | {p.split("=")[0].strip() for p in fn.params}
+    fresh = f"{var}_"
+    while fresh in taken:
+        fresh += "_"
+    loop.var = fresh
+    return [A.Assign(var, f"max({fresh}, {start})")]
 
 
 _SCALAR_NODES = (A.Assign, A.Accumulate, A.Consume, A.If, A.For, A.Comment, A.Pass,
