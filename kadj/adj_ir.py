@@ -58,6 +58,9 @@ class Function(Node):
     prologue: list = field(default_factory=list)
     body: list = field(default_factory=list)
     temps: object = frozenset()   # names of the kernel's temporaries (simplify may fold)
+    # module-level functions printed before this one: [(decorator line, Function)]
+    # (:mod:`kadj.row_outline`)
+    helpers: list = field(default_factory=list)
 
     def children(self):
         return (self.prologue, self.body)
@@ -129,6 +132,12 @@ class Pass(Node):
 @dataclass(eq=False)
 class Return(Node):
     value: str
+
+
+@dataclass(eq=False)
+class Call(Node):
+    """A call whose result is not kept (``_row1(i, u, adj_u)``)."""
+    text: str
 
 
 @dataclass(eq=False)

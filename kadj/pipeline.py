@@ -101,8 +101,9 @@ def stages(target, kernel, arg_types, wrt=None, options=None, until="compiled", 
         return out
     if stage("facts", _facts, out["prepared"], out["plan"], target, req.options):
         return out
+    # (the adjoint's compiler options too: a function it prints is compiled with them)
     if stage("source", target.write, out["prepared"], out["facts"], out["plan"],
-             req.options):
+             dict(req.options, jit_options=dict(req.jit_options))):
         return out
     if key is None:
         key = cache_key(target, req)

@@ -19,12 +19,20 @@ class Syntax:
 
 def render(fn, syntax=Syntax()):
     """The source of the adjoint function ``fn`` (an :class:`adj_ir.Function`)."""
-    lines = [f"def {fn.name}({', '.join(fn.params)}):",
-             f'    """{fn.doc}"""']
+    lines = []
+    for decorator, helper in getattr(fn, "helpers", ()):
+        lines.append(decorator)
+        _function(helper, syntax, lines)
+        lines += ["", ""]
+    _function(fn, syntax, lines)
+    return "\n".join(lines) + "\n"
+
+
+def _function(fn, syntax, lines):
+    lines += [f"def {fn.name}({', '.join(fn.params)}):", f'    """{fn.doc}"""']
     p = _Printer(lines, syntax)
     p.block(fn.prologue, 1)
     p.block(fn.body, 1)
-    return "\n".join(lines) + "\n"
 
 
 def target_text(t):
@@ -51,6 +59,9 @@ class _Printer:
     def p_Assign(self, x, d):
         t = x.target if isinstance(x.target, str) else target_text(x.target)
         self.emit(d, f"{t} {x.op} {x.value}")
+
+    def p_Call(self, x, d):
+        self.emit(d, x.text)
 
     def p_If(self, x, d):
         self.emit(d, f"if {x.cond}:")

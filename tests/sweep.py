@@ -108,7 +108,9 @@ def run_source(kernel, args, strict=False):
     lines = text.splitlines()
     try:
         exec(compile(text, name, "exec"), ns)
-        fn = ns[re.search(r"^def (\w+)\(", text, re.M).group(1)]
+        # (the adjoint is the source's last function: a parallel loop's body may come
+        # first as a function of its own, kadj.row_outline)
+        fn = ns[re.findall(r"^def (\w+)\(", text, re.M)[-1]]
         fn(*fwd, *adjoints, *extra)
     except IndexError as exc:
         tb = exc.__traceback__

@@ -53,6 +53,20 @@ def p_sum(x, w):
     return s
 
 
+@njit(parallel=True)
+def p_rows_scaled(x, a, out):
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = a * math.sin(x[i, j])
+
+
+@njit(parallel=True, fastmath=True)
+def p_rows_fast(x, w, out):
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = math.exp(x[i, j]) * w[i]
+
+
 @njit
 def plain_map(x, out, a):
     for i in range(x.shape[0]):
@@ -150,3 +164,43 @@ def test_plain_for_loop_only_when_asked():
 def test_parallel_option_is_checked():
     with pytest.raises(ValueError, match="parallel must be True or False"):
         kadj.differentiate(plain_map, parallel="yes")
+
+
+def _row_functions(src):
+    return re.findall(r"^(@numba\.njit\(.*\))\ndef (_row\w*)\((.*)\):$", src, re.M)
+
+
+def test_parallel_body_with_loops_is_its_own_function():
+    """A parallel loop whose body holds a loop calls that body as a jitted function
+    (kadj.row_outline), compiled with the kernel's options; the gradient is the
+    serial one exactly."""
+    args = (rng.standard_normal((29, 6)), rng.standard_normal(29), np.zeros((29, 6)))
+    par, ser, psrc, ssrc = _serial_and_parallel(p_rows, args)
+    (deco, name, params), = _row_functions(psrc)
+    assert deco == "@numba.njit(error_model='numpy')", psrc
+    assert params.split(", ")[0] == "i" and "adj_x" in params and "adj_w" in params
+    lines = [ln.strip() for ln in psrc.splitlines()]
+    at = lines.index("for i in numba.prange(0, t2):")
+    assert lines[at + 1] == f"{name}({params})", psrc
+    assert not _row_functions(ssrc) and "numba" not in ssrc
+    fd_check(par, args, rtol=1e-6, atol=1e-8)
+    gp, gs = _both_adjoints(par, ser, args)
+    for a, b in zip(gp, gs):
+        np.testing.assert_array_equal(a, b)
+    fast = kadj.differentiate(p_rows_fast)
+    (deco, _, _), = _row_functions(fast.adjoint_source(*args))
+    assert deco == "@numba.njit(error_model='numpy', fastmath=True)"
+    fd_check(fast, args, rtol=1e-6, atol=1e-8)
+
+
+def test_parallel_body_with_a_reduction_stays_in_the_loop():
+    """adj_a is summed over the threads: the body (with its inner loop) stays in the
+    parallel loop, where numba adds the threads' partial sums."""
+    args = (rng.standard_normal((23, 7)), 0.8, np.zeros((23, 7)))
+    par, ser, psrc, _ = _serial_and_parallel(p_rows_scaled, args)
+    assert is_parallel_source(psrc) and not _row_functions(psrc), psrc
+    assert "(summed over the threads: adj_a)" in psrc
+    fd_check(par, args, rtol=1e-6, atol=1e-8)
+    gp, gs = _both_adjoints(par, ser, args)
+    for a, b in zip(gp, gs):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)

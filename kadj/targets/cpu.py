@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from .. import codegen, cpu_gather, frontend, gather_plan, parallel, reverse, structurize
 from ..lane_jam import jam_replayed
+from ..row_outline import outline_rows
 from ..vector_sums import vector_sums
 from .base import CompiledAdjoint, Prepared, Target, Written, checkpoint_slots
 
@@ -98,6 +99,7 @@ def _write(prepared, facts, plan, options):
                                       slots=options.get("checkpoints"))
         if parallel.parallelise(fn, w.ns, wanted):
             vector_sums(fn, w)      # (loops made parallel keep their += reductions)
+            outline_rows(fn, w.ns, options["jit_options"])
             return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
     nest, _why = gather_form(kernel, facts, options)
     if nest is not None:
@@ -112,6 +114,7 @@ def _write(prepared, facts, plan, options):
                                       slots=options.get("checkpoints"))
         jam_replayed(fn)    # replayed iterations side by side (kadj.lane_jam)
     vector_sums(fn, w)      # scalar sums in loops: LLVM may vectorise them
+    outline_rows(fn, w.ns, options["jit_options"])   # parallel loops holding loops
     return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
 
 
