@@ -390,7 +390,11 @@ def dump(node, indent=0):
         out.append(f"{pad}{type(x).__name__}({', '.join(parts)})")
         for f in fields(x):
             v = getattr(x, f.name)
-            if isinstance(v, list) and (v or f.name in ("body", "then")):
+            if f.name == "helpers":     # [(decorator, Function)]: printed before it
+                for decorator, helper in v:
+                    out.append(f"{pad}  .helper: {decorator}")
+                    out.append(dump(helper, indent + 2))
+            elif isinstance(v, list) and (v or f.name in ("body", "then")):
                 out.append(f"{pad}  .{f.name}:")
                 out.append(dump(v, indent + 2)) if v else None
     return "\n".join(s for s in out if s)

@@ -183,6 +183,9 @@ def test_parallel_body_with_loops_is_its_own_function():
     at = lines.index("for i in numba.prange(0, t2):")
     assert lines[at + 1] == f"{name}({params})", psrc
     assert not _row_functions(ssrc) and "numba" not in ssrc
+    ir_text = par.show_stage("adjoint-ir", *args)      # the IR shows the function too
+    assert f".helper: @numba.njit(error_model='numpy')" in ir_text
+    assert f"Function(name='{name}'" in ir_text and f"Call(text='{name}(i, " in ir_text
     fd_check(par, args, rtol=1e-6, atol=1e-8)
     gp, gs = _both_adjoints(par, ser, args)
     for a, b in zip(gp, gs):
