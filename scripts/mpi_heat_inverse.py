@@ -30,7 +30,7 @@ from mpi4py import MPI
 
 import kadj
 import kadj.mpi
-from kadj.demo.heat_mpi import heat2d as heat, misfit2d as misfit
+from kadj.demo.heat_mpi import heat2d_wrt_u as heat, misfit2d as misfit
 
 
 def blocks(n, parts):

@@ -18,6 +18,11 @@ def heat2d(u, v, alpha):
                                          + u[i, j + 1] - 4.0 * u[i, j])
 
 
+# The same step differentiated with respect to u alone: the inverse problem recovers
+# u0, and its adjoint then leaves alpha's gradient (a reduction over every cell) out.
+heat2d_wrt_u = kadj.differentiate(heat2d, wrt=("u",))
+
+
 @kadj.differentiate
 @numba.njit(cache=True)
 def misfit2d(u, target, part):
