@@ -197,8 +197,9 @@ def _to_prange(fn, owner, seq, loop, bounds, in_loop):
 
 def _counter_from_start(fn, loop, lo):
     """For a loop from a constant start ``lo >= 0``: the counter renamed (to a name
-    ``fn`` does not use) and bound as ``max(counter, lo)`` (the same value).  numba's parallel region hands the loop its
-    start at run time; without the bound LLVM cannot tell the indices are not negative,
+    ``fn`` does not use) and bound as ``max(counter, lo)`` (the same value).  numba's
+    parallel region hands the loop its start at run time; without the bound LLVM
+    cannot tell the indices are not negative,
     keeps numba's negative-index checks and does not vectorise the body (a 1-D
     stencil's parallel gather took twice the serial one's time on one thread).  Only
     for innermost loops: bound so, the outer loop of a 2-D gather ran slower."""

@@ -4,8 +4,8 @@ numba compiles the body of a ``prange`` loop into a function of its own (a gufun
 from numba's IR of the loop body.  When that body holds loops (the rows of a 2-D or
 3-D stencil's gather form, each row's edge and interior passes), LLVM optimises it far
 less well than the same statements written as a function: a 2-D diffusion step's
-parallel gather adjoint took 12 ms on one thread where the serial one took 8 ms and the
-same body called as a function took 6.5 ms.  So such a body is printed as a
+parallel gather adjoint took 12 ms on one thread, the same source with serial loops
+8 ms, and with the body called as a function 6.5 ms.  So such a body is printed as a
 module-level function, compiled with the adjoint's own compiler options and called by
 the loop::
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import builtins
 
 from . import adj_ir as A
-from .adj_refs import index
+from .adj_refs import index, roles_of
 from .parallel import PRANGE
 
 __all__ = ["outline_rows"]
@@ -73,7 +73,7 @@ def _parameters(fn, ns, loop, names):
     for y in A.walk(loop.body):
         if _reduces(y, outside):
             return None
-        for name, _role in _roles(y):
+        for name, _role in roles_of(y):
             if name == loop.var or name in params or name not in outside:
                 continue
             if name in ns or hasattr(builtins, name):
@@ -87,7 +87,7 @@ def _reduces(y, outside):
     if isinstance(y, A.Accumulate):
         t = y.target
         return not isinstance(t, A.AdjElem) and _target_name(t) in outside
-    if isinstance(y, A.Assign) and y.op != "=":
+    if isinstance(y, A.Assign) and y.op not in ("=", "= -"):
         t = y.target
         return not isinstance(t, A.AdjElem) and _target_name(t) in outside
     return False
@@ -97,11 +97,6 @@ def _target_name(t):
     if isinstance(t, str):
         return t.split("[")[0].strip()
     return getattr(t, "name", None)
-
-
-def _roles(y):
-    from .adj_refs import roles_of
-    return roles_of(y)
 
 
 def _fresh(base, names, ns):

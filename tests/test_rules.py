@@ -273,7 +273,9 @@ def test_unary_kernel_gradient(label, expr, key):
     fd_check(k, (x, np.zeros(6)), rtol=1e-5, atol=1e-8)
 
 
-BIN_CASES = [pytest.param(*b, form, id=f"{b[0]}-{form}")
+# (the scalar-first form of every rule runs with -m slow, as CI does)
+BIN_CASES = [pytest.param(*b, form, id=f"{b[0]}-{form}",
+                          marks=[pytest.mark.slow] if form == "scalar_first" else [])
              for form in ("arrays", "scalar_second", "scalar_first") for b in BINARY]
 
 
