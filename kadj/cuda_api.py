@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from numba.core import types
 
-from . import rules, validate
+from . import rules, typing_memo, validate
 from .cuda import call_facts
 from .cuda.frontend import simulator_enabled
 from .errors import DifferentiationError
@@ -191,7 +191,7 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         from numba import cuda
         from .cuda.ptx_cc import for_cc
         fn = self._pick(self.compiled(*args), form)[0]
-        with for_cc(cc):
+        with for_cc(cc), typing_memo.memoised():
             ptx, _resty = cuda.compile_ptx(fn, self.adjoint_signature(*args), cc=cc)
         return ptx
 
@@ -205,7 +205,7 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         from numba import cuda
         from .cuda.ptx_cc import for_cc
         sig = comp.signature(self._arg_types(self.complete_args(args)))
-        with for_cc(cc):
+        with for_cc(cc), typing_memo.memoised():
             ptx, _resty = cuda.compile_ptx(comp.pyfunc, sig, cc=cc)
         return ptx
 

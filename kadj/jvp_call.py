@@ -20,7 +20,7 @@ import dataclasses
 
 from numba.core.errors import NumbaError
 
-from . import call_cache, codegen, pipeline, rules, validate
+from . import call_cache, codegen, pipeline, rules, typing_memo, validate
 from .errors import DifferentiationError
 from .tangent import check_target
 from .targets.base import CompiledAdjoint
@@ -165,7 +165,8 @@ def run(kernel, args, kwargs, config=None):
     if not kwargs and key is not None and len(args) == len(fwd) + len(tangents) and \
             all(a is b for a, b in zip(args, tuple(fwd) + tangents)):
         call_cache.remember(calls, key, comp, args)
-    return _result(comp, comp.function(*fwd, *tangents))
+    with typing_memo.memoised():            # (numba compiles it on a first call)
+        return _result(comp, comp.function(*fwd, *tangents))
 
 
 def _result(comp, result):

@@ -20,7 +20,7 @@ from numba.core import types
 from numba.core.errors import NumbaError
 
 from . import arrays, call_cache, codegen, pipeline, progress, rules, tape_threads, targets, \
-    validate
+    typing_memo, validate
 from .errors import DifferentiationError
 
 
@@ -181,7 +181,8 @@ class DifferentiatedKernel:
                                 self.options, self._options())
 
     def _build(self, arg_types):
-        with progress.notice(f"generating the adjoint of {progress.where(self.dispatcher)}"):
+        with progress.notice(f"generating the adjoint of {progress.where(self.dispatcher)}"), \
+                typing_memo.memoised():
             return pipeline.compile(self.target, self.request(arg_types))
 
     def _run(self, comp, call_args):
@@ -190,7 +191,8 @@ class DifferentiatedKernel:
         fn = comp.function
         if getattr(fn, "overloads", True):      # compiled already (numba's own dict)
             return fn(*call_args)
-        with progress.notice(f"compiling the adjoint of {progress.where(self.dispatcher)}"):
+        with progress.notice(f"compiling the adjoint of {progress.where(self.dispatcher)}"), \
+                typing_memo.memoised():
             return fn(*call_args)
 
     def stages(self, *args, until="compiled"):

@@ -18,10 +18,14 @@ from dataclasses import dataclass
 
 from numba.core import types
 
-from .. import codegen, ir
+from .. import codegen, ir, typing_memo
 from ..cuda import warp as _warp  # noqa: F401 (registers the warp shuffles' rules)
 from ..cuda.intrinsics import TABLE as _INTRINSICS
 from .base import DEFAULT_CHECKPOINTS, Prepared, Target, Written, checkpoint_slots
+
+# numba-cuda types kernels with its own copy of numba's type inferer: its resolutions
+# are remembered too while kadj compiles (kadj.typing_memo)
+typing_memo.register("numba.cuda.core.typeinfer", "numba.cuda.types")
 
 _JIT_OPTIONS_KEPT = ("fastmath", "debug", "lineinfo", "opt")
 # DEFAULT_CHECKPOINTS: kadj.cuda.writer.DEFAULT_SLOTS (checked in tests)

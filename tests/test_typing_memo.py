@@ -1,0 +1,85 @@
+"""kadj.typing_memo: numba's type inference remembers each call's resolution per
+function while kadj compiles; the types and results are those numba finds without it,
+and numba's compilation outside ``memoised()`` is untouched."""
+import math
+
+import numpy as np
+from numba import njit
+from numba.core import typeinfer
+
+from kadj import typing_memo
+
+
+def _mixed(x, y, n):
+    """Repeated operators on mixed float32/float64/int types, a loop that widens a
+    variable, a literal-indexed heterogeneous tuple and methods."""
+    t = (1, 2.5, np.float32(0.5))
+    s = 0
+    acc = np.float32(0.0)
+    for i in range(n):
+        a = x[i] * t[1] + x[i] * t[2] - t[0]
+        b = math.sin(a) * y[i] + math.cos(a) * y[i]
+        s = s + b * 2 + i
+        acc += np.float32(a) * x[i]
+    return s, acc, x.copy().sum() + y.sum()
+
+
+def _count_resolutions(monkeypatch, inside):
+    """(result, number of numba's own call resolutions, dispatcher) of a fresh
+    compile: the memo wraps a counting copy of numba's resolution."""
+    calls = [0]
+    current = typeinfer.TypeInferer.resolve_call
+    base = getattr(current, "__wrapped__", current)
+
+    def counting(self, fnty, pos_args, kw_args):
+        calls[0] += 1
+        return base(self, fnty, pos_args, kw_args)
+    monkeypatch.setattr(typeinfer.TypeInferer, "resolve_call", counting)
+    monkeypatch.setattr(typing_memo, "_installed", False)
+    monkeypatch.setattr(typing_memo, "_INFERERS", typing_memo._INFERERS[:1])
+    typing_memo._install()
+    f = njit(_mixed)
+    x = np.linspace(0.1, 1.0, 7).astype(np.float32)
+    y = np.linspace(-1.0, 2.0, 7)
+    if inside:
+        with typing_memo.memoised():
+            out = f(x, y, 7)
+    else:
+        out = f(x, y, 7)
+    return out, calls[0], f
+
+
+def test_same_types_and_results_with_fewer_resolutions(monkeypatch):
+    out_plain, n_plain, f_plain = _count_resolutions(monkeypatch, inside=False)
+    monkeypatch.undo()
+    out_memo, n_memo, f_memo = _count_resolutions(monkeypatch, inside=True)
+    monkeypatch.undo()
+    assert out_memo == out_plain
+    assert f_memo.signatures == f_plain.signatures
+    (sig,) = f_plain.signatures
+    assert f_memo.overloads[sig].signature == f_plain.overloads[sig].signature
+    assert f_memo.overloads[sig].type_annotation.typemap == \
+        f_plain.overloads[sig].type_annotation.typemap
+    # every repeat answered from the memo: numba's own resolution ran fewer times
+    assert 0 < n_memo < n_plain, (n_memo, n_plain)
+
+
+def test_outside_memoised_numba_resolves_every_time(monkeypatch):
+    """The wrapper is inert outside memoised(): no memo on the inferer.  (numba-cuda's
+    inferer is wrapped alike: tests/test_cuda_gallery.py compiles every CUDA adjoint
+    to PTX inside memoised().)"""
+    typing_memo._install()
+    seen = []
+    original = typeinfer.TypeInferer.__init__
+
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        seen.append(self)
+    monkeypatch.setattr(typeinfer.TypeInferer, "__init__", spy)
+    f = njit(_mixed)
+    f(np.ones(3, np.float32), np.ones(3), 3)
+    assert seen and not any("_kadj_resolved" in vars(t) for t in seen)
+    g = njit(_mixed)
+    with typing_memo.memoised():
+        g(np.ones(3, np.float32), np.ones(3), 3)
+    assert any(vars(t).get("_kadj_resolved") for t in seen[1:])
