@@ -39,11 +39,11 @@ def outline_rows(fn, ns, jit_options):
     """Move the body of every ``prange`` loop of ``fn`` that holds a loop into a
     function of its own (kept in ``fn.helpers``), compiled with ``jit_options``.
     Returns the number of bodies moved."""
-    names, _paths = index(fn)
     moved = 0
     for loop in [x for x in A.walk(fn.prologue + fn.body) if _is_parallel(x)]:
         if not any(isinstance(y, _LOOPS) for y in A.walk(loop.body)):
             continue
+        names, _paths = index(fn)       # (of the function as it is now)
         params = _parameters(fn, ns, loop, names)
         if params is None:
             continue
@@ -62,24 +62,39 @@ def _is_parallel(x):
 
 
 def _parameters(fn, ns, loop, names):
-    """The names the body of ``loop`` reads that are defined outside it, in order of
-    first use; None when the body sums a scalar over the threads."""
+    """The names the body of ``loop`` reads and does not assign that occur outside
+    it, in order of first use; None when the body sums a scalar over the threads."""
     inside = {id(y) for y in A.walk(loop.body)}
     outside = set(fn.params)
     for name, rows in names.items():
         if any(id(node) not in inside for _, node in rows):
             outside.add(name)
+    body = list(A.walk(loop.body))
+    if any(_reduces(y, outside) for y in body):
+        return None
+    # a scalar the body assigns is the iteration's own (kadj.parallel.race_free: assigned
+    # before it is read in every iteration, not read after the loop): not passed
+    assigned = {name for y in body for name in _assigned(y)}
     params = []
-    for y in A.walk(loop.body):
-        if _reduces(y, outside):
-            return None
+    for y in body:
         for name, _role in roles_of(y):
-            if name == loop.var or name in params or name not in outside:
+            if name == loop.var or name in params or name in assigned or \
+                    name not in outside:
                 continue
             if name in ns or hasattr(builtins, name):
                 continue        # a module-level name (math, np, _sum_add) or a builtin
             params.append(name)
     return params
+
+
+def _assigned(y):
+    """The scalars statement ``y`` assigns (its own target or loop counter)."""
+    if isinstance(y, A.For):
+        return (y.var,)
+    if isinstance(y, (A.Assign, A.Accumulate, A.Consume, A.Pop)):
+        name = _target_name(y.target)
+        return (name,) if name else ()
+    return ()
 
 
 def _reduces(y, outside):
@@ -94,8 +109,9 @@ def _reduces(y, outside):
 
 
 def _target_name(t):
+    """The scalar a target names (None for an element: ``a[i]`` is the array's)."""
     if isinstance(t, str):
-        return t.split("[")[0].strip()
+        return None if "[" in t else t.strip()
     return getattr(t, "name", None)
 
 

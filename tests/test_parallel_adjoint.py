@@ -207,3 +207,29 @@ def test_parallel_body_with_a_reduction_stays_in_the_loop():
     gp, gs = _both_adjoints(par, ser, args)
     for a, b in zip(gp, gs):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
+@njit(parallel=True)
+def p_two_row_loops(x, w, out, out2):
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = math.sin(x[i, j]) * w[i]
+    for i in prange(x.shape[0]):
+        for k in range(x.shape[1]):
+            out2[i, k] = math.cos(x[i, k]) * w[i] + x[i, k]
+
+
+def test_two_parallel_loops_get_a_function_each():
+    """Each parallel loop holding a loop becomes its own function, each passed only
+    what its body reads from the adjoint (a name the other body assigns is not)."""
+    args = (rng.standard_normal((17, 5)), rng.standard_normal(17), np.zeros((17, 5)),
+            np.zeros((17, 5)))
+    par, ser, psrc, _ = _serial_and_parallel(p_two_row_loops, args)
+    rows = _row_functions(psrc)
+    assert [name for _, name, _ in rows] == ["_row1", "_row2"], psrc
+    for _, name, params in rows:    # the inner loops' counters are the functions' own
+        assert "j" not in params.split(", ") and "k" not in params.split(", "), psrc
+    fd_check(par, args, rtol=1e-6, atol=1e-8)
+    gp, gs = _both_adjoints(par, ser, args)
+    for a, b in zip(gp, gs):
+        np.testing.assert_array_equal(a, b)
