@@ -195,8 +195,7 @@ class _Verdict:
         return np.where(only, self._limit(), value)
 
     def _limit(self):
-        r2 = _REFINE * _REFINE
-        return (r2 * self.second.fd - self.first.fd) / (r2 - 1.0)
+        return _to_zero_step(self.first.fd, self.second.fd, order=2)
 
     @property
     def ad(self):
@@ -234,11 +233,19 @@ class _Verdict:
         one-sided derivatives) for ``row``, extrapolated to a zero step."""
         f1, b1 = self.first.slopes(c0)
         f4, b4 = self.second.slopes(c0)
-        fwd = (_REFINE * f4[row] - f1[row]) / (_REFINE - 1.0)
-        bwd = (_REFINE * b4[row] - b1[row]) / (_REFINE - 1.0)
+        fwd = _to_zero_step(f1[row], f4[row], order=1)
+        bwd = _to_zero_step(b1[row], b4[row], order=1)
         ad = float(self.second.ad[row])
         slack = max(float(self.second.allowed[row]), 0.05 * abs(fwd - bwd))
         return fwd, bwd, ad, min(abs(ad - fwd), abs(ad - bwd)) <= slack
+
+
+def _to_zero_step(coarse, fine, order):
+    """Richardson extrapolation to a zero step of differences taken at a step and at
+    one ``_REFINE`` times smaller, whose error falls as the step to ``order`` (central
+    differences 2, one-sided 1)."""
+    r = _REFINE ** order
+    return (r * fine - coarse) / (r - 1.0)
 
 
 def _confirmed(problem, point, d, t, cts, rows, tol, what):
