@@ -347,6 +347,17 @@ def lists(fn):
     return out
 
 
+def free_name(fn, base, taken=()):
+    """``base``, or ``base_2``, ``base_3``, ...: the first name that neither ``fn`` (its
+    parameters and statements) nor ``taken`` uses."""
+    used = set(index(fn)[0]) | {p.split("=")[0].strip() for p in fn.params} | set(taken)
+    name, k = base, 1
+    while name in used:
+        k += 1
+        name = f"{base}_{k}"
+    return name
+
+
 def rename(text, old, new):
     return re.sub(rf"(?<![\w.]){re.escape(old)}(?!\w)", new, text)
 

@@ -45,7 +45,7 @@ import numba
 
 from . import adj_ir as A
 from . import ir
-from .adj_refs import index, names
+from .adj_refs import free_name, names
 
 PRANGE = "numba.prange"
 # reversed loops that may run in parallel when their body is race-free (replayed and
@@ -199,10 +199,10 @@ def _counter_from_start(fn, loop, lo):
     """For a loop from a constant start ``lo >= 0``: the counter renamed (to a name
     ``fn`` does not use) and bound as ``max(counter, lo)`` (the same value).  numba's
     parallel region hands the loop its start at run time; without the bound LLVM
-    cannot tell the indices are not negative,
-    keeps numba's negative-index checks and does not vectorise the body (a 1-D
-    stencil's parallel gather took twice the serial one's time on one thread).  Only
-    for innermost loops: bound so, the outer loop of a 2-D gather ran slower."""
+    cannot tell the indices are not negative, keeps numba's negative-index checks and
+    does not vectorise the body (a 1-D stencil's parallel gather took twice the serial
+    one's time on one thread).  Only for innermost loops: bound so, the outer loop of a
+    2-D gather ran slower."""
     if any(isinstance(x, (A.For, A.While)) for x in A.walk(loop.body)):
         return []   # an outer loop: its inner loops' own starts let LLVM vectorise them
     try:
@@ -212,11 +212,7 @@ def _counter_from_start(fn, loop, lo):
     if start < 0:
         return []
     var = loop.var
-    taken = set(index(fn)[0]) | {p.split("=")[0].strip() for p in fn.params}
-    fresh = f"{var}_"
-    while fresh in taken:
-        fresh += "_"
-    loop.var = fresh
+    fresh = loop.var = free_name(fn, f"{var}_")
     return [A.Assign(var, f"max({fresh}, {start})")]
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import builtins
 
 from . import adj_ir as A
-from .adj_refs import index, roles_of
+from .adj_refs import free_name, index, roles_of
 from .parallel import PRANGE
 
 __all__ = ["outline_rows"]
@@ -48,7 +48,7 @@ def outline_rows(fn, ns, jit_options):
         if params is None:
             continue
         moved += 1
-        name = _fresh(f"_row{moved}", names, ns)
+        name = free_name(fn, f"_row{moved}", ns)
         helper = A.Function(name, (loop.var, *params),
                             f"One iteration of the parallel loop over {loop.var}.",
                             body=loop.body)
@@ -113,14 +113,6 @@ def _target_name(t):
     if isinstance(t, str):
         return None if "[" in t else t.strip()
     return getattr(t, "name", None)
-
-
-def _fresh(base, names, ns):
-    name, k = base, 1
-    while name in names or name in ns:
-        k += 1
-        name = f"{base}_{k}"
-    return name
 
 
 def _decorator(jit_options):

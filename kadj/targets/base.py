@@ -59,7 +59,9 @@ class Target:
     structurize:    typed kernel -> region tree (:class:`kadj.ir.Kernel`).
     prepare:        (region tree, plan) -> :class:`Prepared` (target rewrites, memory
                     spaces, the analysis' policy keyword arguments).
-    write:          (prepared, facts, plan, options) -> :class:`Written`.
+    write:          (prepared, facts, plan, options) -> :class:`Written`; ``options``
+                    also holds ``jit_options``, the compiler options the adjoint is
+                    compiled with (for functions its source defines besides it).
     compile:        (written, plan, typed, key, jit_options, options) -> compiled adjoint.
     load:           (key, request) -> the compiled adjoint from the disk cache, or None.
     options:        the ``differentiate`` options it supports besides ``wrt``, with
