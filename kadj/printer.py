@@ -20,7 +20,7 @@ class Syntax:
 def render(fn, syntax=Syntax()):
     """The source of the adjoint function ``fn`` (an :class:`adj_ir.Function`)."""
     lines = []
-    for decorator, helper in getattr(fn, "helpers", ()):
+    for decorator, helper in fn.helpers:
         lines.append(decorator)
         _function(helper, syntax, lines)
         lines += ["", ""]

@@ -43,7 +43,7 @@ def outline_rows(fn, ns, jit_options):
     for loop in [x for x in A.walk(fn.prologue + fn.body) if _is_parallel(x)]:
         if not any(isinstance(y, _LOOPS) for y in A.walk(loop.body)):
             continue
-        names, _paths = index(fn)       # (of the function as it is now)
+        names = index(fn)[0]            # (of the function as it is now)
         params = _parameters(fn, ns, loop, names)
         if params is None:
             continue
