@@ -47,7 +47,7 @@ import json
 import os
 import sys
 
-from . import cache_lines, cachedir
+from . import cache_lines, cachedir, ssa_free
 from .cachekey import CACHE_VERSION, cache_key, release, uncovered  # noqa: F401
 from .cachedir import CacheWarning  # noqa: F401  (re-exported)
 from .plan import AdjointPlan
@@ -194,7 +194,10 @@ def _write(d, adj, plan, key, source_files, report, lines):
 
 def jit(pyfn, disk_cached, options):
     """``(jitted, cached)``: ``pyfn`` compiled lazily by numba with ``options``, with
-    numba's on-disk cache when the adjoint is disk-cached and numba can write a cache."""
+    numba's on-disk cache when the adjoint is disk-cached and numba can write a cache.
+    A serial adjoint compiles without numba's SSA reconstruction where that cannot
+    change what it computes (:mod:`kadj.ssa_free`)."""
+    options = ssa_free.options_for(options)
     if disk_cached:
         return cachedir.njit_cached(pyfn, options)
     from numba import njit

@@ -23,12 +23,13 @@ register, are wrapped once, and the memo is used only on a thread inside
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 
 __all__ = ["memoised"]
 
 _state = threading.local()
-_installed = False
+_wrapped = set()     # the entries of _INFERERS wrapped so far
 _lock = threading.Lock()
 
 
@@ -45,20 +46,22 @@ def register(infer_module, types_module):
         if (infer_module, types_module) in _INFERERS:
             return
         _INFERERS.append((infer_module, types_module))
-        if _installed:
-            _wrap(infer_module, types_module)
 
 
 def _install():
-    """Wrap ``TypeInferer.resolve_call`` of the registered inferers (once): a memo per
-    inferer while :func:`memoised` is active on this thread, numba's own resolution
-    otherwise."""
-    global _installed
+    """Wrap ``TypeInferer.resolve_call`` of the registered inferers (once each): a memo
+    per inferer while :func:`memoised` is active on this thread, numba's own resolution
+    otherwise.  An inferer whose package (``numba.cuda`` for numba-cuda's) is not
+    imported yet is wrapped on a later call, once it is: a CPU-only user's first
+    adjoint does not import numba-cuda (about 0.6 s)."""
+    if len(_wrapped) == len(_INFERERS):
+        return
     with _lock:
-        if _installed:
-            return
-        _installed = True
-        for infer_module, types_module in _INFERERS:
+        for entry in _INFERERS:
+            infer_module, types_module = entry
+            if entry in _wrapped or infer_module.rsplit(".", 2)[0] not in sys.modules:
+                continue
+            _wrapped.add(entry)
             _wrap(infer_module, types_module)
 
 

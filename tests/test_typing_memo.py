@@ -35,7 +35,7 @@ def _count_resolutions(monkeypatch, inside):
         calls[0] += 1
         return base(self, fnty, pos_args, kw_args)
     monkeypatch.setattr(typeinfer.TypeInferer, "resolve_call", counting)
-    monkeypatch.setattr(typing_memo, "_installed", False)
+    monkeypatch.setattr(typing_memo, "_wrapped", set())
     monkeypatch.setattr(typing_memo, "_INFERERS", typing_memo._INFERERS[:1])
     typing_memo._install()
     f = njit(_mixed)
@@ -83,3 +83,33 @@ def test_outside_memoised_numba_resolves_every_time(monkeypatch):
     with typing_memo.memoised():
         g(np.ones(3, np.float32), np.ones(3), 3)
     assert any(vars(t).get("_kadj_resolved") for t in seen[1:])
+
+
+def test_a_cpu_adjoint_does_not_import_numba_cuda(tmp_path):
+    """The memo wraps numba-cuda's inferer only once numba.cuda is imported: a CPU-only
+    first adjoint does not pay numba-cuda's import."""
+    import subprocess
+    import sys
+    script = (
+        "import sys, numpy as np, numba, kadj\n"
+        "@kadj.differentiate\n@numba.njit\n"
+        "def k(x, y):\n"
+        "    for i in range(x.shape[0]):\n"
+        "        y[i] = x[i] * x[i]\n"
+        "gx = np.zeros(4)\n"
+        "k.adjoint(np.ones(4), np.zeros(4), gx, np.ones(4))\n"
+        "assert (gx == 2.0).all(), gx\n"
+        "print('numba.cuda' in sys.modules)\n")
+    env = dict(__import__("os").environ, KADJ_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_numba_cuda_inferer_wrapped_once_imported():
+    import numba.cuda  # noqa: F401
+    with typing_memo.memoised():
+        pass
+    from numba.cuda.core import typeinfer as cuda_typeinfer
+    assert hasattr(cuda_typeinfer.TypeInferer.resolve_call, "__wrapped__")
