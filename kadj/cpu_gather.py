@@ -7,11 +7,14 @@ into ``adj_u[q + o]``, for every offset o of the stencil: three (five, nine) sca
 for every offset o it runs the adjoint of the iteration ``q = p - o`` (a *pass*; the
 iteration must be in the forward range) and keeps only the contribution of that
 iteration's load at offset o, which is ``adj_u[p]``'s.  The sum goes into ``adj_u[p]``
-with one ``+=``.  Everything else (scalar arguments, values computed before the loop,
-arrays read at other indices) is accumulated in the own pass ``o = 0`` only, so each
-iteration counts once, in a loop of its own over the forward range after the gather
-loop, which also consumes the stored elements' incoming adjoints (read by the passes of
-several elements, they cannot be consumed in the gather loop).
+with one ``+=``.  A loop of its own over the forward range after the gather loop
+consumes the stored elements' incoming adjoints (read by the passes of several
+elements, they cannot be consumed in the gather loop).  Everything else an iteration
+adds (scalar arguments, values computed before the loop, arrays read at other indices)
+must count once per iteration: when it is all scalar sums, one pass adds it (the own
+pass ``o = 0`` when there is one; any pass meets every iteration exactly once), which
+saves reading the inputs again; otherwise (``coef[k]``, or ``fuse_sums`` False) the
+loop after the gather loop adds it.
 
 The p range is split so that the innermost loop has an interior without branches
 (every pass's iteration exists there: the passes run unguarded) and edges where each
@@ -23,7 +26,9 @@ written as in the scatter form.
 When the nest was asked to run in parallel (``prange``, ``parallel=True``), the form's
 outermost loops (:attr:`GatherWriter.outer_loops`) become ``numba.prange`` loops where
 :func:`kadj.parallel.parallelise_loops` finds them race-free: the loop over the elements
-(in 1-D its interior) and the sums' loop.
+(in 1-D its interior) and the loop after it.  A 2-D or 3-D nest run in parallel keeps
+its sums in the loop after (``fuse_sums`` False): the loop over rows then holds no
+reduction, and :mod:`kadj.row_outline` calls its body as a function.
 """
 from __future__ import annotations
 
@@ -38,9 +43,14 @@ from .simplify import simplify
 class GatherWriter(Writer):
     """The CPU writer with the loop nest of ``nest`` reversed in the gather form."""
 
-    def __init__(self, kernel, an, slot_args, returns_value, fname, nest):
+    def __init__(self, kernel, an, slot_args, returns_value, fname, nest, fuse_sums=True,
+                 serial=True):
         super().__init__(kernel, an, slot_args, returns_value, fname)
         self.nest = nest
+        self.fuse_sums = fuse_sums
+        self.serial = serial
+        self._sums_pass = None   # the pass that also adds the iteration's sums, if any
+        self._sums_kept = []     # the sums written in the loop of the sums
         self.lowerings = (self._gather_lowering,) + tuple(self.lowerings)
         self._pass = None        # the offset vector of the pass being written
         self._acc = {}           # gathered array -> its local sum (A.Local)
@@ -63,8 +73,18 @@ class GatherWriter(Writer):
                            depth)
         lo = [str(x) for x in nest.starts]
         hi = [self.o(s.stop) for s in nest.levels]
-        sums = self._sums(depth, lo, hi)
         passes = nest.passes()
+        sums, sums_loop = self._sums(depth, lo, hi)
+        if self.fuse_sums and all(isinstance(x.target, A.AdjVar) for x in self._sums_kept):
+            # scalar sums only: one pass adds them (it meets every iteration once), and
+            # the loop after the gather loop only consumes the outputs' adjoints (the
+            # values only the sums needed are dropped as dead by the readability passes)
+            self._sums_pass = (0,) * nd if (0,) * nd in passes else passes[0]
+            if _drop(sums.body, {id(x) for x in self._sums_kept}) != len(self._sums_kept):
+                raise AssertionError("gather form: a sum not found in its loop")
+            sums.what = "consume"
+            sums.body[0].text = "# the outputs' adjoints consumed"
+        self._outer(0, sums_loop)
         p = [self.fresh(f"p{d}_") for d in range(nd)]
         bounds = []   # (P_lo, P_hi, interior lo, interior hi) per dimension
         for d in range(nd):
@@ -102,6 +122,16 @@ class GatherWriter(Writer):
         self.put(at, A.Comment("# the interior: every pass's iteration exists"))
         self._outer(inner, self.put(at, A.For(p[inner], f"range({ilo}, {ib})")))
         self._passes(at + 1, p, lo, hi, guarded=False)
+        if self._sums_pass is not None and nd == 1 and self.serial:
+            # the iteration q = p - (largest offset) has had every pass that reads its
+            # outputs' adjoints (the edges ran first, the interior goes up): consumed
+            # here, the loop after the gather loop consumes the rest
+            last = bounds[0][2] - nest.starts[0]
+            self.put(at + 1, A.Comment("# the iteration no later element reads: its "
+                                       "outputs' adjoints consumed"))
+            self.put(at + 1, A.Assign(self.n(nest.levels[0].index), _add(p[0], -last)))
+            self._iteration(at + 1, "consume")
+            sums_loop.iter = f"range({_add(ib, -last)}, {hi[0]})"
         self.b.put(depth, sums)
 
     def _passes(self, depth, p, lo, hi, guarded):
@@ -136,14 +166,15 @@ class GatherWriter(Writer):
 
     def _iteration(self, depth, off):
         """One iteration's adjoint (its counters set), in the pass at offset ``off``
-        (None: the loop of the sums, :meth:`_sums`)."""
+        ("sums": the loop after the gather loop, :meth:`_sums`; "consume": only the
+        consumption of its outputs' adjoints)."""
         nest, a = self.nest, self.a
         inner = nest.levels[-1]
         for v in sorted(sorted(nest.local & a.varied), key=self.n):
             if isinstance(self.T.get(v), (types.Float, types.Complex)) and \
                     v not in self.single_use:
                 self.put(depth, A.Assign(self.adj_var(v), self.zero(self.T[v])))
-        self._pass = "sums" if off is None else off
+        self._pass = off
         self._last_loc = None
         try:
             self.recompute(self._needed_recompute(a.recompute.get(inner.uid, ()), inner),
@@ -160,18 +191,18 @@ class GatherWriter(Writer):
         the gathered arrays (the scalar arguments' adjoints, arrays read at other
         indices) and then consumes the incoming adjoints of the elements it wrote
         (read by the passes of several elements, they are consumed after the gather
-        loop).  Its sums are a loop of their own: they do not keep the gather loop from
-        vectorising.  Written first (the iteration's own names), placed last."""
+        loop).  Written first (the iteration's own names), placed last: (the block,
+        its outermost loop)."""
         nest = self.nest
         with self.b.group(depth, A.Block("sums")) as block:
             self.put(depth, A.Comment("# each iteration's sums (scalars, other "
                                       "elements); its outputs' adjoints consumed"))
-            for d, level in enumerate(nest.levels):
-                self._outer(d, self.put(depth + d, A.For(self.n(level.index),
-                                                         f"range({lo[d]}, {hi[d]})")))
-            self._iteration(depth + nest.ndim, None)
+            loops = [self.put(depth + d, A.For(self.n(level.index),
+                                               f"range({lo[d]}, {hi[d]})"))
+                     for d, level in enumerate(nest.levels)]
+            self._iteration(depth + nest.ndim, "sums")
         self.b.targets[depth].remove(block)
-        return block
+        return block, loops[0]
 
     def _outer(self, d, loop):
         """Note ``loop``, at dimension ``d`` of the nest, when it is an outermost loop
@@ -194,7 +225,8 @@ class GatherWriter(Writer):
         if off is None:
             return node
         if isinstance(node, A.Consume):
-            return node if off == "sums" else None   # consumed after the gather loop
+            # consumed after the gather loop, or lagging behind it (serial 1-D)
+            return node if off in ("sums", "consume") else None
         if not isinstance(node, A.Accumulate) or node.how is not None:
             return node
         t = node.target
@@ -204,12 +236,31 @@ class GatherWriter(Writer):
         if isinstance(t, A.AdjElem) and t.array in self.nest.gathered:
             gathered = self.nest.offset_vector(t.array, t.index)
         if off == "sums":
-            return node if gathered is None else None
+            if gathered is None:
+                self._sums_kept.append(node)
+                return node
+            return None
+        if off == "consume":
+            return None
+        if gathered is None and off == self._sums_pass:
+            return node         # the iteration's sums, added by this one pass
         if gathered != off:
             return None
         if node.op not in ("+=", "-="):
             raise AssertionError(f"gather form: {node.op} into {t.array}")
         return A.Accumulate(self._acc[t.array], node.op, node.value, "local")
+
+
+def _drop(nodes, gone):
+    """Remove the nodes whose ids are in ``gone`` from ``nodes`` and their bodies;
+    returns how many."""
+    count = len(nodes)
+    nodes[:] = [x for x in nodes if id(x) not in gone]
+    count -= len(nodes)
+    for x in nodes:
+        for seq in x.children():
+            count += _drop(seq, gone)
+    return count
 
 
 def _add(text, k):
@@ -223,10 +274,14 @@ def _add(text, k):
     return f"{text} + {k}" if k > 0 else f"{text} - {-k}"
 
 
-def build_gather_adjoint(kernel, an, slot_args, returns_value, nest, lowered=True):
+def build_gather_adjoint(kernel, an, slot_args, returns_value, nest, lowered=True,
+                         fuse_sums=True, serial=True):
     """The adjoint IR of a CPU kernel with its stencil nest in the gather form:
-    (Function, writer), as :func:`kadj.reverse.build_adjoint`."""
-    w = GatherWriter(kernel, an, slot_args, returns_value, f"{kernel.name}_adjoint", nest)
+    (Function, writer), as :func:`kadj.reverse.build_adjoint`.  ``fuse_sums``: scalar
+    sums are added in the gather loop (one of its passes) rather than in a loop of
+    their own; ``serial``: no loop of the form will run in parallel."""
+    w = GatherWriter(kernel, an, slot_args, returns_value, f"{kernel.name}_adjoint", nest,
+                     fuse_sums, serial)
     w.slots = None
     fn = w.build()
     if not lowered:

@@ -65,8 +65,28 @@ def transposed(u, v, a):
             v[i, j] = a * (u[i + 1, j] - u[i, j]) * u[i, j - 1] + u[i, j + 1]
 
 
+@njit
+def ahead_only(x, y, a):
+    """Reads ahead only (offsets 1 and 2: no pass at offset 0 adds the sums)."""
+    for i in range(0, x.shape[0] - 2):
+        y[i] = a * x[i + 1] * x[i + 2] + x[i + 2]
+
+
+@njit
+def two_outputs(u, v, w, a):
+    """Two arrays written per iteration, each consumed once."""
+    for i in range(1, u.shape[0] - 1):
+        v[i] = a * (u[i - 1] + u[i + 1])
+        w[i] = u[i] * u[i + 1] * a
+
+
 def _rng(seed):
     return np.random.default_rng(seed)
+
+
+def make_own_and_scalar(r, n):
+    return [r.standard_normal(n), r.standard_normal(n), r.standard_normal(3),
+            r.standard_normal(n), 0.4]
 
 
 CASES = [
@@ -87,6 +107,11 @@ CASES = [
      lambda r, n: [r.standard_normal(n), r.standard_normal(n), 0.8], [3, 6]),
     ("transposed", transposed,
      lambda r, s: [r.standard_normal(s), r.standard_normal(s), 0.9], [(3, 3), (5, 4)]),
+    ("ahead_only", ahead_only,
+     lambda r, n: [r.standard_normal(n), r.standard_normal(n), 0.6], [3, 4, 5, 8]),
+    ("two_outputs", two_outputs,
+     lambda r, n: [r.standard_normal(n), r.standard_normal(n), r.standard_normal(n),
+                   1.1], [3, 4, 5, 9]),
 ]
 
 
@@ -123,6 +148,41 @@ def test_gather_and_scatter_agree(name, fn, make, sizes):
     assert "gather form" not in scatter.adjoint_source(*args)
     for g, s in zip(_adjoint(gather, args, 1), _adjoint(scatter, args, 1)):
         np.testing.assert_allclose(g, s, rtol=1e-12, atol=1e-12)
+
+
+def test_scalar_sums_in_the_gather_loop_and_consumption_behind_it():
+    """Serial 1-D: a pass adds the scalar sums, and the interior consumes the outputs'
+    adjoints of the iteration no later element reads; an iteration that also adds into
+    another array's element (coef[1]) keeps its sums in the loop after."""
+    r = _rng(0)
+    for fn, args in ((heat1d, [r.standard_normal(9), np.zeros(9), 0.3]),
+                     (ahead_only, [r.standard_normal(9), np.zeros(9), 0.6])):
+        src = kadj.differentiate(fn).adjoint_source(*args)
+        assert "_sum_add(adj_" in src and "each iteration's sums" not in src, src
+        assert "# the iteration no later element reads" in src, src
+    args = make_own_and_scalar(r, 7)
+    src = kadj.differentiate(own_and_scalar).adjoint_source(*args)
+    assert "each iteration's sums" in src and "no later element" not in src, src
+    # 2-D: the sums in the gather loop, consumption after it (rows read later)
+    args = [r.standard_normal((4, 5)), r.standard_normal((4, 5)), 0.7]
+    src = kadj.differentiate(nine_point).adjoint_source(*args)
+    assert "each iteration's sums" not in src and "no later element" not in src, src
+
+
+@pytest.mark.parametrize("n", range(3, 12))
+def test_lagged_consumption_at_every_small_size(n):
+    """Every size from the empty interior up: gradients equal the scatter form's, and
+    every incoming output adjoint is consumed (zero after the call)."""
+    r = _rng(n)
+    for fn in (heat1d, ahead_only):
+        args = [r.standard_normal(n), r.standard_normal(n), 0.45]
+        g = _adjoint(kadj.differentiate(fn), args, n)
+        s = _adjoint(kadj.differentiate(fn, gather=False), args, n)
+        for a, b in zip(g, s):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        written = g[1]
+        lo, hi = (1, n - 1) if fn is heat1d else (0, n - 2)
+        assert np.all(written[lo:hi] == 0.0)
 
 
 @njit

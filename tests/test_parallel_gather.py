@@ -68,18 +68,42 @@ def _adjoints(k, args):
     return bufs
 
 
-def _assert_parallel_gather(src):
+def _prange_bodies(src):
+    """The text of every numba.prange loop's body."""
+    lines = src.splitlines()
+    bodies = []
+    for k, ln in enumerate(lines):
+        if "numba.prange(" in ln and ln.lstrip().startswith("for "):
+            indent = len(ln) - len(ln.lstrip())
+            body = []
+            for nxt in lines[k + 1:]:
+                if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= indent:
+                    break
+                body.append(nxt)
+            bodies.append("\n".join(body))
+    return bodies
+
+
+def _assert_parallel_gather(src, ndim):
     lines = [ln.strip() for ln in src.splitlines()]
     assert any(ln.startswith("# gather form") for ln in lines)
     # the loop over the elements (1-D: its interior; n-D: the outermost dimension)
     assert any(re.match(r"for _p0_\w+ in numba\.prange\(", ln) for ln in lines), src
-    # the sums' loop: the scalar's sum is a reduction, spelled +=
+    # the loop after it over the iterations (consuming the outputs' adjoints; in 2-D
+    # and 3-D also the scalar's sums, a reduction spelled +=)
     assert any(re.match(r"for i_? in numba\.prange\(1, ", ln) for ln in lines), src
-    assert "(summed over the threads: adj_dt)" in src and "_sum_add" not in src
+    assert "(summed over the threads: adj_dt)" in src
+    # no sum inside a parallel loop is spelled _sum_add (numba's reductions are +=)
+    assert not any("_sum_add" in body for body in _prange_bodies(src)), src
     # the 1-D edges (a few elements) stay serial; nothing inside a parallel loop is
     assert not any(re.match(r"for _e\w+ in numba\.prange\(", ln) for ln in lines)
     assert sum("numba.prange(" in ln for ln in lines) == 2
     assert is_parallel_source(src)
+    gather, after = _prange_bodies(src)
+    if ndim == 1:   # the scalar's sums are added in the loop over the elements
+        assert "adj_dt +=" in gather and "adj_dt" not in after, src
+    else:           # ... in the loop after it (the rows' function has no reduction)
+        assert "adj_dt" not in gather and "adj_dt +=" in after, src
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "3d" else c
@@ -89,7 +113,7 @@ def test_prange_stencil_gather_form_runs_in_parallel(case):
     k = kadj.differentiate(kernel)
     args = _args(small, 0.15)
     src = k.adjoint_source(*args)
-    _assert_parallel_gather(src)
+    _assert_parallel_gather(src, {"1d": 1, "2d": 2, "3d": 3}[case])
     if case == "1d":
         # an innermost parallel loop's counter is bound from its constant start, so
         # that LLVM sees the indices are not negative and vectorises the body as in

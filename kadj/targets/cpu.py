@@ -103,9 +103,13 @@ def _write(prepared, facts, plan, options):
             return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
     nest, _why = gather_form(kernel, facts, options)
     if nest is not None:
-        fn, w = cpu_gather.build_gather_adjoint(kernel, facts, slot_names,
-                                                plan.returns_value, nest)
-        if wanted & {level.uid for level in nest.levels}:
+        in_parallel = bool(wanted & {level.uid for level in nest.levels})
+        # scalar sums in the gather loop, except where a parallel loop over rows is
+        # called as a function of its own (kadj.row_outline: not with a reduction)
+        fn, w = cpu_gather.build_gather_adjoint(
+            kernel, facts, slot_names, plan.returns_value, nest,
+            fuse_sums=not in_parallel or nest.ndim == 1, serial=not in_parallel)
+        if in_parallel:
             # each element's adjoint written once: the loops over the elements, and the
             # sums' loop (reductions), run in parallel where race-free
             parallel.parallelise_loops(fn, w.ns, w.outer_loops)
