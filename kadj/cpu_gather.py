@@ -13,8 +13,10 @@ elements, they cannot be consumed in the gather loop).  Everything else an itera
 adds (scalar arguments, values computed before the loop, arrays read at other indices)
 must count once per iteration: when it is all scalar sums, one pass adds it (the own
 pass ``o = 0`` when there is one; any pass meets every iteration exactly once), which
-saves reading the inputs again; otherwise (``coef[k]``, or ``fuse_sums`` False) the
-loop after the gather loop adds it.
+saves reading the inputs again; otherwise (``coef[k]``) the loop after the gather loop
+adds it.  A serial 1-D form also consumes, in its interior, the outputs' adjoints of the
+iteration at p minus the largest offset (every pass reading them has run: the edges
+first, then the interior going up); the loop after consumes the rest.
 
 The p range is split so that the innermost loop has an interior without branches
 (every pass's iteration exists there: the passes run unguarded) and edges where each
@@ -26,9 +28,8 @@ written as in the scatter form.
 When the nest was asked to run in parallel (``prange``, ``parallel=True``), the form's
 outermost loops (:attr:`GatherWriter.outer_loops`) become ``numba.prange`` loops where
 :func:`kadj.parallel.parallelise_loops` finds them race-free: the loop over the elements
-(in 1-D its interior) and the loop after it.  A 2-D or 3-D nest run in parallel keeps
-its sums in the loop after (``fuse_sums`` False): the loop over rows then holds no
-reduction, and :mod:`kadj.row_outline` calls its body as a function.
+(in 1-D its interior) and the loop after it; a row's sums are a reduction over the
+threads (:mod:`kadj.row_outline` returns them from the rows' function).
 """
 from __future__ import annotations
 
@@ -43,11 +44,9 @@ from .simplify import simplify
 class GatherWriter(Writer):
     """The CPU writer with the loop nest of ``nest`` reversed in the gather form."""
 
-    def __init__(self, kernel, an, slot_args, returns_value, fname, nest, fuse_sums=True,
-                 serial=True):
+    def __init__(self, kernel, an, slot_args, returns_value, fname, nest, serial=True):
         super().__init__(kernel, an, slot_args, returns_value, fname)
         self.nest = nest
-        self.fuse_sums = fuse_sums
         self.serial = serial
         self._sums_pass = None   # the pass that also adds the iteration's sums, if any
         self._sums_kept = []     # the sums written in the loop of the sums
@@ -75,7 +74,7 @@ class GatherWriter(Writer):
         hi = [self.o(s.stop) for s in nest.levels]
         passes = nest.passes()
         sums, sums_loop = self._sums(depth, lo, hi)
-        if self.fuse_sums and all(isinstance(x.target, A.AdjVar) for x in self._sums_kept):
+        if all(isinstance(x.target, A.AdjVar) for x in self._sums_kept):
             # scalar sums only: one pass adds them (it meets every iteration once), and
             # the loop after the gather loop only consumes the outputs' adjoints (the
             # values only the sums needed are dropped as dead by the readability passes)
@@ -275,13 +274,12 @@ def _add(text, k):
 
 
 def build_gather_adjoint(kernel, an, slot_args, returns_value, nest, lowered=True,
-                         fuse_sums=True, serial=True):
+                         serial=True):
     """The adjoint IR of a CPU kernel with its stencil nest in the gather form:
-    (Function, writer), as :func:`kadj.reverse.build_adjoint`.  ``fuse_sums``: scalar
-    sums are added in the gather loop (one of its passes) rather than in a loop of
-    their own; ``serial``: no loop of the form will run in parallel."""
+    (Function, writer), as :func:`kadj.reverse.build_adjoint`.  ``serial``: no loop of
+    the form will run in parallel."""
     w = GatherWriter(kernel, an, slot_args, returns_value, f"{kernel.name}_adjoint", nest,
-                     fuse_sums, serial)
+                     serial)
     w.slots = None
     fn = w.build()
     if not lowered:

@@ -19,12 +19,16 @@ the loop::
 The function receives the loop's counter and every name its body reads that the
 adjoint defines outside the loop (arguments, shapes, loop-invariant values; arrays by
 reference, so its element writes are the loop's).  It computes exactly what the body
-computed.  A body that sums a scalar over the threads (a reduction: its partial sums
-would have to come back) stays in the loop.
+computed.  A body that sums scalars over the threads (reductions, which the body only
+adds into) sums them from zero in the function, which returns them; the loop adds them
+(``adj_dt += _row1(...)``, or from the returned tuple), and numba adds the threads'
+partial sums as before.  Such a scalar whose zero the adjoint's declarations do not
+show, or that the body also reads, keeps the body in the loop.
 """
 from __future__ import annotations
 
 import builtins
+import re
 
 from . import adj_ir as A
 from .adj_refs import free_name, index, roles_of
@@ -44,16 +48,33 @@ def outline_rows(fn, ns, jit_options):
         if not any(isinstance(y, _LOOPS) for y in A.walk(loop.body)):
             continue
         names = index(fn)[0]            # (of the function as it is now)
-        params = _parameters(fn, ns, loop, names)
-        if params is None:
+        found = _parameters(fn, ns, loop, names)
+        if found is None:
+            continue
+        params, sums = found
+        zeros = _zeros(fn, sums)
+        if zeros is None:
             continue
         moved += 1
         name = free_name(fn, f"_row{moved}", ns)
+        body = loop.body
+        if sums:
+            body = [A.Assign(v, zeros[v]) for v in sums] + body + \
+                [A.Return(", ".join(sums))]
         helper = A.Function(name, (loop.var, *params),
-                            f"One iteration of the parallel loop over {loop.var}.",
-                            body=loop.body)
+                            f"One iteration of the parallel loop over {loop.var}"
+                            + (f"; returns its sums of {', '.join(sums)}." if sums else "."),
+                            body=body)
         fn.helpers.append((_decorator(jit_options), helper))
-        loop.body = [A.Call(f"{name}({', '.join((loop.var, *params))})")]
+        call = f"{name}({', '.join((loop.var, *params))})"
+        if not sums:
+            loop.body = [A.Call(call)]
+        elif len(sums) == 1:
+            loop.body = [A.Assign(sums[0], call, op="+=")]
+        else:
+            part = free_name(fn, "_sums", ns)
+            loop.body = [A.Assign(part, call)] + [
+                A.Assign(v, f"{part}[{k}]", op="+=") for k, v in enumerate(sums)]
     return moved
 
 
@@ -62,16 +83,26 @@ def _is_parallel(x):
 
 
 def _parameters(fn, ns, loop, names):
-    """The names the body of ``loop`` reads and does not assign that occur outside
-    it, in order of first use; None when the body sums a scalar over the threads."""
+    """(the names the body of ``loop`` reads and does not assign that occur outside it,
+    in order of first use; the scalars it sums over the threads, in order); None when
+    the body also reads such a scalar."""
     inside = {id(y) for y in A.walk(loop.body)}
     outside = set(fn.params)
     for name, rows in names.items():
         if any(id(node) not in inside for _, node in rows):
             outside.add(name)
     body = list(A.walk(loop.body))
-    if any(_reduces(y, outside) for y in body):
-        return None
+    sums = []
+    for y in body:
+        if _reduces(y, outside) and _target_name(y.target) not in sums:
+            sums.append(_target_name(y.target))
+    for y in body:              # a sum is only added into
+        mentioned = {name for name, _role in roles_of(y)} & set(sums)
+        if mentioned and not (_reduces(y, outside) and
+                              mentioned == {_target_name(y.target)} and
+                              not re.search(rf"\b{re.escape(_target_name(y.target))}\b",
+                                            y.value)):
+            return None
     # a scalar the body assigns is the iteration's own (kadj.parallel.race_free: assigned
     # before it is read in every iteration, not read after the loop): not passed
     assigned = {name for y in body for name in _assigned(y)}
@@ -84,7 +115,24 @@ def _parameters(fn, ns, loop, names):
             if name in ns or hasattr(builtins, name):
                 continue        # a module-level name (math, np, _sum_add) or a builtin
             params.append(name)
-    return params
+    return params, sums
+
+
+_ZERO = re.compile(r"^(?:np\.\w+\()?0(?:\.0)?j?\)?$")
+
+
+def _zeros(fn, sums):
+    """{sum: its zero}, from the adjoint's first assignment of each at its top level
+    (its declaration, ``adj_dt = 0.0``); None when one is missing or not a zero."""
+    zeros = {}
+    for x in fn.prologue + fn.body:
+        if isinstance(x, (A.Assign, A.Accumulate)) and x.op == "=":
+            v = _target_name(x.target)
+            if v in sums and v not in zeros:
+                zeros[v] = x.value
+    if set(zeros) != set(sums) or not all(_ZERO.match(z.strip()) for z in zeros.values()):
+        return None
+    return zeros
 
 
 def _assigned(y):

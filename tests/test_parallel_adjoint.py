@@ -60,6 +60,13 @@ def p_rows_scaled(x, a, out):
             out[i, j] = a * math.sin(x[i, j])
 
 
+@njit(parallel=True)
+def p_rows_two_scalars(x, a, b, out):
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = a * math.sin(x[i, j]) + b * x[i, j] * x[i, j]
+
+
 @njit(parallel=True, fastmath=True)
 def p_rows_fast(x, w, out):
     for i in prange(x.shape[0]):
@@ -196,13 +203,34 @@ def test_parallel_body_with_loops_is_its_own_function():
     fd_check(fast, args, rtol=1e-6, atol=1e-8)
 
 
-def test_parallel_body_with_a_reduction_stays_in_the_loop():
-    """adj_a is summed over the threads: the body (with its inner loop) stays in the
-    parallel loop, where numba adds the threads' partial sums."""
+def test_parallel_body_with_a_reduction_returns_its_sums():
+    """adj_a is summed over the threads: the row function sums its part from zero (a
+    sum that vectorises in its inner loop) and returns it; the loop adds it, and numba
+    adds the threads' partial sums."""
     args = (rng.standard_normal((23, 7)), 0.8, np.zeros((23, 7)))
     par, ser, psrc, _ = _serial_and_parallel(p_rows_scaled, args)
-    assert is_parallel_source(psrc) and not _row_functions(psrc), psrc
+    (_deco, name, params), = _row_functions(psrc)
+    assert "adj_a" not in params.split(", "), psrc
+    lines = [ln.strip() for ln in psrc.splitlines()]
+    assert f"adj_a += {name}({params})" in lines, psrc
+    assert "return adj_a" in lines and "adj_a = 0.0" in lines, psrc
+    assert "adj_a = _sum_add(adj_a, " in psrc, psrc
     assert "(summed over the threads: adj_a)" in psrc
+    fd_check(par, args, rtol=1e-6, atol=1e-8)
+    gp, gs = _both_adjoints(par, ser, args)
+    for a, b in zip(gp, gs):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_parallel_body_with_two_sums_returns_both():
+    args = (rng.standard_normal((19, 6)), 0.8, -0.3, np.zeros((19, 6)))
+    par, ser, psrc, _ = _serial_and_parallel(p_rows_two_scalars, args)
+    (_deco, name, params), = _row_functions(psrc)
+    lines = [ln.strip() for ln in psrc.splitlines()]
+    at = lines.index(f"_sums = {name}({params})")
+    assert sorted(lines[at + 1:at + 3]) == ["adj_a += _sums[0]", "adj_b += _sums[1]"] or \
+        sorted(lines[at + 1:at + 3]) == ["adj_a += _sums[1]", "adj_b += _sums[0]"], psrc
+    assert "return adj_" in psrc
     fd_check(par, args, rtol=1e-6, atol=1e-8)
     gp, gs = _both_adjoints(par, ser, args)
     for a, b in zip(gp, gs):

@@ -89,8 +89,7 @@ def _assert_parallel_gather(src, ndim):
     assert any(ln.startswith("# gather form") for ln in lines)
     # the loop over the elements (1-D: its interior; n-D: the outermost dimension)
     assert any(re.match(r"for _p0_\w+ in numba\.prange\(", ln) for ln in lines), src
-    # the loop after it over the iterations (consuming the outputs' adjoints; in 2-D
-    # and 3-D also the scalar's sums, a reduction spelled +=)
+    # the loop after it over the iterations, consuming the outputs' adjoints
     assert any(re.match(r"for i_? in numba\.prange\(1, ", ln) for ln in lines), src
     assert "(summed over the threads: adj_dt)" in src
     # no sum inside a parallel loop is spelled _sum_add (numba's reductions are +=)
@@ -100,10 +99,11 @@ def _assert_parallel_gather(src, ndim):
     assert sum("numba.prange(" in ln for ln in lines) == 2
     assert is_parallel_source(src)
     gather, after = _prange_bodies(src)
-    if ndim == 1:   # the scalar's sums are added in the loop over the elements
-        assert "adj_dt +=" in gather and "adj_dt" not in after, src
-    else:           # ... in the loop after it (the rows' function has no reduction)
-        assert "adj_dt" not in gather and "adj_dt +=" in after, src
+    # the scalar's sums are added in the loop over the elements (n-D: the rows'
+    # function returns its row's sum)
+    assert "adj_dt +=" in gather and "adj_dt" not in after, src
+    if ndim > 1:
+        assert re.search(r"adj_dt \+= _row1\(", gather) and "return adj_dt" in src, src
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "3d" else c
@@ -125,8 +125,8 @@ def test_prange_stencil_gather_form_runs_in_parallel(case):
         # the loop over rows (planes) calls its body, which holds the inner loops, as a
         # function of its own (kadj.row_outline): numba's parallel body took twice
         # the serial time; called as a function it takes less
-        (call,) = re.findall(r"\n\s+for (_p0_\w+) in numba\.prange\(.*\n\s+(_row1\(.*\))\n",
-                             src)
+        (call,) = re.findall(
+            r"\n\s+for (_p0_\w+) in numba\.prange\(.*\n\s+adj_dt \+= (_row1\(.*\))\n", src)
         assert call[1].startswith(f"_row1({call[0]}, "), src
         assert "@numba.njit(error_model='numpy')\ndef _row1(" in src
     fd_check(k, args, rtol=1e-6, atol=1e-8)

@@ -99,16 +99,14 @@ def _write(prepared, facts, plan, options):
                                       slots=options.get("checkpoints"))
         if parallel.parallelise(fn, w.ns, wanted):
             vector_sums(fn, w)      # (loops made parallel keep their += reductions)
-            outline_rows(fn, w.ns, options["jit_options"])
+            _outline_rows(fn, w, options)
             return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
     nest, _why = gather_form(kernel, facts, options)
     if nest is not None:
         in_parallel = bool(wanted & {level.uid for level in nest.levels})
-        # scalar sums in the gather loop, except where a parallel loop over rows is
-        # called as a function of its own (kadj.row_outline: not with a reduction)
-        fn, w = cpu_gather.build_gather_adjoint(
-            kernel, facts, slot_names, plan.returns_value, nest,
-            fuse_sums=not in_parallel or nest.ndim == 1, serial=not in_parallel)
+        fn, w = cpu_gather.build_gather_adjoint(kernel, facts, slot_names,
+                                                plan.returns_value, nest,
+                                                serial=not in_parallel)
         if in_parallel:
             # each element's adjoint written once: the loops over the elements, and the
             # sums' loop (reductions), run in parallel where race-free
@@ -118,8 +116,16 @@ def _write(prepared, facts, plan, options):
                                       slots=options.get("checkpoints"))
         jam_replayed(fn)    # replayed iterations side by side (kadj.lane_jam)
     vector_sums(fn, w)      # scalar sums in loops: LLVM may vectorise them
-    outline_rows(fn, w.ns, options["jit_options"])   # parallel loops holding loops
+    _outline_rows(fn, w, options)
     return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
+
+
+def _outline_rows(fn, w, options):
+    """Parallel loops holding loops call their body as a function (kadj.row_outline),
+    whose serial loops' scalar sums may vectorise (kadj.vector_sums)."""
+    outline_rows(fn, w.ns, options["jit_options"])
+    for _decorator, helper in fn.helpers:
+        vector_sums(helper, w)
 
 
 def _jit_options(source, request):
