@@ -87,8 +87,10 @@ def run_source(kernel, args, strict=False):
     ends = ", ".join(["'': 0"] + [f"'{sp}': {sp}" for sp in pointers])
     text = _PUSH.sub(lambda m: f"{m.group(0)}\n{m.group('pad')}_HW['{m.group('kind')}']"
                      f" = max(_HW.get('{m.group('kind')}', 0), {m.group('sp')})", source)
-    text = _RETURN.sub(lambda m: f"{m.group('pad')}_END.update({{{ends}}})\n{m.group(0)}",
-                       text)
+    # (the adjoint's own returns: a row function before it returns its sums)
+    last = [m.start() for m in re.finditer(r"^def \w+\(", text, re.M)][-1]
+    text = text[:last] + _RETURN.sub(
+        lambda m: f"{m.group('pad')}_END.update({{{ends}}})\n{m.group(0)}", text[last:])
     if strict:
         text = _TAPE_DECL.sub(lambda m: f"{m.group('head')}0{m.group('tail')}", text)
     marks, end = {}, {}
