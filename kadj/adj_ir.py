@@ -99,6 +99,7 @@ class For(Node):
     body: list = field(default_factory=list)
     primal: bool = False
     trip: object = None
+    loop: object = None     # the kernel loop's uid, for the forward sweep's own loops
 
     def children(self):
         return (self.body,)
@@ -384,6 +385,7 @@ def dump(node, indent=0):
         for f in fields(x):
             v = getattr(x, f.name)
             if isinstance(v, list) or f.name in ("frame", "loc") or (
+                    isinstance(x, For) and f.name == "loop") or (
                     f.default is not MISSING and v == f.default):
                 continue  # (bodies below; fields at their defaults left out)
             parts.append(f"{f.name}={_field_text(v)}")

@@ -321,7 +321,8 @@ class ForwardSweep:
         if all(isinstance(x, ir.Const) and isinstance(x.value, int)
                for x in (s.start, s.stop, s.step)) and s.step.value != 0:
             trip = len(range(s.start.value, s.stop.value, s.step.value))
-        self.put(depth, A.For(idx, f"range({lo}, {hi}, {st})", primal=True, trip=trip))
+        self.put(depth, A.For(idx, f"range({lo}, {hi}, {st})", primal=True, trip=trip,
+                              loop=s.uid))
         if counted:
             self.put(depth + 1, A.Assign(cnt, "1", "+="))
         if not replay:

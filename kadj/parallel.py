@@ -20,11 +20,19 @@ always correct:
     keeps the loop serial;
   - a scalar written only by ``+=`` and otherwise unread in the body (``adj_alpha``,
     a local sum) is a reduction: numba sums the threads' partial sums after the loop;
+  - a kernel's own sum, ``s = s + value`` (``value`` not reading it), with ``s`` not
+    mentioned otherwise in the body, is a reduction too;
   - any other scalar is private: each iteration assigns it before reading it, or it is
     an adjoint that is zero at the start of every iteration of the serial loop (reset at
     the end of the body, never touched outside it but for its zero initialisation), and
-    is then set to zero at the top of the parallel body; it is not read after the loop;
+    is then set to zero at the top of the parallel body; it is not read after the loop
+    (for a loop at the function's top level: the statements after it may not read it
+    before assigning it, :func:`_exposed`; elsewhere: not mentioned after it);
   - nothing on a tape (pushes, pops, reservations), no ``break``/``return``.
+
+The forward sweep's own copies of the kernel's loops at the top level get the same
+decision (:func:`parallelise_primal`): a loss summed over ``prange`` is recomputed in
+parallel before the reverse sweep.
 
 A reduction adds the threads' partial sums in another order than the serial loop: the
 gradient equals the serial adjoint's to rounding.  Everything else is exactly the
@@ -71,6 +79,20 @@ def parallelise(fn, ns, wanted):
         return isinstance(x, A.ReverseLoop) and x.loop in wanted and \
             x.strategy in _STRATEGIES and _make_parallel(fn, x, in_loop)
     return tuple(x.loop for x in _visit(fn, ns, pick))
+
+
+def parallelise_primal(fn, ns, wanted):
+    """Turn the kernel's own loops that the forward sweep runs, outside any loop (a
+    loss summed over ``prange`` before the reverse sweep), whose loop is in ``wanted``
+    and whose body is race-free (:func:`race_free`: ``s = s + ...`` is a reduction)
+    into ``numba.prange`` loops; binds ``numba`` in ``ns``.  Returns the number made
+    parallel."""
+    def pick(x, seq, in_loop):
+        if in_loop or not (isinstance(x, A.For) and x.primal and x.loop in wanted):
+            return False
+        bounds = _range_bounds(x)
+        return bounds is not None and _to_prange(fn, x, seq, x, bounds, in_loop)
+    return len(_visit(fn, ns, pick))
 
 
 def parallelise_loops(fn, ns, loops):
@@ -237,10 +259,15 @@ def race_free(fn, rl, loop, in_loop):
         if not idx or not _shared_position(idx, var):
             return None
     scalars = {n for n, kind in writes.items() if kind != "elem"}
-    reductions = sorted(n for n in scalars if _is_reduction(n, nodes, reads))
+    reductions = sorted(n for n in scalars if _is_reduction(n, nodes, reads) or
+                        _is_primal_sum(n, nodes))
     private = scalars - set(reductions)
     outside = _outside_uses(fn, rl, in_loop)
-    if private & outside["after"]:
+    after = outside["after"]
+    top = next((k for k, x in enumerate(fn.body) if x is rl), None)
+    if top is not None:     # at the top level: what the rest may read before assigning
+        after = _exposed(fn.body[top + 1:], private)
+    if private & after:
         return None     # a value of the last iteration read after the loop
     zeroed = []
     exposed = _read_before_defined(body, private | {var}, {var})
@@ -338,6 +365,39 @@ def _is_reduction(name, nodes, reads):
         if isinstance(x, A.For) and x.var == name:
             return False
     return reads.get(name, 0) == 0
+
+
+def _is_primal_sum(name, nodes):
+    """Written only by ``name = name + value`` (a kernel's ``s += ...`` as the sweeps
+    print it; ``value`` not reading it), and not mentioned otherwise in the body."""
+    sums = 0
+    for x in nodes:
+        if isinstance(x, A.Assign) and x.target == name:
+            if x.op != "=" or not _adds_to(name, x.value):
+                return False
+            sums += 1
+            continue
+        if isinstance(x, A.For) and x.var == name:
+            return False
+        if name in _mentioned(x):
+            return False
+    return sums > 0
+
+
+def _adds_to(name, text):
+    """Is ``text`` ``name + <something without name>``?"""
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return False
+    return (isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Add) and
+            isinstance(tree.left, ast.Name) and tree.left.id == name and
+            name not in names(ast.unparse(tree.right)))
+
+
+def _mentioned(x):
+    """The names node ``x`` itself (not its children) mentions."""
+    return {n for text in _texts(x) for n in names(text)}
 
 
 def _outside_uses(fn, rl, in_loop):
@@ -461,6 +521,46 @@ def _read_before_defined(body, tracked, defined):
 
     visit(body, defined)
     return out
+
+
+def _exposed(seq, tracked):
+    """Names of ``tracked`` that running ``seq`` may read before assigning them (an
+    assignment inside a loop or one branch does not count; a statement this does not
+    know reads every name it mentions)."""
+    out = set()
+
+    def visit(seq, defined):
+        defined = set(defined)
+        for x in seq:
+            if isinstance(x, A.If):
+                out.update((set(names(x.cond)) & tracked) - defined)
+                defined |= visit(x.then, defined) & visit(x.orelse, defined)
+            elif isinstance(x, A.For):
+                out.update((set(names(x.iter)) & tracked) - defined)
+                visit(x.body, defined | {x.var})
+            elif isinstance(x, (A.Block, A.ReverseLoop)):
+                defined = visit(x.body, defined)
+            elif isinstance(x, (A.Assign, A.Accumulate)) and x.op in ("=", "= -") and \
+                    _plain_target(x.target) is not None:
+                out.update((set(names(x.value)) & tracked) - defined)
+                defined.add(_plain_target(x.target))
+            else:
+                out.update((_mentioned(x) & tracked) - defined)
+                for body in x.children():
+                    visit(body, defined)
+        return defined
+
+    visit(seq, set())
+    return out
+
+
+def _plain_target(t):
+    """The scalar an assignment's target names, or None (an element)."""
+    if isinstance(t, (A.AdjVar, A.Local)):
+        return t.name
+    if isinstance(t, str) and t.isidentifier():
+        return t
+    return None
 
 
 def _zero_at_start(fn, rl, loop, name, outside):

@@ -126,6 +126,47 @@ def test_private_writes_run_in_parallel(kernel, args):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
 
 
+def test_a_sum_the_forward_sweep_recomputes_runs_in_parallel():
+    """The loss a prange loop sums (its value is the adjoint's return value, and the
+    reverse sweep reads it) is recomputed by a parallel loop too, a reduction over the
+    threads; the temporaries the reverse sweep assigns again do not keep it serial."""
+    args = (rng.standard_normal(263), rng.standard_normal(263))
+    par, ser, psrc, _ = _serial_and_parallel(p_sum, args)
+    loops = [ln.strip() for ln in psrc.splitlines() if ln.strip().startswith("for ")]
+    assert len(loops) == 2 and all("numba.prange(0, " in ln for ln in loops), psrc
+    assert "(summed over the threads: s)" in psrc, psrc
+    fd_check(par, args, rtol=1e-6, atol=1e-8)
+    gp, gs = _both_adjoints(par, ser, args)
+    for a, b in zip(gp, gs):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+    plan = par.adjoint_plan(*args)
+    bufs = [np.zeros_like(args[i]) for i in plan.adjoint_args]
+    value = par.adjoint(*args, *bufs, adj_return=1.0)
+    np.testing.assert_allclose(value, float(np.sum(args[1] * np.sin(args[0]))),
+                               rtol=1e-12)
+
+
+@njit(parallel=True)
+def p_sum_then_reuse(x, y):
+    """A prange sum, then a serial loop that reads the sum: the forward sweep's
+    recomputation of s must be complete before the second loop reads it."""
+    s = 0.0
+    for i in prange(x.shape[0]):
+        s += x[i] * x[i]
+    for i in range(x.shape[0]):
+        y[i] = s * x[i]
+
+
+def test_a_forward_sum_read_by_a_later_loop_keeps_its_value():
+    args = (rng.standard_normal(41), np.zeros(41))
+    par, ser, psrc, _ = _serial_and_parallel(p_sum_then_reuse, args)
+    assert "(summed over the threads: s)" in psrc, psrc
+    fd_check(par, args, rtol=1e-6, atol=1e-8)
+    gp, gs = _both_adjoints(par, ser, args)
+    for a, b in zip(gp, gs):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
 @pytest.mark.parametrize("kernel, args, opts", [
     (p_stencil, lambda: (rng.standard_normal(203), np.zeros(203), 0.3), {"gather": False}),
     (p_gather, lambda: (rng.standard_normal(40), rng.integers(0, 40, 120),

@@ -97,7 +97,11 @@ def _write(prepared, facts, plan, options):
     if wanted:
         fn, w = reverse.build_adjoint(kernel, facts, slot_names, plan.returns_value,
                                       slots=options.get("checkpoints"))
-        if parallel.parallelise(fn, w.ns, wanted):
+        # the reversed loops, and the forward sweep's own loops (a loss summed over
+        # prange before the reverse sweep)
+        made = len(parallel.parallelise(fn, w.ns, wanted))
+        made += parallel.parallelise_primal(fn, w.ns, wanted)
+        if made:
             vector_sums(fn, w)      # (loops made parallel keep their += reductions)
             _outline_rows(fn, w, options)
             return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
