@@ -288,6 +288,30 @@ def p_two_row_loops(x, w, out, out2):
             out2[i, k] = math.cos(x[i, k]) * w[i] + x[i, k]
 
 
+@njit(parallel=True)
+def p_two_row_loops_same_j(x, w, out, out2):
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out[i, j] = math.sin(x[i, j]) * w[i]
+    for i in prange(x.shape[0]):
+        for j in range(x.shape[1]):
+            out2[i, j] = math.cos(x[i, j]) * w[i] + x[i, j]
+
+
+def test_two_row_loops_with_the_same_inner_counter_both_run_in_parallel():
+    """The second reversed loop assigns j (its inner counter) before reading it, so
+    the first one's j, private to its iterations, is not read after it: both loops
+    run in parallel."""
+    args = (rng.standard_normal((13, 4)), rng.standard_normal(13), np.zeros((13, 4)),
+            np.zeros((13, 4)))
+    par, ser, psrc, _ = _serial_and_parallel(p_two_row_loops_same_j, args)
+    assert [name for _, name, _ in _row_functions(psrc)] == ["_row1", "_row2"], psrc
+    fd_check(par, args, rtol=1e-6, atol=1e-8)
+    gp, gs = _both_adjoints(par, ser, args)
+    for a, b in zip(gp, gs):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_two_parallel_loops_get_a_function_each():
     """Each parallel loop holding a loop becomes its own function, each passed only
     what its body reads from the adjoint (a name the other body assigns is not)."""
