@@ -54,8 +54,11 @@ import numba
 from . import adj_ir as A
 from . import ir
 from .adj_refs import free_name, names
+from .counter_hint import _at_least
 
 PRANGE = "numba.prange"
+AT_LEAST = "_at_least"     # the loop counter's bound (kadj.counter_hint)
+BLOCK = 4096               # iterations per block of a parallel loop (kadj.row_outline)
 # reversed loops that may run in parallel when their body is race-free (replayed and
 # checkpointed ones keep one iteration's state on a tape: never)
 _STRATEGIES = ("ascending", "recomputed", "taped")
@@ -128,6 +131,7 @@ def _visit(fn, ns, pick):
     visit(fn.body, False)
     if done:
         ns["numba"] = numba
+        ns[AT_LEAST] = _at_least
     return done
 
 
@@ -206,25 +210,53 @@ def _to_prange(fn, owner, seq, loop, bounds, in_loop):
         return False
     reductions, zeroed = verdict
     lo, hi = bounds
-    loop.iter = f"{PRANGE}({lo}, {hi})"
     inits = [A.Assign(name, zero) for name, zero in zeroed]
     loop.body[:0] = _counter_from_start(fn, loop, lo) + inits
     at = next(k for k, x in enumerate(seq) if x is loop)
     note = [A.Comment(_NOTE)]
     if reductions:
         note.append(A.Comment(f"# (summed over the threads: {', '.join(reductions)})"))
+    loop.iter = f"{PRANGE}({lo}, {hi})"
     seq[at:at] = note
     return True
 
 
+def in_blocks(fn, loop):
+    """A ``prange`` loop ``loop`` of ``fn`` over ``(lo, hi)`` as a ``prange`` loop over
+    blocks of :data:`BLOCK` iterations, each block running ``loop``'s iterations in a
+    serial loop (``loop`` itself, now over ``range``).  Returns the loop over the
+    blocks (for :mod:`kadj.row_outline`, which makes a block a function of its own)."""
+    call = ast.parse(loop.iter, mode="eval").body
+    lo, hi = (ast.unparse(x) for x in call.args)
+    block = free_name(fn, "_blk")
+    start = free_name(fn, "_lo", taken={block})
+    first = _plus_zero(lo)
+    loop.iter = f"range({start}, min({start} + {BLOCK}, {hi}))"
+    last = _plus_zero(hi)
+    count = f"({last} - {first} + {BLOCK - 1}) // {BLOCK}" if first != "0" else \
+        f"({last} + {BLOCK - 1}) // {BLOCK}"
+    offset = f"{first} + {block} * {BLOCK}" if first != "0" else f"{block} * {BLOCK}"
+    return A.For(block, f"{PRANGE}(0, {count})", [A.Assign(start, offset), loop])
+
+
+def _plus_zero(text):
+    """``text`` as an operand of ``+`` and ``-`` (parenthesised unless a name or a
+    number)."""
+    stripped = text.strip()
+    if stripped.isidentifier() or stripped.lstrip("-").isdigit():
+        return stripped
+    return f"({stripped})"
+
+
 def _counter_from_start(fn, loop, lo):
     """For a loop from a constant start ``lo >= 0``: the counter renamed (to a name
-    ``fn`` does not use) and bound as ``max(counter, lo)`` (the same value).  numba's
-    parallel region hands the loop its start at run time; without the bound LLVM
+    ``fn`` does not use) and bound as ``_at_least(counter, lo)`` (the same value, with
+    an LLVM assumption that it is not below ``lo``: :mod:`kadj.counter_hint`).  numba's
+    parallel region hands the loop its start at run time; without the assumption LLVM
     cannot tell the indices are not negative, keeps numba's negative-index checks and
-    does not vectorise the body (a 1-D stencil's parallel gather took twice the serial
-    one's time on one thread).  Only for innermost loops: bound so, the outer loop of a
-    2-D gather ran slower."""
+    does not vectorise the body (a 1-D stencil's parallel gather took five times the
+    serial one's time on one thread).  Only for innermost loops: an outer loop of a
+    2-D or 3-D gather ran no faster with it, and its 3-D form slower on two threads."""
     if any(isinstance(x, (A.For, A.While)) for x in A.walk(loop.body)):
         return []   # an outer loop: its inner loops' own starts let LLVM vectorise them
     try:
@@ -235,7 +267,7 @@ def _counter_from_start(fn, loop, lo):
         return []
     var = loop.var
     fresh = loop.var = free_name(fn, f"{var}_")
-    return [A.Assign(var, f"max({fresh}, {start})")]
+    return [A.Assign(var, f"{AT_LEAST}({fresh}, {start})")]
 
 
 _SCALAR_NODES = (A.Assign, A.Accumulate, A.Consume, A.If, A.For, A.Comment, A.Pass,

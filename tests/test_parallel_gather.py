@@ -20,7 +20,7 @@ from numba import njit, prange
 
 import kadj
 from fdcheck import fd_check
-from kadj.parallel import is_parallel_source
+from kadj.parallel import BLOCK, is_parallel_source
 from kernels.cpu.stencils import (diffusion_1d_parallel, diffusion_2d_parallel,
                                   laplacian_5pt)
 
@@ -43,7 +43,7 @@ def _args(shape, dt, seed=0):
 
 
 CASES = {   # kernel, small shape (finite differences), larger shape (against serial)
-    "1d": (diffusion_1d_parallel, (23,), (5001,)),
+    "1d": (diffusion_1d_parallel, (23,), (3 * BLOCK + 11,)),   # blocks, the last partial
     "2d": (diffusion_2d_parallel, (7, 9), (61, 75)),
     "3d": (p_diffusion_3d, (5, 4, 6), (13, 15, 17)),
 }
@@ -87,8 +87,10 @@ def _prange_bodies(src):
 def _assert_parallel_gather(src, ndim):
     lines = [ln.strip() for ln in src.splitlines()]
     assert any(ln.startswith("# gather form") for ln in lines)
-    # the loop over the elements (1-D: its interior; n-D: the outermost dimension)
-    assert any(re.match(r"for _p0_\w+ in numba\.prange\(", ln) for ln in lines), src
+    # the loop over the elements (1-D: its interior, in blocks of iterations; n-D: the
+    # outermost dimension)
+    outer = r"for _blk in numba\.prange\(0, " if ndim == 1 else r"for _p0_\w+ in numba\.prange\("
+    assert any(re.match(outer, ln) for ln in lines), src
     # the loop after it over the iterations, consuming the outputs' adjoints
     assert any(re.match(r"for i_? in numba\.prange\(1, ", ln) for ln in lines), src
     assert "(summed over the threads: adj_dt)" in src
@@ -99,11 +101,10 @@ def _assert_parallel_gather(src, ndim):
     assert sum("numba.prange(" in ln for ln in lines) == 2
     assert is_parallel_source(src)
     gather, after = _prange_bodies(src)
-    # the scalar's sums are added in the loop over the elements (n-D: the rows'
-    # function returns its row's sum)
+    # the scalar's sums are added in the loop over the elements: the function of a
+    # row (n-D) or a block of iterations (1-D) returns its sum
     assert "adj_dt +=" in gather and "adj_dt" not in after, src
-    if ndim > 1:
-        assert re.search(r"adj_dt \+= _row1\(", gather) and "return adj_dt" in src, src
+    assert re.search(r"adj_dt \+= _row1\(", gather) and "return adj_dt" in src, src
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "3d" else c
@@ -117,10 +118,15 @@ def test_prange_stencil_gather_form_runs_in_parallel(case):
     if case == "1d":
         # an innermost parallel loop's counter is bound from its constant start, so
         # that LLVM sees the indices are not negative and vectorises the body as in
-        # the serial loop
+        # the serial loop; the loop over the elements, which sums adj_dt, runs in
+        # blocks, each a function whose serial loop sums with _sum_add
         lines = [ln.strip() for ln in src.splitlines()]
-        assert "i = max(i_, 1)" in lines, src
-        assert any(re.fullmatch(r"_p0_\w+ = max\(_p0_\w+_, 2\)", ln) for ln in lines), src
+        assert "i = _at_least(i_, 1)" in lines, src
+        assert any(re.fullmatch(r"_p0_\w+ = _at_least\(_p0_\w+_, 2\)", ln)
+                   for ln in lines), src
+        assert re.search(r"\n\s+for _blk in numba\.prange\(.*\n\s+adj_dt \+= "
+                         r"_row1\(_blk, ", src), src
+        assert re.search(r"adj_dt = _sum_add\(adj_dt, ", src), src
     else:
         # the loop over rows (planes) calls its body, which holds the inner loops, as a
         # function of its own (kadj.row_outline): numba's parallel body took twice

@@ -114,12 +114,17 @@ def test_horner_sums_with_sum_add():
 
 
 def test_parallel_reductions_stay_plain():
-    """numba recognises a prange loop's reductions by their ``+=``."""
+    """numba recognises a prange loop's reductions by their ``+=``: the parallel loop
+    (over blocks of iterations) adds each block's sum with ``+=``; the block's own
+    serial loop, a function of its own (kadj.row_outline), sums with _sum_add."""
     k = kadj.differentiate(_scale, parallel=True)
     args = (np.linspace(0.0, 1.0, 9) ** 2, 0.3, np.zeros(9))
     source = k.adjoint_source(*args)
-    assert "numba.prange" in source and "adj_a += " in source
-    assert "_sum_add" not in source
+    adjoint = source[source.index("def _scale_adjoint("):]
+    assert "numba.prange" in adjoint and "adj_a += _row1(" in adjoint
+    assert "_sum_add" not in adjoint
+    row = source[source.index("def _row1("):source.index("def _scale_adjoint(")]
+    assert "adj_a = _sum_add(adj_a, " in row and "numba.prange" not in row
     fd_check(k, args)
 
 
