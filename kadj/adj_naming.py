@@ -365,10 +365,18 @@ class Naming:
 
     def cast(self, text, target_type):
         if isinstance(target_type, types.Complex) and target_type.bitwidth == 64:
-            return f"np.complex64({_strip(text)})"
+            return _call_once("np.complex64", _strip(text))
         if isinstance(target_type, types.Float) and target_type.bitwidth == 32:
-            return f"np.float32({_strip(text)})"
+            return _call_once("np.float32", _strip(text))
         return _strip(text)
+
+
+def _call_once(func, text):
+    """``func(text)``, or ``text`` itself when it is already one call of ``func`` (a
+    cast of a cast is the same cast)."""
+    if text.startswith(func + "(") and _strip(text[len(func):]) != text[len(func):]:
+        return text
+    return f"{func}({text})"
 
 
 

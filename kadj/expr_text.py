@@ -121,6 +121,9 @@ def substitute(text, name, inner_text):
     parent, fld, node = hits[0]
     if parent is None:
         return inner_text
+    if _same_cast(parent, inner):   # np.float32(np.float32(x)) is np.float32(x)
+        new = text[:parent.col_offset] + inner_text + text[parent.end_col_offset:]
+        return new if parse(new) is not None else None
     parens = _needs_parens(parent, fld, inner)
     if parens is None:
         return None
@@ -130,6 +133,20 @@ def substitute(text, name, inner_text):
     if put.startswith("-") and text[:node.col_offset].endswith("-"):
         new = text[:node.col_offset] + " " + put + text[node.end_col_offset:]
     return new if parse(new) is not None else None
+
+
+_CASTS = ("np.float32", "np.complex64")
+
+
+def _same_cast(outer, inner):
+    """Are ``outer`` and ``inner`` both a one-argument call of the same cast to a
+    32-bit type (the cast of a cast is that cast)?"""
+    def cast(node):
+        if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+            func = ast.unparse(node.func)
+            return func if func in _CASTS else None
+        return None
+    return cast(outer) is not None and cast(outer) == cast(inner)
 
 
 def combine(left, op, right):

@@ -74,13 +74,21 @@ def _untyped_expr_type(expr, state):
 def mixed_assignment(state):
     """``(variable, value)`` of the first assignment whose value's type differs from
     the variable's single SSA-free type (or is unknown), among variables assigned more
-    than once; None when there is none."""
+    than once; None when there is none.
+
+    numba's own join temporaries (``$phi<block>.<slot>``: a value left on Python's
+    stack at the end of each predecessor of a block, such as the two arms of ``a if c
+    else b``) are exempt: each is assigned at the end of the predecessors of one block
+    and read only on entering that block, so every read is reached by all of its
+    assignments and SSA would merge them in a phi of the unified type, the single type
+    they get without SSA.  The arms' values are converted to it at the assignment
+    instead of at the join: the same conversion of the same value."""
     values = defaultdict(list)
     for block in state.func_ir.blocks.values():
         for stmt in block.find_insts(ir.Assign):
             values[stmt.target.name].append(stmt.value)
     for name, defs in values.items():
-        if len(defs) < 2:
+        if len(defs) < 2 or name.startswith("$phi"):
             continue
         want = types.unliteral(state.typemap[name])
         for value in defs:

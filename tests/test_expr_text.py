@@ -106,3 +106,16 @@ def test_parentheses_only_where_needed():
     assert substitute("t * t", "t", "a") is None       # read twice
     assert substitute("tt + 1", "t", "a") is None      # not read
     assert combine("a - b", "+", "c + d") == "a - b + (c + d)"
+
+
+def test_a_cast_of_the_same_cast_is_that_cast():
+    assert substitute("np.float32(t)", "t", "np.float32(a * b)") == "np.float32(a * b)"
+    assert substitute("x + np.float32(t)", "t", "np.float32(a)") == "x + np.float32(a)"
+    assert substitute("np.complex64(t)", "t", "np.complex64(z)") == "np.complex64(z)"
+    # not the same cast, or not one call of it: both kept
+    assert substitute("np.float32(t)", "t", "np.complex64(z)") == "np.float32(np.complex64(z))"
+    assert substitute("np.float32(t)", "t", "np.float32(a) * b") == \
+        "np.float32(np.float32(a) * b)"
+    assert substitute("np.float64(t)", "t", "np.float64(a)") == "np.float64(np.float64(a))"
+    assert substitute("np.float32(t, 1)", "t", "np.float32(a)") == \
+        "np.float32(np.float32(a), 1)"
