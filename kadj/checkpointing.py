@@ -398,8 +398,24 @@ class _Loop:
         self.replay_base.update({key(self.work[a]): adj[a] for a in adj})
         roles = self.work_roles
         totals = {}            # scalar slot -> its gradient summed over the steps
-        for act in self.schedule.backward:
+        acts = self.schedule.backward
+        skip = 0
+        for at, act in enumerate(acts):
+            if skip:
+                skip -= 1
+                continue
             kind, i = act[0], act[1]
+            if kind == schedules.RESTORE and i != 0 and _reversed_then_freed(acts, at):
+                canon = self._as_work(self.snaps[i][0])
+                if canon is not None:
+                    # restore i, reverse i, free i, then a restore: step i is reversed
+                    # on the snapshot itself, not on a copy of it in the working state
+                    # (which the next restore overwrites anyway)
+                    snap, snap_roles = self.snaps[i]
+                    self._reverse(i, snap_roles, buffers or {}, totals, (snap, canon))
+                    self._free(i)
+                    skip = 2
+                    continue
             if kind == schedules.RESTORE:
                 copies, roles = (initial, tuple(range(self.k))) if i == 0 else self.snaps[i]
                 for w, a in zip(self.work, copies):
@@ -422,7 +438,21 @@ class _Loop:
         self.runner = None
         self.step_replay = self.replay_base = self.work_keys = None
 
-    def _reverse(self, i, roles, buffers, totals):
+    def _as_work(self, snap):
+        """{memory key of each array of ``snap``: the key of the working state's array
+        at its index}, when each has the working array's kind, shape, strides and
+        dtype (a launch on them is checked as the same launch on the working state);
+        else None."""
+        key = self.memo.key
+        canon = {}
+        for b, w in zip(snap, self.work):
+            kb, kw = key(b), key(w)
+            if kb[0] != kw[0] or kb[2:] != kw[2:]:
+                return None
+            canon[kb] = kw
+        return canon
+
+    def _reverse(self, i, roles, buffers, totals, snapshot=None):
         """Reverse step ``i`` (the working state holds state ``i`` in ``roles``):
         record it on a private tape and replay that tape's adjoints over
         ``replay_base`` (the loop's adjoint buffers of the state and the tape's of the
@@ -431,21 +461,30 @@ class _Loop:
         gradients into ``totals`` (by slot, kept where the replay put them: on the
         device for launches on device arrays).  A step of one launch that a private
         tape already checked in this backward is replayed without one
-        (:mod:`kadj.tape_step`)."""
-        cur = tuple([self.work[a] for a in roles])
-        reverser = Reverser(self, self.work)
-        reverser.keys = self.work_keys
-        saved = swap_stack((reverser,))
-        try:
-            next_roles(self.step, i, cur, self.work)
-        finally:
-            restore_stack(saved)
+        (:mod:`kadj.tape_step`).  ``snapshot``: (state arrays holding state ``i``
+        other than the working state, {their memory keys: the working arrays'}), a
+        snapshot about to be freed; its arrays stand for the working state's, in the
+        adjoint buffers and in the launches a private tape checked."""
         # buffers of arrays not in replay_base are made by the replay and dropped
         replay_buffers = dict(self.replay_base)
+        base, keys, canon = self.work, self.work_keys, None
+        if snapshot is not None:
+            base, canon = snapshot
+            keys = set(canon)
+            replay_buffers.update({k: self.replay_base[w] for k, w in canon.items()
+                                   if w in self.replay_base})
+        cur = tuple([base[a] for a in roles])
+        reverser = Reverser(self, base)
+        reverser.keys = keys
+        saved = swap_stack((reverser,))
+        try:
+            next_roles(self.step, i, cur, base)
+        finally:
+            restore_stack(saved)
         scalars = {}
         steps = self.step_replay
         one = reverser.pending if reverser.inner is None else None
-        sig = None if one is None else steps.signature(one[0], one[1], one[3])
+        sig = None if one is None else steps.signature(one[0], one[1], one[3], canon)
         if sig is not None and sig[1] in steps.checked:
             # a one-launch step whose launch a private tape checked in this backward
             reverser.pending = None
@@ -468,6 +507,15 @@ class _Loop:
                 arrays.add_into(totals[slot], value)
             else:
                 totals[slot] = value
+
+
+def _reversed_then_freed(acts, at):
+    """Is ``acts[at]`` (a restore) followed by the reversal of its step and the freeing
+    of its snapshot, and then by nothing or a restore?"""
+    i = acts[at][1]
+    return at + 2 < len(acts) and acts[at + 1][:2] == (schedules.REVERSE, i) and \
+        acts[at + 2][:2] == (schedules.FREE, i) and \
+        (at + 3 == len(acts) or acts[at + 3][0] == schedules.RESTORE)
 
 
 def _add_scalar(buffer, total):

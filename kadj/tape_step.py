@@ -153,10 +153,11 @@ class StepReplay:
         self.checked = set()      # (id(kernel), id(plan), keys) of checked launches
         self._held = []           # the kernels and plans of ``checked`` (ids kept valid)
 
-    def signature(self, kernel, args, plan):
+    def signature(self, kernel, args, plan, canon=None):
         """(keys, signature) of a launch, or None when it must go through a tape (a
         kernel-like object other than a differentiated kernel, a value that may hold
-        arrays)."""
+        arrays).  ``canon``: {memory key: the key it stands for} (a snapshot's arrays
+        reversed in place of the working state's, of the same layout)."""
         if getattr(kernel, "adjoint_trusted", None) is None:
             return None
         key = self.memo.key
@@ -165,7 +166,8 @@ class StepReplay:
             if type(a) in _PLAIN:
                 keys.append(None)
             elif arrays.is_array(a):
-                keys.append(key(a))
+                k = key(a)
+                keys.append(canon.get(k, k) if canon else k)
             else:
                 return None
         keys = tuple(keys)

@@ -183,3 +183,46 @@ def test_key_memo_gives_memory_keys_and_follows_in_place_changes():
         assert memo.key(b) == arrays.memory_key(b)
         assert memo.span(b) == arrays.span(b)
     assert len(memo._ids) <= 3
+
+
+def test_a_snapshot_restored_for_the_last_time_is_reversed_in_place(monkeypatch):
+    """Where the schedule restores a snapshot, reverses its step and frees it, the step
+    is reversed on the snapshot's own arrays: the working state is not overwritten
+    (fewer copies than restores), and the gradients are finite differences', with
+    steps of one launch (replayed directly once checked) and of two (a private tape)."""
+    from kadj import checkpointing, schedules
+    sched = schedules.binomial(9, 3)
+    restores = sum(a[0] == schedules.RESTORE for a in sched.backward)
+    in_place = sum(a[0] == schedules.RESTORE and a[1] != 0 and
+                   checkpointing._reversed_then_freed(sched.backward, k)
+                   for k, a in enumerate(sched.backward))
+    assert 0 < in_place < restores
+    copies = []
+    real = arrays.copy_into
+    monkeypatch.setattr(arrays, "copy_into",
+                        lambda dst, src: (copies.append(1), real(dst, src))[1])
+    for two in (False, True):
+        x0 = X0.copy()
+        with kadj.Tape() as tape:
+            out = run(x0, F, 9, 3, two)
+        copies.clear()
+        tape.backward(out)
+        # two arrays per restore into the working state
+        assert len(copies) == 2 * (restores - in_place), (len(copies), restores, in_place)
+        ref = fd_grad(lambda x: run(x.copy(), F, 9, 3, two)[0], X0)
+        np.testing.assert_allclose(tape.grad(x0), ref, rtol=1e-6, atol=1e-9)
+
+
+def test_a_snapshot_of_another_layout_is_restored_as_before():
+    """A snapshot whose arrays differ in layout from the working state's (never made by
+    the loop itself) does not stand for it: _as_work says no, and the restore copies."""
+    from kadj import checkpointing
+    loop = checkpointing._Loop.__new__(checkpointing._Loop)
+    loop.memo = arrays.KeyMemo()
+    loop.work = (np.zeros((4, 3)), np.zeros(5))
+    key = loop.memo.key
+    same = (np.ones((4, 3)), np.ones(5))
+    assert loop._as_work(same) == {key(same[0]): key(loop.work[0]),
+                                   key(same[1]): key(loop.work[1])}
+    assert loop._as_work((np.ones((4, 3), order="F"), np.ones(5))) is None
+    assert loop._as_work((np.ones((4, 3), np.float32), np.ones(5))) is None
