@@ -146,6 +146,24 @@ def test_prange_stencil_gather_form_runs_in_parallel(case):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("n", [3, 4, 5, 6, BLOCK + 3, BLOCK + 4, BLOCK + 5, 2 * BLOCK + 4])
+def test_1d_blocks_at_their_edges(n):
+    """The 1-D interior (elements 2 .. n - 3) in blocks of BLOCK: one element short of
+    a block, exactly one, one over, two, and sizes with no interior at all; each
+    element's adjoint is the serial form's exactly, the scalar's to rounding."""
+    kernel = CASES["1d"][0]
+    big = _args((n,), 0.1, seed=n)
+    par, ser = kadj.differentiate(kernel), kadj.differentiate(kernel, parallel=False)
+    for a, b, x in zip(_adjoints(par, big), _adjoints(ser, big),
+                       [big[i] for i in par.adjoint_plan(*big).adjoint_args]):
+        if isinstance(x, np.ndarray):
+            np.testing.assert_array_equal(a, b)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    if n == BLOCK + 5:      # two blocks, against finite differences too
+        fd_check(par, big, rtol=1e-6, atol=1e-8)
+
+
 def test_parallel_false_keeps_the_gather_form_serial():
     kernel, small, _ = CASES["2d"]
     k = kadj.differentiate(kernel, parallel=False)
