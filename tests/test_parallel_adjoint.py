@@ -146,6 +146,8 @@ def test_a_loop_that_sums_runs_in_blocks(n):
             np.testing.assert_array_equal(a, b)
         else:
             np.testing.assert_allclose(a, b, rtol=1e-12)
+    if n % BLOCK:           # several blocks, the last partial: finite differences too
+        fd_check(par, args, rtol=1e-6, atol=1e-7)
 
 
 def test_a_sum_the_forward_sweep_recomputes_runs_in_parallel():
