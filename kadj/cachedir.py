@@ -21,6 +21,7 @@ it is not a signature.  ``KADJ_DISABLE_CACHE=1`` turns the disk cache off.
 """
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import stat
@@ -154,18 +155,44 @@ def write_entry(d, name, data):
 def njit_cached(fn, options):
     """``(numba.njit(cache=True, **options)(fn), True)``, or ``(njit(**options)(fn),
     False)`` when numba has no writable cache directory for ``fn`` (the cache is
-    disabled)."""
+    disabled).
+
+    numba's on-disk cache finds compiled code by signature, machine and bytecode, not by
+    the configuration it was compiled under; and numba compiles lazily, at the first
+    call, under the environment of that moment.  So the cached code's entries are also
+    keyed by that configuration (:func:`kadj.cachekey.numba_config`: bounds checks,
+    optimisation level, vectorisation, ...): a process that sets ``NUMBA_BOUNDSCHECK=1``
+    after kadj built an adjoint, and compiles it then, stores bounds-checked code that a
+    process without bounds checks will not load, and the other way round."""
     from numba import njit
     if not disabled():
         try:
-            return njit(cache=True, **options)(fn), True
+            jitted = njit(cache=True, **options)(fn)
         except RuntimeError:  # "cannot cache function ...: no locator available"
             warn_once(
                 "numba has no writable cache directory for kadj's compiled code (not "
                 "beside its source, nor in NUMBA_CACHE_DIR or ~/.cache/numba); it is "
                 "compiled in every process instead. Set NUMBA_CACHE_DIR to a writable "
                 "directory of your own to cache it.")
+        else:
+            jitted._cache = _configured_cache_class()(fn)
+            return jitted, True
     return njit(**options)(fn), False
+
+
+@functools.lru_cache(maxsize=None)
+def _configured_cache_class():
+    from numba.core.caching import FunctionCache
+
+    from .cachekey import numba_config
+
+    class ConfiguredCache(FunctionCache):
+        """numba's function cache, its entries keyed also by the numba configuration
+        read when they are saved or looked up."""
+
+        def _index_key(self, sig, codegen):
+            return (*super()._index_key(sig, codegen), numba_config())
+    return ConfiguredCache
 
 
 def cached_njit(**options):

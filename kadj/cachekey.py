@@ -257,8 +257,18 @@ def environment():
              f"kadj={version}", f"kadj-src={kadj_hash()}",
              f"numpy={numpy.__version__}", f"numba={numba.__version__}",
              f"llvmlite={llvmlite.__version__}"]
-    parts += [f"{name}={getattr(numba.config, name, None)!s}" for name in _NUMBA_CONFIG]
+    parts += [f"{name}={value}" for name, value in zip(_NUMBA_CONFIG, numba_config())]
     return parts
+
+
+def numba_config():
+    """The values of the numba configuration that changes generated code, as numba's
+    next compilation will read them: numba reads its environment variables again only
+    when it compiles, so ``numba.config`` can lag behind a variable set since."""
+    import numba
+    from numba.core import config
+    config.reload_config()
+    return tuple(str(getattr(numba.config, name, None)) for name in _NUMBA_CONFIG)
 
 
 def cache_key(py_func, arg_types, wrt, options, target):

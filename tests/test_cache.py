@@ -546,6 +546,33 @@ def test_numba_config_change_is_in_the_key(populated, tmp_path):
     assert_gradient(r, 2.0)
 
 
+def test_code_compiled_under_a_later_numba_config_is_not_served_to_another(workdir,
+                                                                          tmp_path):
+    """numba compiles at the first call, under the environment of that moment: a
+    process that builds the adjoint, then sets NUMBA_BOUNDSCHECK=1 and calls it, stores
+    bounds-checked code.  A process without bounds checks does not load that code
+    (numba's cache entries are keyed by the configuration too): it compiles its own,
+    which the next such process loads."""
+    write_kernel(workdir)
+    late = CHILD.replace(
+        "heatmod.heat_step.adjoint(u, u_new, alpha, adj_u, adj_u_new, adj_alpha)",
+        "heatmod.heat_step.compiled(u, u_new, alpha)\n"
+        "import os\nos.environ['NUMBA_BOUNDSCHECK'] = '1'\n"
+        "heatmod.heat_step.adjoint(u, u_new, alpha, adj_u, adj_u_new, adj_alpha)")
+    assert late != CHILD
+    (workdir / "child_late.py").write_text(late)
+    cache = tmp_path / "cache"
+    a = run_child(workdir, cache, script="child_late.py")
+    assert a["misses"] == 1 and a["hits"] == 0 and a["disk_cached"]
+    b = run_child(workdir, cache)
+    assert b["counts"]["type"] == 0 and b["counts"]["build"] == 0   # kadj's entry reused
+    assert b["misses"] == 1 and b["hits"] == 0, b    # numba's bounds-checked code: not
+    c = run_child(workdir, cache)
+    assert c["hits"] == 1 and c["misses"] == 0, c
+    for r in (a, b, c):
+        assert_gradient(r, 2.0)
+
+
 def _key(fn, options=None):
     from numba.core import types
 
