@@ -63,10 +63,13 @@ def outline_rows(fn, ns, jit_options):
         zeros = _zeros(fn, sums)
         if zeros is None:
             continue
+        what = f"One iteration of the parallel loop over {loop.var}"
         if not any(isinstance(y, _LOOPS) for y in A.walk(loop.body)):
             if not sums or loop.primal:
                 continue
+            what = f"Block {{var}} of {BLOCK} iterations of the parallel loop over {loop.var}"
             loop = _blocked(fn, loop)
+            what = what.format(var=loop.var)
             found = _parameters(fn, ns, loop, index(fn)[0])
             if found is None:
                 continue
@@ -78,8 +81,8 @@ def outline_rows(fn, ns, jit_options):
             body = [A.Assign(v, zeros[v]) for v in sums] + body + \
                 [A.Return(", ".join(sums))]
         helper = A.Function(name, (loop.var, *params),
-                            f"One iteration of the parallel loop over {loop.var}"
-                            + (f"; returns its sums of {', '.join(sums)}." if sums else "."),
+                            what + (f"; returns its sums of {', '.join(sums)}." if sums
+                                    else "."),
                             body=body)
         fn.helpers.append((_decorator(jit_options), helper))
         call = f"{name}({', '.join((loop.var, *params))})"
