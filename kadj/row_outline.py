@@ -41,7 +41,7 @@ import builtins
 import re
 
 from . import adj_ir as A
-from .adj_refs import free_name, index, roles_of
+from .adj_refs import free_name, index, lists, roles_of
 from .parallel import BLOCK, PRANGE, in_blocks
 
 __all__ = ["outline_rows"]
@@ -67,9 +67,9 @@ def outline_rows(fn, ns, jit_options):
         if not any(isinstance(y, _LOOPS) for y in A.walk(loop.body)):
             if not sums or loop.primal:
                 continue
-            what = f"Block {{var}} of {BLOCK} iterations of the parallel loop over {loop.var}"
+            counter = loop.var
             loop = _blocked(fn, loop)
-            what = what.format(var=loop.var)
+            what = f"Block {loop.var} of {BLOCK} iterations of the parallel loop over {counter}"
             found = _parameters(fn, ns, loop, index(fn)[0])
             if found is None:
                 continue
@@ -100,20 +100,13 @@ def outline_rows(fn, ns, jit_options):
 def _blocked(fn, loop):
     """Put the loop over blocks of ``loop``'s iterations (:func:`kadj.parallel.in_blocks`)
     in its place in ``fn``, and return it."""
-    for seq in (s for top in (fn.prologue, fn.body) for s in _sequences(top)):
+    for seq in lists(fn):
         for k, x in enumerate(seq):
             if x is loop:
                 seq[k:k + 1] = [A.Comment(f"# in blocks of {BLOCK} iterations, each block's "
                                           "sums added serially"), in_blocks(fn, loop)]
                 return seq[k + 1]
     raise AssertionError("a parallel loop outside the adjoint's statements")
-
-
-def _sequences(seq):
-    yield seq
-    for x in seq:
-        for body in x.children():
-            yield from _sequences(body)
 
 
 def _is_parallel(x):
@@ -165,15 +158,14 @@ def _privates(loop):
     found = []
     for inner in [loop] + [y for y in A.walk(loop.body) if isinstance(y, A.For)]:
         within = {id(y) for y in A.walk(inner.body)}
+        elsewhere = {n for y in A.walk(loop.body) if id(y) not in within
+                     for n, _role in roles_of(y)}
         seen = set()
         for st in inner.body:
             name = _target_name(st.target) if isinstance(st, A.Assign) and \
                 st.op == "=" else None
-            if name and name not in seen and name not in found and \
-                    not re.search(rf"\b{re.escape(name)}\b", st.value) and \
-                    not any(id(y) not in within and
-                            name in {n for n, _role in roles_of(y)}
-                            for y in A.walk(loop.body)):
+            if name and name not in seen | elsewhere and name not in found and \
+                    not re.search(rf"\b{re.escape(name)}\b", st.value):
                 found.append(name)
             seen.update(n for y in A.walk([st]) for n, _role in roles_of(y))
     return found
