@@ -188,10 +188,8 @@ def analyse(fn, rl, loop, block, k):
     for n in lane_private:
         if not _exposed(body, n, False)[0]:
             continue
-        last = [x for x in body if n in {m for y in A.walk([x]) for m in _mentions(y)}][-1]
         init = prologue.get(n)
-        if not (isinstance(last, A.Assign) and target_name(last) == n and init is not None
-                and last.value == init.value):
+        if init is None or not _reset_at_end(body, n, init.value):
             return None
     # nothing private (nor the loop counter) is used after the loop
     outside = set()
@@ -297,24 +295,78 @@ def _defines(x, n):
         isinstance(x, A.Accumulate) and x.op in ("=", "= -")))
 
 
-def _exposed(seq, n, defined):
+def _not_first(loop):
+    """The condition texts that say an iteration of ``loop`` is not its first
+    (``k > 0`` of ``range(0, m)``, as the sweeps write it: ``ForwardSweep.not_first``)."""
+    rng = _range(loop.iter, simple=False)
+    if rng is None:
+        return ()
+    start, _stop, step = rng
+    return (f"{loop.var} {'>' if step > 0 else '<'} {start}", f"{loop.var} != {start}")
+
+
+def _plus_one(text):
+    """``text + 1`` for ``m - 1`` and integer literals, else None."""
+    if text.endswith(" - 1"):
+        return text[:-4]
+    try:
+        return str(int(text) + 1)
+    except ValueError:
+        return None
+
+
+def _counts(loop):
+    """The counter values of ``loop`` as (first, end) of an ascending range, the same
+    for ``range(0, m, 1)`` and its reverse ``range(m - 1, -1, -1)``; None if unknown."""
+    rng = _range(loop.iter, simple=False)
+    if rng is None:
+        return None
+    start, stop, step = rng
+    if step > 0:
+        return start, stop
+    first, end = _plus_one(stop), _plus_one(start)
+    return None if first is None or end is None else (first, end)
+
+
+def _exposed(seq, n, defined, later=(), ran=None):
     """(whether ``seq`` may read ``n`` before assigning it, whether ``n`` is assigned
-    after ``seq`` whatever its path), ``defined``: assigned before ``seq``."""
+    after ``seq`` whatever its path), ``defined``: assigned before ``seq``.
+
+    Two facts about loops let a value that only a loop defines count as defined:
+    ``later``, the conditions under which ``n`` holds the previous iteration's value of
+    an enclosing loop that assigns it on every path (``if k > 0:`` around the save of a
+    value the iteration before defined); ``ran`` (shared along one path), the counter
+    ranges of loops before that assign ``n`` in every iteration: a loop over the same
+    counter values (the reverse of such a loop) runs only when that one ran, so it
+    reads the value that loop left."""
+    ran = set() if ran is None else ran
     for x in seq:
         if isinstance(x, A.For):
             if n in names(x.iter) and not defined:
                 return True, defined
-            if _exposed(x.body, n, defined)[0]:
+            inner = later
+            counts = _counts(x)
+            always = not defined and _always_defines(x.body, n)
+            if always:
+                inner = later + _not_first(x)
+            if _exposed(x.body, n, defined or (counts is not None and counts in ran),
+                        inner, set(ran))[0]:
                 return True, defined
+            if always and counts is not None:
+                ran.add(counts)
         elif isinstance(x, (A.ReverseLoop, A.Block)):
-            bad, defined = _exposed(x.body, n, defined)
+            bad, defined = _exposed(x.body, n, defined, later, ran)
             if bad:
+                return True, defined
+        elif isinstance(x, A.If) and x.cond in later and not x.orelse:
+            # the then-branch runs only after the previous iteration defined n
+            if _exposed(x.then, n, True, later, set(ran))[0]:
                 return True, defined
         elif isinstance(x, A.If):
             if n in names(x.cond) and not defined:
                 return True, defined
-            b1, d1 = _exposed(x.then, n, defined)
-            b2, d2 = _exposed(x.orelse, n, defined)
+            b1, d1 = _exposed(x.then, n, defined, later, set(ran))
+            b2, d2 = _exposed(x.orelse, n, defined, later, set(ran))
             if b1 or b2:
                 return True, defined
             defined = d1 and d2
@@ -324,6 +376,40 @@ def _exposed(seq, n, defined):
             if _defines(x, n):
                 defined = True
     return False, defined
+
+
+def _reset_at_end(seq, n, value):
+    """Whether ``seq``, entered with ``n == value``, leaves ``n == value``: the last
+    statement that mentions ``n`` assigns it ``value``, or is a loop (or a block around
+    one) whose body does so, with no assignment of ``n`` before it (a loop that runs
+    no iteration then leaves ``n`` as it found it)."""
+    mentions = [k for k, x in enumerate(seq)
+                if n in {m for y in A.walk([x]) for m in _mentions(y)}]
+    if not mentions:
+        return True
+    last = seq[mentions[-1]]
+    if isinstance(last, A.Assign) and target_name(last) == n:
+        return last.value == value
+    if not isinstance(last, (A.For, A.ReverseLoop, A.Block)):
+        return False
+    if any(target_name(y) == n for x in seq[:mentions[-1]] for y in A.walk([x])):
+        return False
+    return _reset_at_end(last.body, n, value)
+
+
+def _always_defines(seq, n):
+    """Whether every path through ``seq`` assigns ``n`` (loops inside may run no
+    iteration: they do not count)."""
+    for x in seq:
+        if isinstance(x, (A.ReverseLoop, A.Block)):
+            if _always_defines(x.body, n):
+                return True
+        elif isinstance(x, A.If):
+            if _always_defines(x.then, n) and _always_defines(x.orelse, n):
+                return True
+        elif not isinstance(x, A.For) and _defines(x, n):
+            return True
+    return False
 
 
 _PURE_CALLS = {"abs", "min", "max", "float", "int", "bool", "_sign", "range"}

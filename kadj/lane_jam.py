@@ -32,7 +32,12 @@ so a loop qualifies only when that order cannot matter:
   branches that go the same way for every lane;
 * each variable the iteration assigns is either defined before any read in the
   iteration (on every path), or an adjoint reset at the end of the iteration to its
-  initial value (then zero at each iteration's start); none is used after the loop;
+  initial value (then zero at each iteration's start); none is used after the loop.
+  A value an inner loop assigns in every step counts as defined where only a later
+  step reads it (the save ``if k > 0:`` of the previous step's value) and in a loop
+  over the same counter values after it (its reverse, which runs only when that loop
+  ran); an adjoint whose last mention is its reset at the end of an inner loop's step,
+  with no assignment before that loop, is back at its initial value after the loop;
   the adjoints it only adds into (``adj_b += ...``) are shared by the lanes;
 * an adjoint array that the iteration reads or consumes is not added into by it, and
   each element read is indexed by the loop counter (iterations touch distinct ones);

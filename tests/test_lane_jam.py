@@ -2,7 +2,9 @@
 
 - kernels whose replayed loop qualifies (Horner's polynomial, a per-element
   recurrence with a scalar parameter summed across iterations, a branch on the inner
-  counter that all lanes take alike, two inner loops with a value saved between them)
+  counter that all lanes take alike, two inner loops with a value saved between them,
+  a value saved from the inner loop's previous step (``if k > 0``) with its adjoint
+  reset at the end of every reversed step)
   get the jammed loop and pass float64 finite-difference checks at trip counts around the
   lane count (0, 1, 3, 4, 5, 7, 8, 9: no jammed iteration, only jammed ones, both),
   with inner loops of zero and one trip, and at sizes whose tape is larger than any
@@ -15,6 +17,8 @@
 - the jammed adjoint gives the same gradients as the plain one on a larger problem
   (up to the rounding of the reordered sums).
 """
+import math
+
 import numpy as np
 import pytest
 from numba import njit
@@ -169,6 +173,25 @@ def test_tape_addresses_of_two_loops_and_a_saved_value(n, m):
     descending order, and a push between them."""
     r = _rng(n)
     _check(two_loops, (r.uniform(-0.5, 0.5, n), r.uniform(0.5, 0.9, m), np.zeros(n)), True)
+
+
+@njit
+def lagged(x, w, c, y):
+    """``t = tanh(v)`` is saved at the top of the next step (``if k > 0``) and its
+    adjoint is reset to zero at the end of every reversed step."""
+    for i in range(x.shape[0]):
+        v = x[i]
+        for k in range(c.shape[0]):
+            v = math.tanh(v) * c[k] + w[i]
+        y[i] = v * x[i]
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("m", [0, 1, 4])
+def test_value_saved_from_the_previous_step_and_adjoint_reset_in_the_step(n, m):
+    r = _rng(n)
+    _check(lagged, (r.uniform(-1, 1, n), r.uniform(-1, 1, n), r.uniform(-1, 1, m),
+                    np.zeros(n)), True)
 
 
 @pytest.mark.parametrize("n", [0, 5, 9])
