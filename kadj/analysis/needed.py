@@ -124,6 +124,8 @@ def _needed_once(body, a, extra):
                         if s.expr.array.name not in a.shared_scratch:
                             a.scratch_owner[s.expr.array.name] = owner
                         continue
+                    if s.target not in core:
+                        continue   # never emitted: its array needs no restoring
                     a.restore_arrays.add(s.expr.array.name)
     a.restore_arrays &= (a.stored & a.loaded)
     if a.restore_arrays - a.varied_arrays - a.unwritten - restored:
