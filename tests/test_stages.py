@@ -582,3 +582,19 @@ def test_a_scratch_row_the_reverse_sweep_never_reads_is_not_recorded():
         src = k.adjoint_source(*args)
         assert "save u_work[i]" in src and "save b[" not in src and "restore b[" not in src
         check_grad(k, args)
+
+
+def test_values_under_a_recorded_condition_are_recomputed():
+    """budget_sum's loop leaves by a break on a running total; the condition is
+    recorded, and the values of the other arm (value[i], sqrt(cost[i])), which depend
+    only on the index and unwritten arrays, are recomputed under it, not recorded."""
+    from kernels.cpu.misc import budget_sum, budget_sum_sized
+    k = kadj.differentiate(budget_sum)
+    k0, f = cpu_stages(budget_sum, np.ones(8), np.ones(8), 5.5)
+    loop, = loops(k0)
+    assert len(f.pushed) == 1 and f.recompute[loop.uid]
+    for n in (2, 3, 7, 50, 1500):
+        args = budget_sum_sized(np.random.default_rng(n), n)
+        src = k.adjoint_source(*args)
+        assert "_tape_f64" not in src and "_tape_i64" in src
+        check_grad(k, args)

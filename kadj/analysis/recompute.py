@@ -79,7 +79,7 @@ def _recompute_loop(loop, a):
             inner = list(ir.walk((s,)))
             if any(isinstance(x, (ir.ForRange, ir.Loop, ir.Return)) for x in inner):
                 continue
-            if not ok_operand(s.cond):
+            if not ok_operand(s.cond) and not _decided_before(s, loop, a):
                 continue
             counts = {}
             for x in inner:
@@ -136,6 +136,26 @@ def _recompute_loop(loop, a):
                 rvars |= accepted
     a.recompute[loop.uid] = tuple(chosen)
     a.recompute_vars[loop.uid] = rvars
+
+
+def _decided_before(s, loop, a):
+    """Is the condition of the ``if`` ``s`` (a statement of ``loop``'s body) a variable
+    that the body assigns once, above ``s``?  Not recomputable itself, it is then
+    needed, so recorded, and at the top of each reversed iteration it holds that
+    iteration's value: the arms' recomputable values can be recomputed under it
+    (``if spent + cost[i] > budget: break`` before ``v = value[i]``)."""
+    c = s.cond
+    if not isinstance(c, ir.Var) or a.assign_count.get(c.name, 0) != 1 or \
+            c.name == loop.index:
+        return False
+    for x in loop.body:
+        if x is s:
+            return False
+        if isinstance(x, ir.Assign) and x.target == c.name:
+            return True
+        if c.name in ir.assigned([x]):
+            return False
+    return False
 
 
 def _arms(s):
