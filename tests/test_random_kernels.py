@@ -27,6 +27,7 @@ import kadj
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fdcheck import fd_check  # noqa: E402
+from random_source import private_cache_dir  # noqa: E402,F401
 
 N = 5
 # Every example compiles two functions with numba (~0.5-1 s), so shrinking a failure can
@@ -45,16 +46,7 @@ REASSIGN_IN_BRANCH = True
 SELF_UPDATE = True
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache_dir(tmp_path_factory):
-    """Keep the generated kernels' adjoints out of the user's kadj disk cache."""
-    old = os.environ.get("KADJ_CACHE_DIR")
-    os.environ["KADJ_CACHE_DIR"] = str(tmp_path_factory.mktemp("kadj_cache_random"))
-    yield
-    if old is None:
-        os.environ.pop("KADJ_CACHE_DIR", None)
-    else:
-        os.environ["KADJ_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("private_cache_dir")
 
 
 # ---- expression trees ------------------------------------------------------------------

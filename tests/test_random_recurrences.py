@@ -14,8 +14,6 @@ four and past the tape's first capacity.
 Derandomized (the same examples on every run); on failure the drawn source is printed
 (Hypothesis ``note``).  The default run draws a few kernels; ``-m slow`` many more.
 """
-import hashlib
-import math
 import os
 import sys
 
@@ -23,12 +21,12 @@ import numpy as np
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from numba import njit, prange
 
 import kadj
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep  # noqa: E402
+from random_source import compile_source, private_cache_dir  # noqa: E402,F401
 from test_random_kernels import SETTINGS  # noqa: E402
 
 INNER = ("range(c.shape[0])", "range(c.shape[0] - 1, -1, -1)", "range(3)",
@@ -78,14 +76,8 @@ def recurrence_source(draw):
 
 
 def _compile(spec):
-    lines, parallel = spec
-    text = "\n".join(lines)
-    tag = hashlib.sha1(text.encode()).hexdigest()[:10]
-    name = f"r_{tag}"
-    src = f"def {name}(x, w, c, out, a):\n" + "".join(f"    {ln}\n" for ln in lines)
-    ns = {"math": math, "np": np, "prange": prange, "__name__": __name__}
-    exec(compile(src, f"<kadj random recurrence {tag}>", "exec"), ns)
-    fn = njit(parallel=True)(ns[name]) if parallel else njit(ns[name])
+    lines, parallel = spec[0], spec[-1]
+    fn, src = compile_source("r", "x, w, c, out, a", lines, "recurrence", parallel)
     return kadj.differentiate(fn), src
 
 
@@ -101,18 +93,6 @@ def _data(seed, n, m):
             rng.uniform(-1.0, 1.0, n), float(rng.uniform(0.2, 0.9)))
 
 
-@pytest.fixture(scope="module")
-def _private_cache_dir(tmp_path_factory):
-    """Keep the generated kernels' adjoints out of the user's kadj disk cache."""
-    old = os.environ.get("KADJ_CACHE_DIR")
-    os.environ["KADJ_CACHE_DIR"] = str(tmp_path_factory.mktemp("kadj_cache_recur"))
-    yield
-    if old is None:
-        os.environ.pop("KADJ_CACHE_DIR", None)
-    else:
-        os.environ["KADJ_CACHE_DIR"] = old
-
-
 def _check(spec, seed, m):
     k, src = _compile(spec)
     note(src)
@@ -122,18 +102,18 @@ def _check(spec, seed, m):
 
 @settings(max_examples=8, **SETTINGS)
 @given(spec=recurrence_source(), seed=st.integers(0, 2**16), m=st.sampled_from((3, 4, 6)))
-def test_random_recurrence(_private_cache_dir, spec, seed, m):
+def test_random_recurrence(private_cache_dir, spec, seed, m):
     _check(spec, seed, m)
 
 
 @pytest.mark.slow
 @settings(max_examples=50, **SETTINGS)
 @given(spec=recurrence_source(), seed=st.integers(0, 2**16), m=st.sampled_from((3, 4, 6)))
-def test_many_random_recurrences(_private_cache_dir, spec, seed, m):
+def test_many_random_recurrences(private_cache_dir, spec, seed, m):
     _check(spec, seed, m)
 
 
-def test_a_drawn_recurrence_runs_four_elements_side_by_side(_private_cache_dir):
+def test_a_drawn_recurrence_runs_four_elements_side_by_side(private_cache_dir):
     """The generator reaches the form it is meant to test."""
     k, _ = _compile((["for i in range(x.shape[0]):", "    v = x[i]",
                       "    for k in range(c.shape[0]):",

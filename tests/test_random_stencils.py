@@ -16,8 +16,6 @@ iteration, a few, and in 1-D past one and two blocks.
 Derandomized (the same examples on every run); on failure the drawn source is printed
 (Hypothesis ``note``).  The default run draws a few kernels; ``-m slow`` many more.
 """
-import hashlib
-import math
 import os
 import sys
 
@@ -25,13 +23,13 @@ import numpy as np
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from numba import njit, prange
 
 import kadj
 from kadj.parallel import BLOCK
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep  # noqa: E402
+from random_source import compile_source, private_cache_dir  # noqa: E402,F401
 from test_random_kernels import SETTINGS  # noqa: E402
 
 COUNTERS = ("i", "j", "k")
@@ -124,14 +122,8 @@ def stencil_source(draw):
 
 
 def _compile(spec):
-    lines, _ndim, _margins, parallel = spec
-    text = "\n".join(lines)
-    tag = hashlib.sha1(text.encode()).hexdigest()[:10]
-    name = f"s_{tag}"
-    src = f"def {name}(u, kappa, out, a):\n" + "".join(f"    {ln}\n" for ln in lines)
-    ns = {"math": math, "np": np, "prange": prange, "__name__": __name__}
-    exec(compile(src, f"<kadj random stencil {tag}>", "exec"), ns)
-    fn = njit(parallel=True)(ns[name]) if parallel else njit(ns[name])
+    lines, parallel = spec[0], spec[-1]
+    fn, src = compile_source("s", "u, kappa, out, a", lines, "stencil", parallel)
     return kadj.differentiate(fn), src
 
 
@@ -158,18 +150,6 @@ def _data(seed, shape):
             rng.standard_normal(shape), float(rng.uniform(0.2, 1.2)))
 
 
-@pytest.fixture(scope="module")
-def _private_cache_dir(tmp_path_factory):
-    """Keep the generated kernels' adjoints out of the user's kadj disk cache."""
-    old = os.environ.get("KADJ_CACHE_DIR")
-    os.environ["KADJ_CACHE_DIR"] = str(tmp_path_factory.mktemp("kadj_cache_stencils"))
-    yield
-    if old is None:
-        os.environ.pop("KADJ_CACHE_DIR", None)
-    else:
-        os.environ["KADJ_CACHE_DIR"] = old
-
-
 def _check(spec, seed, many):
     k, src = _compile(spec)
     note(src)
@@ -182,18 +162,18 @@ def _check(spec, seed, many):
 
 @settings(max_examples=8, **SETTINGS)
 @given(spec=stencil_source(), seed=st.integers(0, 2**16))
-def test_random_stencil(_private_cache_dir, spec, seed):
+def test_random_stencil(private_cache_dir, spec, seed):
     _check(spec, seed, many=True)
 
 
 @pytest.mark.slow
 @settings(max_examples=60, **SETTINGS)
 @given(spec=stencil_source(), seed=st.integers(0, 2**16))
-def test_many_random_stencils(_private_cache_dir, spec, seed):
+def test_many_random_stencils(private_cache_dir, spec, seed):
     _check(spec, seed, many=True)
 
 
-def test_the_drawn_stencils_take_the_gather_form(_private_cache_dir):
+def test_the_drawn_stencils_take_the_gather_form(private_cache_dir):
     """The generator reaches the form it is meant to test: a drawn 2-D nest and a
     drawn 1-D prange loop get the gather form (in blocks, in parallel)."""
     spec2 = (["for i in range(1, u.shape[0] - 1):",

@@ -16,8 +16,6 @@ capacity.
 Derandomized (the same examples on every run); on failure the drawn source is printed
 (Hypothesis ``note``).  The default run draws a few kernels; ``-m slow`` many more.
 """
-import hashlib
-import math
 import os
 import sys
 
@@ -25,12 +23,12 @@ import numpy as np
 import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from numba import njit
 
 import kadj
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep  # noqa: E402
+from random_source import compile_source, private_cache_dir  # noqa: E402,F401
 from test_random_kernels import SETTINGS  # noqa: E402
 
 
@@ -84,13 +82,8 @@ def time_loop_source(draw):
 
 
 def _compile(lines):
-    text = "\n".join(lines)
-    tag = hashlib.sha1(text.encode()).hexdigest()[:10]
-    name = f"tl_{tag}"
-    src = f"def {name}(u, v, c, a, nsteps):\n" + "".join(f"    {ln}\n" for ln in lines)
-    ns = {"math": math, "np": np, "__name__": __name__}
-    exec(compile(src, f"<kadj random time loop {tag}>", "exec"), ns)
-    return kadj.differentiate(njit(ns[name]), wrt=("u", "v", "c", "a")), src
+    fn, src = compile_source("tl", "u, v, c, a, nsteps", lines, "time loop")
+    return kadj.differentiate(fn, wrt=("u", "v", "c", "a")), src
 
 
 #: (size, steps): no step, one, several; a tape past its first capacity (1024 entries)
@@ -103,18 +96,6 @@ def _data(seed, n, steps):
             rng.uniform(0.2, 0.8, n), float(rng.uniform(0.1, 0.4)), steps)
 
 
-@pytest.fixture(scope="module")
-def _private_cache_dir(tmp_path_factory):
-    """Keep the generated kernels' adjoints out of the user's kadj disk cache."""
-    old = os.environ.get("KADJ_CACHE_DIR")
-    os.environ["KADJ_CACHE_DIR"] = str(tmp_path_factory.mktemp("kadj_cache_time"))
-    yield
-    if old is None:
-        os.environ.pop("KADJ_CACHE_DIR", None)
-    else:
-        os.environ["KADJ_CACHE_DIR"] = old
-
-
 def _check(lines, seed):
     k, src = _compile(lines)
     note(src)
@@ -124,12 +105,12 @@ def _check(lines, seed):
 
 @settings(max_examples=8, **SETTINGS)
 @given(lines=time_loop_source(), seed=st.integers(0, 2**16))
-def test_random_time_loop(_private_cache_dir, lines, seed):
+def test_random_time_loop(private_cache_dir, lines, seed):
     _check(lines, seed)
 
 
 @pytest.mark.slow
 @settings(max_examples=50, **SETTINGS)
 @given(lines=time_loop_source(), seed=st.integers(0, 2**16))
-def test_many_random_time_loops(_private_cache_dir, lines, seed):
+def test_many_random_time_loops(private_cache_dir, lines, seed):
     _check(lines, seed)

@@ -39,6 +39,7 @@ from kernels.cpu.reductions import softmax_cross_entropy, softmax_cross_entropy_
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep  # noqa: E402
+from random_source import private_cache_dir  # noqa: E402,F401
 from test_random_kernels import SETTINGS, _compile, kernel_source  # noqa: E402
 
 # The default run: kernels that record on a tape, and one of each other family (the
@@ -214,21 +215,9 @@ def _random_data(seed, n):
         rng.uniform(-1.0, 1.0, n)
 
 
-@pytest.fixture(scope="module")
-def _private_cache_dir(tmp_path_factory):
-    """Keep the generated kernels' adjoints out of the user's kadj disk cache."""
-    old = os.environ.get("KADJ_CACHE_DIR")
-    os.environ["KADJ_CACHE_DIR"] = str(tmp_path_factory.mktemp("kadj_cache_sweep"))
-    yield
-    if old is None:
-        os.environ.pop("KADJ_CACHE_DIR", None)
-    else:
-        os.environ["KADJ_CACHE_DIR"] = old
-
-
 @settings(max_examples=6, **SETTINGS)
 @given(spec=kernel_source(), seed=st.integers(0, 2**16))
-def test_random_kernels_at_large_sizes(_private_cache_dir, spec, seed):
+def test_random_kernels_at_large_sizes(private_cache_dir, spec, seed):
     lines, _returns = spec
     k, src = _compile(lines)
     note(src)
