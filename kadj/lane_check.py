@@ -352,12 +352,15 @@ def _exposed(seq, n, defined, later=(), ran=None):
             if _exposed(x.body, n, defined or (counts is not None and counts in ran),
                         inner, set(ran))[0]:
                 return True, defined
-            if always and counts is not None:
+            _forget(ran, x)
+            if always and counts is not None and not _assigns(x.body, _bound_names(counts)):
                 ran.add(counts)
+            continue
         elif isinstance(x, (A.ReverseLoop, A.Block)):
             bad, defined = _exposed(x.body, n, defined, later, ran)
             if bad:
                 return True, defined
+            continue        # (its statements updated ``ran`` one by one)
         elif isinstance(x, A.If) and x.cond in later and not x.orelse:
             # the then-branch runs only after the previous iteration defined n
             if _exposed(x.then, n, True, later, set(ran))[0]:
@@ -375,7 +378,26 @@ def _exposed(seq, n, defined, later=(), ran=None):
                 return True, defined
             if _defines(x, n):
                 defined = True
+        _forget(ran, x)
     return False, defined
+
+
+def _bound_names(counts):
+    return {m for text in counts for m in names(text)}
+
+
+def _assigns(seq, wanted):
+    """Does a statement of ``seq`` (at any depth) assign one of ``wanted``?"""
+    return any(target_name(y) in wanted or isinstance(y, A.For) and y.var in wanted
+               for y in A.walk(seq))
+
+
+def _forget(ran, x):
+    """Drop the ranges whose bounds ``x`` may change (a later loop over the same text
+    would not run over the same counter values)."""
+    for counts in list(ran):
+        if _assigns([x], _bound_names(counts)):
+            ran.discard(counts)
 
 
 def _reset_at_end(seq, n, value):

@@ -256,3 +256,22 @@ def test_same_gradients_as_the_plain_loop(monkeypatch, tmp_path):
     assert JAMMED in src and JAMMED not in src_plain
     for a, b in zip(jammed, plain):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_value_left_by_a_loop_counts_only_for_a_loop_over_the_same_counters():
+    """kadj.lane_check: ``t``, assigned in every step of a loop over ``range(0, m)``, is
+    defined in the reverse loop ``range(m - 1, -1, -1)`` after it, unless ``m`` changes
+    in between (the second loop may then run where the first did not)."""
+    from kadj import adj_ir as A
+    from kadj.lane_check import _exposed
+
+    def seq(between):
+        return [A.Block("replayed iteration", [
+                    A.Assign("m", "c.shape[0]"),
+                    A.For("k", "range(0, m, 1)", [A.Assign("t", "x[k] * 2.0")])]),
+                *between,
+                A.For("k", "range(m - 1, -1, -1)", [A.Assign("y", "t + 1.0")])]
+
+    assert _exposed(seq([]), "t", False)[0] is False
+    assert _exposed(seq([A.Assign("m", "m + 1")]), "t", False)[0] is True
+    assert _exposed(seq([A.If("q > 0", [A.Assign("m", "m + 1")])]), "t", False)[0] is True
