@@ -16,7 +16,10 @@ differences, so that a scalar's gradient, one term that is a sum over the output
 is not judged by that sum's chance cancellation); the rounding noise is estimated as
 ``64 * unit_roundoff * sqrt(sum_k (C_k F_k)^2) / step`` over the outputs that differ
 between ``x + t d`` and ``x - t d`` (the kernel is deterministic: an output the step
-does not reach is computed, and rounded, alike both times).  For a single output, a
+does not reach is computed, and rounded, alike both times).  The central difference is
+taken as ``C (F(x+) - F(x-))``, not ``C F(x+) - C F(x-)``: the outputs the step does not
+reach then add exactly zero, where two long sums (a large returned total among them)
+would each round on the scale of their largest terms and their difference carry it.  For a single output, a
 unit cotangent or a unit direction these are the plain magnitudes.
 
 A probe whose noise exceeds half that scale cannot tell the adjoint from one wrong by
@@ -58,6 +61,7 @@ class _Probe:
     sm: float
     cp: np.ndarray      # C F(x+)
     cm: np.ndarray      # C F(x-)
+    cd: np.ndarray      # C (F(x+) - F(x-)): outputs the step does not reach add 0
     pp: np.ndarray      # G (x+ - x)
     pm: np.ndarray      # G (x - x-)
     f_abs: np.ndarray   # root-sum-square of C_k max(|F_k(x+)|, |F_k(x-)|), F_k changed
@@ -67,7 +71,7 @@ class _Probe:
 
     @property
     def fd(self):
-        return (self.cp - self.cm) / (self.sp + self.sm)
+        return self.cd / (self.sp + self.sm)
 
     @property
     def ad(self):
@@ -133,7 +137,8 @@ def _probe(problem, point, d, t, cts, rows, tol, what):
         raise AssertionError(_zero_step(problem, what))
     yp, ym = _run_forward(problem, plus), _run_forward(problem, minus)
     moved = np.where(yp != ym, np.maximum(np.abs(yp), np.abs(ym)), 0.0)
-    return _Probe(sp, sm, cts @ yp, cts @ ym, rows @ dp, rows @ dm, _rss(cts, moved),
+    return _Probe(sp, sm, cts @ yp, cts @ ym, cts @ (yp - ym), rows @ dp, rows @ dm,
+                  _rss(cts, moved),
                   _rss(rows, dp + dm), _rss(cts, yp - ym), tol)
 
 
