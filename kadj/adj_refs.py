@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import keyword
 import re
 
 from . import adj_ir as A
@@ -386,4 +387,5 @@ def rewrite(x, old, new):
 
 @functools.lru_cache(maxsize=1 << 14)
 def pure(text):
-    return all(c in _PURE_CALLS or c.startswith(_PURE_PREFIXES) for c in _CALL.findall(text))
+    return all(c in _PURE_CALLS or c.startswith(_PURE_PREFIXES) or keyword.iskeyword(c)
+               for c in _CALL.findall(text))

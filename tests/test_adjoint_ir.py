@@ -259,3 +259,12 @@ def test_bounded_tape_sizes_from_the_loops_around_each_push():
         A.While("True", primal=True, body=[A.Push("f64", "s")])])
     with pytest.raises(kadj.DifferentiationError, match="tape must be bounded"):
         bounded_tape([unbounded], "g")
+
+
+def test_a_conditional_expression_is_not_a_call():
+    """``else (`` in ``a if c else (b)`` is a keyword, not a call: such texts are pure
+    (kadj.adj_refs.pure), so the readability passes treat them like any other."""
+    from kadj.adj_refs import pure
+    assert pure("0.0 if (g == 0.0) else (g / t)")
+    assert pure("x if (c and (y > 0)) else (-1.0 if z < 0 else (0.0))")
+    assert not pure("0.0 if g == 0.0 else f(g)")
