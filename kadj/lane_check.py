@@ -414,7 +414,7 @@ def _reset_at_end(seq, n, value):
         return last.value == value
     if not isinstance(last, (A.For, A.ReverseLoop, A.Block)):
         return False
-    if any(target_name(y) == n for x in seq[:mentions[-1]] for y in A.walk([x])):
+    if _assigns(seq[:mentions[-1]], {n}):
         return False
     return _reset_at_end(last.body, n, value)
 

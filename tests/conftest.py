@@ -17,3 +17,21 @@ import os
 
 if not os.environ.get("NUMBA_BOUNDSCHECK"):
     os.environ["NUMBA_BOUNDSCHECK"] = "1"
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def private_cache_dir(tmp_path_factory):
+    """A kadj disk cache of the module's own (``KADJ_CACHE_DIR``), so that the adjoints
+    of kernels the tests make do not go into the user's cache; restored after the
+    module.  Modules that want it everywhere say
+    ``pytestmark = pytest.mark.usefixtures("private_cache_dir")``."""
+    old = os.environ.get("KADJ_CACHE_DIR")
+    os.environ["KADJ_CACHE_DIR"] = str(tmp_path_factory.mktemp("kadj_cache"))
+    yield
+    if old is None:
+        os.environ.pop("KADJ_CACHE_DIR", None)
+    else:
+        os.environ["KADJ_CACHE_DIR"] = old

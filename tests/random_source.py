@@ -1,11 +1,8 @@
-"""What the random-kernel tests share: compiling a drawn kernel from its source lines,
-and a disk cache of their own for the adjoints of the drawn kernels."""
+"""What the random-kernel tests share: compiling a drawn kernel from its source lines."""
 import hashlib
 import math
-import os
 
 import numpy as np
-import pytest
 from numba import njit, prange
 
 
@@ -20,15 +17,3 @@ def compile_source(prefix, params, lines, what, parallel=False):
     ns = {"math": math, "np": np, "prange": prange, "__name__": __name__}
     exec(compile(src, f"<kadj random {what} {tag}>", "exec"), ns)
     return (njit(parallel=True) if parallel else njit)(ns[name]), src
-
-
-@pytest.fixture(scope="module")
-def private_cache_dir(tmp_path_factory):
-    """Keep the drawn kernels' adjoints out of the user's kadj disk cache."""
-    old = os.environ.get("KADJ_CACHE_DIR")
-    os.environ["KADJ_CACHE_DIR"] = str(tmp_path_factory.mktemp("kadj_cache_random"))
-    yield
-    if old is None:
-        os.environ.pop("KADJ_CACHE_DIR", None)
-    else:
-        os.environ["KADJ_CACHE_DIR"] = old

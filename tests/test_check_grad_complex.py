@@ -6,7 +6,6 @@ takes complex tangents."""
 from __future__ import annotations
 
 import cmath
-import os
 import re
 
 import numba
@@ -17,15 +16,7 @@ import kadj
 from kadj.testing import check_grad
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache_dir(tmp_path_factory):
-    old = os.environ.get("KADJ_CACHE_DIR")
-    os.environ["KADJ_CACHE_DIR"] = str(tmp_path_factory.mktemp("kadj_cache_cgc"))
-    yield
-    if old is None:
-        os.environ.pop("KADJ_CACHE_DIR", None)
-    else:
-        os.environ["KADJ_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("private_cache_dir")
 
 
 @numba.njit

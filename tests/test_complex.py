@@ -3,7 +3,6 @@ complex128 central finite differences in the real and imaginary directions.
 
 Convention: the adjoint of a complex z = x + iy holds dL/dx + i dL/dy."""
 import cmath
-import os
 
 import numba
 import numpy as np
@@ -13,15 +12,7 @@ import kadj
 from kadj.rules import RULES
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache_dir(tmp_path_factory):
-    old = os.environ.get("KADJ_CACHE_DIR")
-    os.environ["KADJ_CACHE_DIR"] = str(tmp_path_factory.mktemp("kadj_cache_complex"))
-    yield
-    if old is None:
-        os.environ.pop("KADJ_CACHE_DIR", None)
-    else:
-        os.environ["KADJ_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("private_cache_dir")
 
 
 # ---- rules over complex domains ----------------------------------------------------------

@@ -22,16 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fdcheck import fd_check  # noqa: E402
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache_dir(tmp_path_factory):
-    """Keep the corpus adjoints out of the user's kadj disk cache."""
-    old = os.environ.get("KADJ_CACHE_DIR")
-    os.environ["KADJ_CACHE_DIR"] = str(tmp_path_factory.mktemp("kadj_cache_corpus"))
-    yield
-    if old is None:
-        os.environ.pop("KADJ_CACHE_DIR", None)
-    else:
-        os.environ["KADJ_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("private_cache_dir")
 
 
 def R(seed, *shape):

@@ -27,7 +27,6 @@ import kadj
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fdcheck import fd_check  # noqa: E402
-from random_source import private_cache_dir  # noqa: E402,F401
 
 N = 5
 # Every example compiles two functions with numba (~0.5-1 s), so shrinking a failure can

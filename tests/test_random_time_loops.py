@@ -28,7 +28,7 @@ import kadj
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep  # noqa: E402
-from random_source import compile_source, private_cache_dir  # noqa: E402,F401
+from random_source import compile_source  # noqa: E402
 from test_random_kernels import SETTINGS  # noqa: E402
 
 

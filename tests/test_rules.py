@@ -28,16 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fdcheck import fd_check  # noqa: E402
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache_dir(tmp_path_factory):
-    """Generated kernels go through kadj's disk cache; keep it private to this module."""
-    old = os.environ.get("KADJ_CACHE_DIR")
-    os.environ["KADJ_CACHE_DIR"] = str(tmp_path_factory.mktemp("kadj_cache_rules"))
-    yield
-    if old is None:
-        os.environ.pop("KADJ_CACHE_DIR", None)
-    else:
-        os.environ["KADJ_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("private_cache_dir")
 
 
 def _distinct_rules():

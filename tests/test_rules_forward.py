@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import operator
-import os
 import zlib
 
 import numpy as np
@@ -24,15 +23,7 @@ from kadj.rules import RULES
 N = 5       # points per entry
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _private_cache_dir(tmp_path_factory):
-    old = os.environ.get("KADJ_CACHE_DIR")
-    os.environ["KADJ_CACHE_DIR"] = str(tmp_path_factory.mktemp("kadj_cache_rules_fwd"))
-    yield
-    if old is None:
-        os.environ.pop("KADJ_CACHE_DIR", None)
-    else:
-        os.environ["KADJ_CACHE_DIR"] = old
+pytestmark = pytest.mark.usefixtures("private_cache_dir")
 
 
 def _distinct(pred):

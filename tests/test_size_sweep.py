@@ -39,7 +39,6 @@ from kernels.cpu.reductions import softmax_cross_entropy, softmax_cross_entropy_
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep  # noqa: E402
-from random_source import private_cache_dir  # noqa: E402,F401
 from test_random_kernels import SETTINGS, _compile, kernel_source  # noqa: E402
 
 # The default run: kernels that record on a tape, and one of each other family (the

@@ -16,11 +16,12 @@ differences, so that a scalar's gradient, one term that is a sum over the output
 is not judged by that sum's chance cancellation); the rounding noise is estimated as
 ``64 * unit_roundoff * sqrt(sum_k (C_k F_k)^2) / step`` over the outputs that differ
 between ``x + t d`` and ``x - t d`` (the kernel is deterministic: an output the step
-does not reach is computed, and rounded, alike both times).  The central difference is
-taken as ``C (F(x+) - F(x-))``, not ``C F(x+) - C F(x-)``: the outputs the step does not
-reach then add exactly zero, where two long sums (a large returned total among them)
-would each round on the scale of their largest terms and their difference carry it.  For a single output, a
-unit cotangent or a unit direction these are the plain magnitudes.
+does not reach is computed, and rounded, alike both times).  For a single output, a
+unit cotangent or a unit direction these are the plain magnitudes.  The central
+difference is taken as ``C (F(x+) - F(x-))``, not ``C F(x+) - C F(x-)``: the outputs the
+step does not reach then add exactly zero, where two long sums (a large returned total
+among them) would each round on the scale of their largest terms and their difference
+carry it.
 
 A probe whose noise exceeds half that scale cannot tell the adjoint from one wrong by
 half (float32 finite differences of an ill-conditioned map): unless the adjoint
@@ -136,10 +137,10 @@ def _probe(problem, point, d, t, cts, rows, tol, what):
     if not sp + sm > 0.0:
         raise AssertionError(_zero_step(problem, what))
     yp, ym = _run_forward(problem, plus), _run_forward(problem, minus)
+    dy = yp - ym
     moved = np.where(yp != ym, np.maximum(np.abs(yp), np.abs(ym)), 0.0)
-    return _Probe(sp, sm, cts @ yp, cts @ ym, cts @ (yp - ym), rows @ dp, rows @ dm,
-                  _rss(cts, moved),
-                  _rss(rows, dp + dm), _rss(cts, yp - ym), tol)
+    return _Probe(sp, sm, cts @ yp, cts @ ym, cts @ dy, rows @ dp, rows @ dm,
+                  _rss(cts, moved), _rss(rows, dp + dm), _rss(cts, dy), tol)
 
 
 def _rss(rows, v):
