@@ -153,7 +153,7 @@ def _parameters(fn, ns, loop, names):
 def _privates(loop):
     """The scalars that one iteration of ``loop``, or of a loop inside it, assigns
     first (a plain ``=`` not reading them, such as the zero :mod:`kadj.parallel` sets
-    at the top of each iteration) and that nothing in ``loop`` outside that loop
+    at the top of each iteration, or a first contribution, :mod:`kadj.simplify_zero`) and that nothing in ``loop`` outside that loop
     mentions: the iteration's own, even where the adjoint also declares them."""
     found = []
     for inner in [loop] + [y for y in A.walk(loop.body) if isinstance(y, A.For)]:
@@ -162,8 +162,8 @@ def _privates(loop):
                      for n, _role in roles_of(y)}
         seen = set()
         for st in inner.body:
-            name = _target_name(st.target) if isinstance(st, A.Assign) and \
-                st.op == "=" else None
+            name = _target_name(st.target) if isinstance(st, (A.Assign, A.Accumulate)) \
+                and st.op in ("=", "= -") else None
             if name and name not in seen | elsewhere and name not in found and \
                     not re.search(rf"\b{re.escape(name)}\b", st.value):
                 found.append(name)

@@ -7,6 +7,8 @@ code as built (where names occur: :mod:`kadj.adj_refs`).
   dropped and later reads of ``adj_a`` read ``adj_b``, when ``adj_a`` is assigned only
   there, every read of it follows the copy in the same statement list, and nothing
   assigns ``adj_b`` in between.
+* :func:`kadj.simplify_zero.assign_first_contributions`: ``adj_v += e`` where
+  ``adj_v`` is known to be zero becomes ``adj_v = e``.
 * :func:`remove_dead`: assignments to an adjoint variable that nothing ever reads.
 * :func:`source_loop_headers`: ``# reversed: for i in range(1, t3, 1)`` spelled as the
   kernel's own loop header, when the header's source line is at hand.
@@ -21,6 +23,7 @@ import re
 from . import adj_ir as A
 from .adj_refs import DEF, FIXED, IDENT, USE, Index, names, pure, rewrite
 from .simplify_adj import sink_resets
+from .simplify_zero import assign_first_contributions, float64_only
 from .simplify_names import drop_free_suffixes
 from .simplify_primal import remove_unused_primal
 from .simplify_scopes import join_scopes, split_scopes
@@ -28,10 +31,15 @@ from .simplify_expr import (drop_bool_casts, drop_orphan_comments, fold_single_u
                             inline_index_offsets, merge_accumulations)
 
 
-def simplify(fn):
-    """``fn`` (an :class:`adj_ir.Function`) made easier to read; returns it."""
+def simplify(fn, types=None):
+    """``fn`` (an :class:`adj_ir.Function`) made easier to read; returns it.
+    ``types``: the kernel's typemap; when all its floating-point values are float64,
+    a contribution to an adjoint known to be zero assigns it
+    (:mod:`kadj.simplify_zero`)."""
     scopes = split_scopes(fn)
     sink_resets(fn)
+    if types is not None and float64_only(types):
+        assign_first_contributions(fn)
     idx = Index(fn)     # one index, passed on and told of every change
     propagate_copies(fn, idx)
     remove_dead(fn, idx)

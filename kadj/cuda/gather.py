@@ -275,7 +275,7 @@ def build_gather(kernel, an, slot_args, plan, mode, cells=None, lowered=True):
     if not lowered:
         return fn, w
     fn = lower_declarations(fn, w, w.ctx.declarations)
-    return A.built(lower.complex_atomics(simplify(fn), w), mode), w
+    return A.built(lower.complex_atomics(simplify(fn, w.T), w), mode), w
 
 
 def write_gather(kernel, an, slot_args, plan, cells=None):

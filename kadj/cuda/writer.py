@@ -89,7 +89,7 @@ def build_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS, cells=None,
     if not lowered:
         return fn, w
     fn = lower_declarations(fn, w, w.ctx.declarations)
-    return A.built(complex_atomics(simplify(fn), w), "scatter"), w
+    return A.built(complex_atomics(simplify(fn, w.T), w), "scatter"), w
 
 
 def write_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS, cells=None):

@@ -1,0 +1,143 @@
+"""The first contribution to an adjoint known to be zero assigns it (a pass over the
+adjoint IR, run by :func:`kadj.simplify.simplify` before copy propagation).
+
+``adj_v += e`` where ``adj_v`` is zero on every path that reaches the statement
+becomes ``adj_v = e`` (``adj_v -= e``: ``adj_v = -(e)``).  ``adj_v`` is zero there when
+each path comes from its zero initialisation or from a reset ``adj_v = 0.0`` (the
+adjoint consumed by the statement that defined ``v``: in a reversed loop, at the end
+of the previous iteration) with nothing assigning ``adj_v`` in between.  That is a
+must-analysis over the structured IR: the known-zero set meets (intersects) where
+branches join, a loop's head takes the meet of its entry, the end of its body and its
+``continue`` statements (iterated to a fixed point), its exit the meet of its head
+and its ``break`` statements; after ``break``, ``continue`` or ``return`` nothing
+flows on.  A statement this pass does not know forgets every name it mentions.
+
+``0.0 + e`` is ``e`` for every ``e`` but ``-0.0`` (which gives ``+0.0``), so an adjoint
+is at most a zero of the other sign, never another value.  LLVM may not drop the
+addition itself (without fast-math ``0.0 + e`` is not ``e``); in a reversed loop of
+scalar algebra each such addition is one more operation per iteration (n-body's pair
+loop had five, with the chains behind them).  The resets stay as built.
+
+The pass runs only for kernels whose floating-point values are all float64
+(:func:`float64_only`): a reset is spelled ``0.0``, a float64, and a contribution of
+another precision assigned in its place would give the variable that precision.
+"""
+from __future__ import annotations
+
+from numba.core import types
+
+from . import adj_ir as A
+from .adj_refs import DEF, FIXED, names, roles_of
+from .expr_text import substitute
+
+_ZERO = "0.0"
+_OPS = ("+=", "-=")
+
+
+def float64_only(typemap):
+    """True when every floating-point type in ``typemap`` (name -> numba type, nested
+    in arrays and tuples too) is float64 and none is complex."""
+    return all(_f64(t) for t in typemap.values())
+
+
+def _f64(t):
+    if isinstance(t, types.Complex):
+        return False
+    if isinstance(t, types.Float):
+        return t.bitwidth == 64
+    dtype = getattr(t, "dtype", None)
+    if isinstance(dtype, types.Type) and dtype is not t and not _f64(dtype):
+        return False
+    inner = getattr(t, "types", None)
+    if isinstance(inner, tuple):
+        return all(_f64(u) for u in inner if isinstance(u, types.Type))
+    return True
+
+
+def assign_first_contributions(fn):
+    """Rewrite ``fn`` (an :class:`adj_ir.Function`) in place; returns it."""
+    flow = _Flow()
+    state = flow.seq(fn.prologue, set())
+    flow.seq(fn.body, state)
+    return fn
+
+
+def _meet(a, b):
+    """None: no path reaches (the identity of the meet)."""
+    if a is None:
+        return None if b is None else set(b)
+    return set(a) if b is None else a & b
+
+
+class _Flow:
+    def __init__(self):
+        self.loops = []     # per enclosing loop: [breaks' states, continues' states]
+
+    def seq(self, nodes, z):
+        for x in nodes:
+            z = self.node(x, set() if z is None else z)
+        return z
+
+    def node(self, x, z):
+        if isinstance(x, A.If):
+            return _meet(self.seq(x.then, set(z)), self.seq(x.orelse, set(z)))
+        if isinstance(x, (A.For, A.While)):
+            return self.loop(x, z)
+        if isinstance(x, (A.ReverseLoop, A.Block)):
+            return self.seq(x.body, z)
+        if isinstance(x, (A.Break, A.Continue)):
+            if not self.loops:
+                return set()
+            self.loops[-1][isinstance(x, A.Continue)].append(set(z))
+            return None
+        if isinstance(x, A.Return):
+            return None
+        if x.children():        # a compound statement this pass does not know
+            return z - _mentioned(x)
+        if _contribution(x, z):
+            if x.op == "-=":
+                x.value = substitute("-_v", "_v", x.value) or f"-({x.value})"
+            x.op = "="
+        z = z - {n for n, role in roles_of(x) if role in (DEF, FIXED)}
+        if (isinstance(x, A.Assign) and isinstance(x.target, A.AdjVar) and x.op == "="
+                and x.value == _ZERO):
+            z.add(x.target.name)
+        return z
+
+    def loop(self, x, entry):
+        if isinstance(x, A.For) and "prange" in x.iter:
+            return entry - _mentioned(x)    # iterations on other threads: nothing known
+        entry = entry - set(names(x.var)) if isinstance(x, A.For) else entry
+        head = set(entry)
+        built = [(y, y.op, y.value) for y in A.walk(x.body) if isinstance(y, A.Accumulate)]
+        while True:
+            for y, op, value in built:  # (a round's rewrites undone: the next starts anew)
+                y.op, y.value = op, value
+            self.loops.append(([], []))
+            end = self.seq(x.body, set(head))
+            breaks, continues = self.loops.pop()
+            back = end
+            for c in continues:
+                back = _meet(back, c)
+            new = _meet(entry, back)
+            if new == head:
+                break
+            head = new
+        out = set(head)
+        for b in breaks:
+            out = _meet(out, b)
+        return out
+
+
+def _contribution(x, z):
+    """``x`` is ``adj_v += e`` (or ``-=``) into a plain adjoint variable in ``z``."""
+    return (isinstance(x, A.Accumulate) and x.op in _OPS and x.how in (None, "plain")
+            and isinstance(x.target, A.AdjVar) and x.target.name in z
+            and isinstance(x.value, str) and x.target.name not in names(x.value))
+
+
+def _mentioned(x):
+    out = set()
+    for y in A.walk([x]):
+        out.update(n for n, _role in roles_of(y))
+    return out
