@@ -120,6 +120,16 @@ def same(a, b):
     return a == b
 
 
+def doubled(s):
+    """``s * 2.0``, the doubling put on the first factor of a product: ``(g * x) * 2.0``
+    is ``(g * 2.0) * x``, the same value (doubling is exact), and the adjoint of a
+    sum of squares, ``dx * dx + dy * dy``, then doubles ``g`` once for all of them
+    (LLVM computes the common ``g * 2.0`` once)."""
+    if isinstance(s, Sym) and s.kind == "op" and s.name == "mul":
+        return (s.args[0] * 2.0) * s.args[1]
+    return s * 2.0
+
+
 def describe(s):
     """A short readable text of an expression, for messages."""
     if not isinstance(s, Sym):

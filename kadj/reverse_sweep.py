@@ -147,7 +147,7 @@ class ReverseSweep:
                     continue
                 c, prev = ops._lift(c), merged.get(x.name)
                 merged[x.name] = c if prev is None else \
-                    prev * 2.0 if ops.same(prev, c) else prev + c
+                    ops.doubled(prev) if ops.same(prev, c) else prev + c
             for name, c in merged.items():
                 t = self.T[name]
                 out.append((self.adj_var(name), self.cast(self.sym(c, t), t)))
