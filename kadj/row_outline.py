@@ -153,8 +153,9 @@ def _parameters(fn, ns, loop, names):
 def _privates(loop):
     """The scalars that one iteration of ``loop``, or of a loop inside it, assigns
     first (a plain ``=`` not reading them, such as the zero :mod:`kadj.parallel` sets
-    at the top of each iteration, or a first contribution, :mod:`kadj.simplify_zero`) and that nothing in ``loop`` outside that loop
-    mentions: the iteration's own, even where the adjoint also declares them."""
+    at the top of each iteration, or a first contribution, :mod:`kadj.simplify_zero`)
+    and that nothing in ``loop`` outside that loop mentions: the iteration's own, even
+    where the adjoint also declares them."""
     found = []
     for inner in [loop] + [y for y in A.walk(loop.body) if isinstance(y, A.For)]:
         within = {id(y) for y in A.walk(inner.body)}

@@ -55,7 +55,8 @@ def test_in_a_loop_whose_body_ends_with_the_reset():
 
 
 def test_not_when_one_arm_leaves_it_unreset():
-    branch = A.If("x[0] > 0", [acc("adj_a", "x[1]"), reset("adj_a")], [acc("adj_a", "x[2]")])
+    branch = A.If("x[0] > 0", [acc("adj_a", "x[1]"), reset("adj_a")],
+                  [acc("adj_a", "x[2]")])
     f = fn(branch, acc("adj_a", "x[3]"), prologue=[reset("adj_a")])
     assign_first_contributions(f)
     assert ops(f) == ["=", "=", "+="]
@@ -114,7 +115,7 @@ def test_float64_only():
     assert not float64_only({"t": types.UniTuple(types.float32, 2)})
 
 
-# ---- random programs: the rewritten code computes what the code as built computes ----------
+# ---- random programs: rewritten, they compute what the code as built computes ----
 _VARS = ("adj_a", "adj_b", "adj_c")
 
 
@@ -209,7 +210,7 @@ def test_the_random_programs_exercise_the_rewrite():
     assert changed > 100
 
 
-# ---- kernels ---------------------------------------------------------------------------------
+# ---- kernels -------------------------------------------------------------------
 @njit
 def pair_energy(pos, k, out):
     n = pos.shape[0]
