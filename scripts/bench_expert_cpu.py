@@ -5,7 +5,9 @@ Cases: an element-wise affine map whose scalars' adjoints are pure sums, a 1-D h
 (Horner, 9 coefficients shared by all elements), a per-element recurrence (32 steps)
 and n-body accelerations (all pairs).  Each call is timed in process time (CPU time
 of this process: set ``NUMBA_NUM_THREADS=1``), the best of ``--repeat`` calls after a
-warm-up call that compiles; adjoint buffers are refilled outside the timed region.
+warm-up call that compiles; the forward, kadj's adjoint and the expert's take turns, one
+call each per round, so that load from other work weighs on all three alike; adjoint
+buffers are refilled outside the timed region.
 
 "kadj before" is the same kadj with scalar adjoints summed by plain ``+=`` (the CPU
 target's sum policy, :mod:`kadj.vector_sums`, switched off), or with ``--before lanes``
@@ -300,6 +302,23 @@ def _best(call, refill, repeat):
     return best
 
 
+def _rounds(timed, repeat):
+    """{name: best seconds} of the calls ``timed`` ({name: (call, refill)}), each
+    warmed up once, then timed once per round for ``repeat`` rounds, in turn: load
+    from other work on the machine weighs on all of them alike."""
+    for call, refill in timed.values():
+        refill()
+        call()                                # compiles
+    best = dict.fromkeys(timed, math.inf)
+    for _ in range(repeat):
+        for name, (call, refill) in timed.items():
+            refill()
+            t0 = time.process_time()
+            call()
+            best[name] = min(best[name], time.process_time() - t0)
+    return best
+
+
 def _buffers(args, plan, rng):
     """Cotangent buffers in the plan's order: an array's filled at random (what its
     output receives), a scalar's a zero 1-element buffer of its precision."""
@@ -341,24 +360,28 @@ def _agree(got, want):
 
 
 def bench(name, repeat):
+    """Forward, kadj's adjoint and the expert's, timed in interleaved rounds."""
+    import kadj
     fwd, expert, make, what = CASES[name]
     args = make(np.random.default_rng(0))
     fargs = _copy(args)
-    t_fwd = _best(lambda: fwd(*fargs), lambda: None, repeat)
-    t_kadj, got, plan = time_kadj(name, repeat)
+    k = kadj.differentiate(fwd)
+    plan = k.adjoint_plan(*args)
     seeds = _buffers(args, plan, np.random.default_rng(1))
-    bufs = _copy(seeds)
+    kbufs, ebufs = _copy(seeds), _copy(seeds)
 
-    def refill():
-        for b, s in zip(bufs, seeds):
-            np.copyto(b, s)
-    t_exp = _best(lambda: expert(*args, *bufs), refill, repeat)
-    refill()
-    expert(*args, *bufs)
-    tol = 1e-3 if any(b.dtype == np.float32 for b in bufs) else 1e-8
-    err = _agree(got, bufs)
-    return {"case": name, "what": what, "forward": t_fwd, "after": t_kadj,
-            "expert": t_exp, "error": err, "ok": err <= tol}
+    def refill(bufs):
+        return lambda: [np.copyto(b, s) for b, s in zip(bufs, seeds)]
+    best = _rounds({"forward": (lambda: fwd(*fargs), lambda: None),
+                    "after": (lambda: k.adjoint(*args, *kbufs), refill(kbufs)),
+                    "expert": (lambda: expert(*args, *ebufs), refill(ebufs))}, repeat)
+    for bufs, call in ((kbufs, lambda: k.adjoint(*args, *kbufs)),
+                       (ebufs, lambda: expert(*args, *ebufs))):
+        refill(bufs)()
+        call()
+    tol = 1e-3 if any(b.dtype == np.float32 for b in ebufs) else 1e-8
+    err = _agree(kbufs, ebufs)
+    return {"case": name, "what": what, **best, "error": err, "ok": err <= tol}
 
 
 def _before(names, repeat, what):
