@@ -33,13 +33,12 @@ from .simplify_expr import (drop_bool_casts, drop_orphan_comments, fold_single_u
 
 def simplify(fn, types=None):
     """``fn`` (an :class:`adj_ir.Function`) made easier to read; returns it.
-    ``types``: the kernel's typemap; when all its floating-point values are float64,
-    a contribution to an adjoint known to be zero assigns it
-    (:mod:`kadj.simplify_zero`)."""
+    ``types``: the kernel's typemap; given, a contribution of the adjoint's own type to
+    an adjoint known to be zero assigns it (:mod:`kadj.simplify_zero`)."""
     scopes = split_scopes(fn)
     sink_resets(fn)
-    if types is not None and float64_only(types):
-        assign_first_contributions(fn)
+    if types is not None:
+        assign_first_contributions(fn, float64_only(types))
     idx = Index(fn)     # one index, passed on and told of every change
     propagate_copies(fn, idx)
     remove_dead(fn, idx)

@@ -18,11 +18,15 @@ addition itself (without fast-math ``0.0 + e`` is not ``e``); in a reversed loop
 scalar algebra each such addition is one more operation per iteration (n-body's pair
 loop had five, with the chains behind them).  The resets stay as built.
 
-The pass runs only for kernels whose floating-point values are all float64
-(:func:`float64_only`): a reset is spelled ``0.0``, a float64, and a contribution of
-another precision assigned in its place would give the variable that precision.
+A contribution assigned in place of the zero must have the zero's type, or the variable
+would change type: an adjoint reset to ``0.0`` (a float64) is rewritten only in kernels
+whose floating-point values are all float64 (:func:`float64_only`), and one reset to
+``np.float32(0.0)`` only where the contribution is one ``np.float32(...)`` cast, as
+the reverse pass writes every contribution to a float32 adjoint.
 """
 from __future__ import annotations
+
+import ast
 
 from numba.core import types
 
@@ -31,6 +35,7 @@ from .adj_refs import DEF, FIXED, names, roles_of
 from .expr_text import substitute
 
 _ZERO = "0.0"
+_F32_ZERO = "np.float32(0.0)"
 _OPS = ("+=", "-=")
 
 
@@ -54,9 +59,16 @@ def _f64(t):
     return True
 
 
-def assign_first_contributions(fn):
-    """Rewrite ``fn`` (an :class:`adj_ir.Function`) in place; returns it."""
-    flow = _Flow()
+def assign_first_contributions(fn, float64=False):
+    """Rewrite ``fn`` (an :class:`adj_ir.Function`) in place; returns it.  ``float64``:
+    the kernel's floating-point values are all float64 (:func:`float64_only`), so an
+    adjoint reset to ``0.0`` may take any contribution; one reset to
+    ``np.float32(0.0)`` takes only a contribution cast to float32 as a whole."""
+    zeros = {}
+    for x in A.walk(fn.prologue + fn.body):
+        if _is_reset(x):
+            zeros.setdefault(x.target.name, set()).add(x.value)
+    flow = _Flow(zeros, float64)
     state = flow.seq(fn.prologue, set())
     flow.seq(fn.body, state)
     return fn
@@ -70,7 +82,9 @@ def _meet(a, b):
 
 
 class _Flow:
-    def __init__(self):
+    def __init__(self, zeros, float64):
+        self.zeros = zeros      # name -> the zero texts it is reset to
+        self.float64 = float64
         self.loops = []     # per enclosing loop: [breaks' states, continues' states]
 
     def seq(self, nodes, z):
@@ -94,15 +108,21 @@ class _Flow:
             return None
         if x.children():        # a compound statement this pass does not know
             return z - _mentioned(x)
-        if _contribution(x, z):
+        if _contribution(x, z) and self.same_type(x):
             if x.op == "-=":
                 x.value = substitute("-_v", "_v", x.value) or f"-({x.value})"
             x.op = "="
         z = z - {n for n, role in roles_of(x) if role in (DEF, FIXED)}
-        if (isinstance(x, A.Assign) and isinstance(x.target, A.AdjVar) and x.op == "="
-                and x.value == _ZERO):
+        if _is_reset(x):
             z.add(x.target.name)
         return z
+
+    def same_type(self, x):
+        """Is the contribution ``x`` of the type of its target's zero?"""
+        zero = self.zeros.get(x.target.name, set())
+        if zero == {_ZERO}:
+            return self.float64
+        return zero == {_F32_ZERO} and _is_f32_cast(x.value)
 
     def loop(self, x, entry):
         if isinstance(x, A.For) and "prange" in x.iter:
@@ -134,6 +154,21 @@ def _contribution(x, z):
     return (isinstance(x, A.Accumulate) and x.op in _OPS and x.how in (None, "plain")
             and isinstance(x.target, A.AdjVar) and x.target.name in z
             and isinstance(x.value, str) and x.target.name not in names(x.value))
+
+
+def _is_reset(x):
+    return (isinstance(x, A.Assign) and isinstance(x.target, A.AdjVar) and x.op == "="
+            and x.value in (_ZERO, _F32_ZERO))
+
+
+def _is_f32_cast(text):
+    """``text`` is one call ``np.float32(...)`` (a float32 value, whatever is inside)."""
+    try:
+        e = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return False
+    return (isinstance(e, ast.Call) and ast.unparse(e.func) == "np.float32"
+            and len(e.args) == 1 and not e.keywords)
 
 
 def _mentioned(x):

@@ -41,7 +41,7 @@ def test_after_the_initialisation_and_after_a_reset():
     f = fn(acc("adj_a", "x[0]"), A.Assign("out[0]", "adj_a"), reset("adj_a"),
            acc("adj_a", "x[1]", "-="), A.Assign("out[1]", "adj_a"),
            acc("adj_a", "x[2]"), prologue=[reset("adj_a")])
-    assign_first_contributions(f)
+    assign_first_contributions(f, float64=True)
     assert ops(f) == ["=", "=", "+="]
     assert "adj_a = -x[1]" in render(f)
 
@@ -50,7 +50,7 @@ def test_in_a_loop_whose_body_ends_with_the_reset():
     loop = A.For("i", "range(3)", [acc("adj_a", "x[i]"), acc("adj_a", "x[i] * 2.0"),
                                    A.Assign("out[i]", "adj_a"), reset("adj_a")])
     f = fn(loop, prologue=[reset("adj_a")])
-    assign_first_contributions(f)
+    assign_first_contributions(f, float64=True)
     assert ops(f) == ["=", "+="]
 
 
@@ -58,14 +58,14 @@ def test_not_when_one_arm_leaves_it_unreset():
     branch = A.If("x[0] > 0", [acc("adj_a", "x[1]"), reset("adj_a")],
                   [acc("adj_a", "x[2]")])
     f = fn(branch, acc("adj_a", "x[3]"), prologue=[reset("adj_a")])
-    assign_first_contributions(f)
+    assign_first_contributions(f, float64=True)
     assert ops(f) == ["=", "=", "+="]
 
 
 def test_not_when_the_loop_does_not_reset_it():
     loop = A.For("i", "range(3)", [acc("adj_s", "x[i]")])     # a sum over iterations
     f = fn(loop, prologue=[reset("adj_s")])
-    assign_first_contributions(f)
+    assign_first_contributions(f, float64=True)
     assert ops(f) == ["+="]
 
 
@@ -73,7 +73,7 @@ def test_not_when_a_continue_skips_the_reset():
     loop = A.For("i", "range(3)", [acc("adj_a", "x[i]"), A.Assign("out[i]", "adj_a"),
                                    A.If("x[i] > 0", [A.Continue()]), reset("adj_a")])
     f = fn(loop, prologue=[reset("adj_a")])
-    assign_first_contributions(f)
+    assign_first_contributions(f, float64=True)
     assert ops(f) == ["+="]
 
 
@@ -81,28 +81,46 @@ def test_not_after_a_loop_left_by_break_before_the_reset():
     loop = A.For("i", "range(3)", [acc("adj_a", "x[i]"),
                                    A.If("x[i] > 0", [A.Break()]), reset("adj_a")])
     f = fn(loop, acc("adj_a", "1.0"), prologue=[reset("adj_a")])
-    assign_first_contributions(f)
+    assign_first_contributions(f, float64=True)
     assert ops(f) == ["=", "+="]
 
 
 def test_not_when_the_value_reads_it_nor_into_sums_nor_in_prange():
     f = fn(acc("adj_a", "adj_a * 2.0"), prologue=[reset("adj_a")])
-    assign_first_contributions(f)
+    assign_first_contributions(f, float64=True)
     assert ops(f) == ["+="]
     s = acc("adj_b", "x[0]")
     s.how = "sum"
     f = fn(s, prologue=[reset("adj_b")])
-    assign_first_contributions(f)
+    assign_first_contributions(f, float64=True)
     assert ops(f) == ["+="]
     loop = A.For("i", "numba.prange(3)", [acc("adj_c", "x[i]"), reset("adj_c")])
     f = fn(loop, prologue=[reset("adj_c")])
-    assign_first_contributions(f)
+    assign_first_contributions(f, float64=True)
     assert ops(f) == ["+="]
 
 
 def test_not_after_a_statement_it_does_not_know():
     f = fn(A.Call("g(adj_a)"), acc("adj_a", "x[0]"), prologue=[reset("adj_a")])
-    assign_first_contributions(f)
+    assign_first_contributions(f, float64=True)
+    assert ops(f) == ["+="]
+
+
+def test_a_float32_adjoint_takes_only_a_float32_cast():
+    z32 = "np.float32(0.0)"
+    f = fn(acc("adj_a", "np.float32(x[0] * 2.0)"), A.Assign("out[0]", "adj_a"),
+           A.Assign(v("adj_a"), z32), acc("adj_a", "x[1]"),
+           prologue=[A.Assign(v("adj_a"), z32)])
+    assign_first_contributions(f, float64=True)
+    assert ops(f) == ["=", "+="]        # x[1] is a float64 value: kept as an addition
+    f = fn(acc("adj_b", "np.float32(x[0]) * x[1]"), prologue=[A.Assign(v("adj_b"), z32)])
+    assign_first_contributions(f, float64=True)
+    assert ops(f) == ["+="]             # not one cast as a whole
+
+
+def test_a_float64_zero_needs_a_float64_kernel():
+    f = fn(acc("adj_a", "x[0]"), prologue=[reset("adj_a")])
+    assign_first_contributions(f, float64=False)
     assert ops(f) == ["+="]
 
 
@@ -193,7 +211,7 @@ def test_random_programs_compute_the_same(seed):
     rng = np.random.default_rng(seed)
     xs = [rng.standard_normal(8) for _ in range(3)]
     want = [_run(f, x) for x in xs]
-    assign_first_contributions(f)
+    assign_first_contributions(f, float64=True)
     got = [_run(f, x) for x in xs]
     for w, g in zip(want, got):
         assert np.array_equal(w, g), render(f)   # (-0.0 == 0.0: a signed zero may differ)
@@ -205,7 +223,7 @@ def test_the_random_programs_exercise_the_rewrite():
     for seed in range(300):
         f = _program(seed)
         before = ops(f)
-        assign_first_contributions(f)
+        assign_first_contributions(f, float64=True)
         changed += ops(f) != before
     assert changed > 100
 
@@ -247,9 +265,11 @@ def test_a_pair_loop_assigns_its_first_contributions_and_its_gradient_is_right()
     check_grad(pair_energy, args, wrt=("pos", "k"))
 
 
-def test_a_float32_kernel_keeps_its_additions():
+def test_a_float32_kernel_assigns_float32_casts_and_its_gradient_is_right():
     rng = np.random.default_rng(4)
     args = (rng.standard_normal(6).astype(np.float32), np.float32(0.5),
             np.zeros(6, np.float32))
     src = kadj.differentiate(pair_energy_f32).adjoint_source(*args)
-    assert "adj_e += " in src
+    assert "adj_e = np.float32(adj_out[i])" in src
+    assert "adj_d = np.float32(" in src and "adj_d += np.float32(" in src
+    check_grad(pair_energy_f32, args, wrt=("pos", "k"))
