@@ -102,6 +102,11 @@ def roles_of(x):
     return out
 
 
+def mentioned(x):
+    """Every name ``x`` and the statements nested in it mention."""
+    return {n for y in A.walk([x]) for n, _role in roles_of(y)}
+
+
 def refs(x):
     """(name, role, node) of every name ``x`` itself (not its children) mentions."""
     return [(name, role, x) for name, role in roles_of(x)]

@@ -16,7 +16,7 @@ import dataclasses
 import re
 
 from . import adj_ir as A
-from .adj_refs import IDENT, names, refs, roles_of
+from .adj_refs import IDENT, mentioned, names, refs
 
 _HANDLED = (A.Assign, A.Accumulate, A.If, A.For, A.While, A.Return, A.Consume,
             A.Push, A.Pop, A.Comment, A.Break, A.Continue, A.Pass, A.Barrier,
@@ -83,10 +83,6 @@ def exposed(seq, defined=frozenset()):
     return out, defined
 
 
-def _mentioned(x):
-    return {n for y in A.walk([x]) for n, _ in roles_of(y)}
-
-
 def _unhandled(x):
     return {n for y in A.walk([x]) if not isinstance(y, _HANDLED)
             for n, _, _ in refs(y)}
@@ -150,13 +146,13 @@ def split_scopes(fn):
     if not any(isinstance(x, A.If) for x in body):
         return []       # (no block to rename in)
     params = set(fn.params)
-    mentions = [_mentioned(x) for x in body]
+    mentions = [mentioned(x) for x in body]
     count = {}
     for m in mentions:
         for n in m:
             count[n] = count.get(n, 0) + 1
     taken = {n for m in mentions for n in m} | {
-        n for x in fn.prologue for n in _mentioned(x)} | params
+        n for x in fn.prologue for n in mentioned(x)} | params
     renamed = []
     # the names each later statement reads before writing: asked for from blocks before
     # it only, so before that statement is renamed itself
@@ -205,7 +201,7 @@ def join_scopes(fn, renamed):
     top = set(map(id, fn.body))
     where = {}
     for x in fn.prologue + fn.body:
-        for n in _mentioned(x):
+        for n in mentioned(x):
             where.setdefault(n, set()).add(id(x))
     back = {}           # id(block) -> (block, {new: old})
     for block, old, new in reversed(renamed):

@@ -31,7 +31,7 @@ import ast
 from numba.core import types
 
 from . import adj_ir as A
-from .adj_refs import DEF, FIXED, names, roles_of
+from .adj_refs import DEF, FIXED, mentioned, names, roles_of
 from .expr_text import substitute
 
 _ZERO = "0.0"
@@ -107,7 +107,7 @@ class _Flow:
         if isinstance(x, A.Return):
             return None
         if x.children():        # a compound statement this pass does not know
-            return z - _mentioned(x)
+            return z - mentioned(x)
         if _contribution(x, z) and self.same_type(x):
             if x.op == "-=":
                 x.value = substitute("-_v", "_v", x.value) or f"-({x.value})"
@@ -126,7 +126,7 @@ class _Flow:
 
     def loop(self, x, entry):
         if isinstance(x, A.For) and "prange" in x.iter:
-            return entry - _mentioned(x)    # iterations on other threads: nothing known
+            return entry - mentioned(x)    # iterations on other threads: nothing known
         entry = entry - set(names(x.var)) if isinstance(x, A.For) else entry
         head = set(entry)
         built = [(y, y.op, y.value) for y in A.walk(x.body) if isinstance(y, A.Accumulate)]
@@ -171,8 +171,3 @@ def _is_f32_cast(text):
             and len(e.args) == 1 and not e.keywords)
 
 
-def _mentioned(x):
-    out = set()
-    for y in A.walk([x]):
-        out.update(n for n, _role in roles_of(y))
-    return out

@@ -290,18 +290,6 @@ def _copy(args):
     return [a.copy() if isinstance(a, np.ndarray) else a for a in args]
 
 
-def _best(call, refill, repeat):
-    refill()
-    call()                                    # compiles
-    best = math.inf
-    for _ in range(repeat):
-        refill()
-        t0 = time.process_time()
-        call()
-        best = min(best, time.process_time() - t0)
-    return best
-
-
 def _rounds(timed, repeat):
     """{name: best seconds} of the calls ``timed`` ({name: (call, refill)}), each
     warmed up once, then timed once per round for ``repeat`` rounds, in turn: load
@@ -332,23 +320,26 @@ def _buffers(args, plan, rng):
     return out
 
 
-def time_kadj(name, repeat):
-    """(adjoint seconds, adjoint buffers after one call) of kadj's adjoint."""
+def _setup(name):
+    """(forward, expert adjoint, arguments, kadj's kernel, cotangent seeds) of a case."""
     import kadj
-    fwd, _expert, make, _ = CASES[name]
+    fwd, expert, make, _ = CASES[name]
     args = make(np.random.default_rng(0))
     k = kadj.differentiate(fwd)
-    plan = k.adjoint_plan(*args)
-    seeds = _buffers(args, plan, np.random.default_rng(1))
-    bufs = _copy(seeds)
+    seeds = _buffers(args, k.adjoint_plan(*args), np.random.default_rng(1))
+    return fwd, expert, args, k, seeds
 
-    def refill():
-        for b, s in zip(bufs, seeds):
-            np.copyto(b, s)
-    t = _best(lambda: k.adjoint(*args, *bufs), refill, repeat)
-    refill()
-    k.adjoint(*args, *bufs)
-    return t, bufs, plan
+
+def _refill(bufs, seeds):
+    return lambda: [np.copyto(b, s) for b, s in zip(bufs, seeds)]
+
+
+def time_kadj(name, repeat):
+    """Best seconds of kadj's adjoint alone (the "before" subprocess)."""
+    _fwd, _expert, args, k, seeds = _setup(name)
+    bufs = _copy(seeds)
+    return _rounds({"kadj": (lambda: k.adjoint(*args, *bufs), _refill(bufs, seeds))},
+                   repeat)["kadj"]
 
 
 def _agree(got, want):
@@ -361,27 +352,21 @@ def _agree(got, want):
 
 def bench(name, repeat):
     """Forward, kadj's adjoint and the expert's, timed in interleaved rounds."""
-    import kadj
-    fwd, expert, make, what = CASES[name]
-    args = make(np.random.default_rng(0))
+    fwd, expert, args, k, seeds = _setup(name)
     fargs = _copy(args)
-    k = kadj.differentiate(fwd)
-    plan = k.adjoint_plan(*args)
-    seeds = _buffers(args, plan, np.random.default_rng(1))
     kbufs, ebufs = _copy(seeds), _copy(seeds)
-
-    def refill(bufs):
-        return lambda: [np.copyto(b, s) for b, s in zip(bufs, seeds)]
+    kadj_call = lambda: k.adjoint(*args, *kbufs)      # noqa: E731
+    expert_call = lambda: expert(*args, *ebufs)       # noqa: E731
     best = _rounds({"forward": (lambda: fwd(*fargs), lambda: None),
-                    "after": (lambda: k.adjoint(*args, *kbufs), refill(kbufs)),
-                    "expert": (lambda: expert(*args, *ebufs), refill(ebufs))}, repeat)
-    for bufs, call in ((kbufs, lambda: k.adjoint(*args, *kbufs)),
-                       (ebufs, lambda: expert(*args, *ebufs))):
-        refill(bufs)()
+                    "after": (kadj_call, _refill(kbufs, seeds)),
+                    "expert": (expert_call, _refill(ebufs, seeds))}, repeat)
+    for bufs, call in ((kbufs, kadj_call), (ebufs, expert_call)):
+        _refill(bufs, seeds)()
         call()
     tol = 1e-3 if any(b.dtype == np.float32 for b in ebufs) else 1e-8
     err = _agree(kbufs, ebufs)
-    return {"case": name, "what": what, **best, "error": err, "ok": err <= tol}
+    return {"case": name, "what": CASES[name][3], **best, "error": err,
+            "ok": err <= tol}
 
 
 def _before(names, repeat, what):
@@ -402,7 +387,7 @@ def _off_run(what, names, repeat):
         cpu.vector_sums = lambda fn, w: w.syntax     # the policy off: plain += everywhere
     else:
         cpu.jam_replayed = lambda fn: 0              # replayed iterations one at a time
-    print(json.dumps({n: time_kadj(n, repeat)[0] for n in names}))
+    print(json.dumps({n: time_kadj(n, repeat) for n in names}))
 
 
 def main(argv=None):
