@@ -186,9 +186,19 @@ class DifferentiatedKernel:
             return pipeline.compile(self.target, self.request(arg_types))
 
     def _run(self, comp, call_args):
-        """``comp.function(*call_args)``; a first call, which numba compiles (or loads
-        from its cache), says so when it takes a while (:mod:`kadj.progress`)."""
-        fn = comp.function
+        """``comp.function(*call_args)``, with the tape memory its pool keeps
+        (:mod:`kadj.tape_pool`); a first call, which numba compiles (or loads from its
+        cache), says so when it takes a while (:mod:`kadj.progress`)."""
+        pool = getattr(comp, "tape_pool", None)
+        if pool is None:
+            return self._call(comp.function, call_args)
+        kept = pool.take()
+        try:
+            return self._call(comp.function, (*call_args, *kept))
+        finally:
+            pool.give(kept)
+
+    def _call(self, fn, call_args):
         if getattr(fn, "overloads", True):      # compiled already (numba's own dict)
             return fn(*call_args)
         with progress.notice(f"compiling the adjoint of {progress.where(self.dispatcher)}"), \
@@ -291,7 +301,7 @@ class DifferentiatedKernel:
                     "pickle" not in str(exc):
                 raise
             # numba's on-disk cache of this adjoint is damaged: compile without it
-            return self._uncached(comp)(*call_args)
+            return self._run(self._uncached(comp), call_args)
 
     def adjoint_trusted(self, plan, args, adjoints):
         """Run the adjoint on NumPy adjoint buffers a :class:`~kadj.Tape` made for a
@@ -343,7 +353,7 @@ class DifferentiatedKernel:
         self._fast = {k: (fresh if v is comp else v) for k, v in self._fast.items()}
         self._calls = {}
         self._last = fresh
-        return fresh.function
+        return fresh
 
 
 def _fast_key(args):

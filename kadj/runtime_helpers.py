@@ -40,6 +40,18 @@ def _reserve(tape, need):
     return bigger
 
 
+@cached_njit()
+def _kept(keep, n, need, slot):
+    """A tape of ``n`` entries: the first ``n`` of the kept array ``keep`` when it holds
+    them, else new memory; ``need[slot]`` notes ``n`` for the caller's pool
+    (:mod:`kadj.tape_pool`)."""
+    if n > need[slot]:
+        need[slot] = n
+    if n <= keep.shape[0]:
+        return keep[:n]
+    return np.empty(n, keep.dtype)
+
+
 @cached_njit(inline="always")
 def _trips(start, stop, step):
     """Number of iterations of range(start, stop, step)."""

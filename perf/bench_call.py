@@ -66,13 +66,14 @@ def calls(case):
     kern, fwd, adjs = arguments(case)
     kern(*fwd)
     kern.adjoint(*fwd, *adjs)                   # compiled, and checked once
-    compiled = kern.compiled(*fwd).function
+    comp = kern.compiled(*fwd)
+    compiled, tapes = comp.function, comp.fresh_tapes()
     dispatcher = kern.dispatcher
     return {
         "forward": lambda: kern(*fwd),
         "dispatcher": lambda: dispatcher(*fwd),
         "adjoint": lambda: kern.adjoint(*fwd, *adjs),
-        "compiled adjoint": lambda: compiled(*fwd, *adjs),
+        "compiled adjoint": lambda: compiled(*fwd, *adjs, *tapes),
     }
 
 

@@ -360,7 +360,8 @@ def test_float32_adjoint_stays_float32(label, expr, key):
     # adjoint must not widen to float64 either
     k.forward(*[a.copy() for a in args32])
     fwd_types = _typemap(k.dispatcher, args32)
-    adj_types = _typemap(k.compiled(*args32).function, args32 + bufs32)
+    comp32 = k.compiled(*args32)
+    adj_types = _typemap(comp32.function, args32 + bufs32 + comp32.fresh_tapes())
     if not any(str(t) == "float64" for t in fwd_types.values()):
         wide = sorted(v for v, t in adj_types.items()
                       if str(t) == "float64" and not v.startswith("$const"))

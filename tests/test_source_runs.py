@@ -34,7 +34,11 @@ def _adjoint_args(fn, args, rng):
     import inspect
     out = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     arrays = dict(zip(list(inspect.signature(fn).parameters), args))
-    for p in list(inspect.signature(fn).parameters)[len(args):]:
+    params = [p for p in list(inspect.signature(fn).parameters)[len(args):]
+              if not p.startswith("_keep_")]
+    kinds = [p[len("_keep_"):] for p in inspect.signature(fn).parameters
+             if p.startswith("_keep_") and p != "_keep_need"]
+    for p in params:
         if p == "adj_return":
             out.append(1.25)
         elif p.endswith("_buf"):
@@ -42,7 +46,7 @@ def _adjoint_args(fn, args, rng):
         else:
             a = arrays[p[len("adj_"):]]
             out.append(rng.standard_normal(a.shape).astype(a.dtype))
-    return out
+    return out + (kadj.tape_pool.fresh(kinds) if kinds else [])
 
 
 def _copies(values):

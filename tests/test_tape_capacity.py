@@ -63,7 +63,8 @@ def make_kernel(seed):
 
 def _bounds_checked(k, args):
     comp = k.compiled(*args)
-    return njit(boundscheck=True, error_model="numpy")(comp.function.py_func)
+    checked = njit(boundscheck=True, error_model="numpy")(comp.function.py_func)
+    return lambda *a: checked(*a, *comp.fresh_tapes())   # tapes of exactly their size
 
 
 def _directional_check(k, adj, nx, nw, reps, seed):

@@ -165,9 +165,20 @@ class Written:
 
 @dataclass(frozen=True)
 class CompiledAdjoint:
-    """A compiled adjoint of a host (CPU) kernel."""
+    """A compiled adjoint of a host (CPU) kernel.  ``tape_pool``: the
+    :class:`kadj.tape_pool.TapePool` of the tape memory its calls take (the arrays to
+    append to its arguments), or None when it records no tape."""
 
     plan: object
     source: str
     function: object       # the jitted adjoint
     disk_cached: bool
+    tape_pool: object = None
+
+    def fresh_tapes(self):
+        """The arguments after the adjoint's own that make every tape new memory of
+        exactly its reserved size (a call that does not go through the pool)."""
+        if self.tape_pool is None:
+            return []
+        from ..tape_pool import fresh
+        return fresh(self.tape_pool.kinds)

@@ -30,6 +30,8 @@ whose iterations carry state and would record a tape growing with their trip cou
 from __future__ import annotations
 
 from .. import codegen, cpu_gather, frontend, gather_plan, parallel, reverse, structurize
+from .. import tape_pool
+from ..kept_tapes import keep_tapes
 from ..lane_jam import jam_replayed
 from ..row_outline import outline_rows
 from ..vector_sums import vector_sums
@@ -104,7 +106,7 @@ def _write(prepared, facts, plan, options):
         if made:
             vector_sums(fn, w)      # (loops made parallel keep their += reductions)
             _outline_rows(fn, w, options)
-            return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
+            return _written(fn, w)
     nest, _why = gather_form(kernel, facts, options)
     if nest is not None:
         in_parallel = bool(wanted & {level.uid for level in nest.levels})
@@ -121,6 +123,13 @@ def _write(prepared, facts, plan, options):
         jam_replayed(fn)    # replayed iterations side by side (kadj.lane_jam)
     vector_sums(fn, w)      # scalar sums in loops: LLVM may vectorise them
     _outline_rows(fn, w, options)
+    return _written(fn, w)
+
+
+def _written(fn, w):
+    """The adjoint's source, its tapes taken from memory the caller keeps
+    (:mod:`kadj.kept_tapes`)."""
+    keep_tapes(fn, w.ns)
     return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
 
 
@@ -146,7 +155,8 @@ def _compile(written, plan, typed, key, request):
     files = codegen.source_files(typed.func_ir)
     pyfn, disk = codegen.build(adj, plan, key, files, func_ir=typed.func_ir)
     return CompiledAdjoint(plan, adj.source,
-                           *codegen.jit(pyfn, disk, _jit_options(adj.source, request)))
+                           *codegen.jit(pyfn, disk, _jit_options(adj.source, request)),
+                           tape_pool=tape_pool.for_function(pyfn))
 
 
 def _load(key, request):
@@ -155,7 +165,8 @@ def _load(key, request):
         return None
     plan, source, pyfn, _report = cached
     return CompiledAdjoint(plan, source,
-                           *codegen.jit(pyfn, True, _jit_options(source, request)))
+                           *codegen.jit(pyfn, True, _jit_options(source, request)),
+                           tape_pool=tape_pool.for_function(pyfn))
 
 
 CPU = Target(

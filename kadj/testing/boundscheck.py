@@ -39,7 +39,8 @@ class _BoundsChecked:
         call = list(args)
         if compiled.plan.returns_value:
             call.append(float(adj_return))
-        return _checked_function(self.kernel, compiled)(*call)
+        # every tape new memory of exactly its reserved size: a push past it fails
+        return _checked_function(self.kernel, compiled)(*call, *compiled.fresh_tapes())
 
 
 def _checked_function(kernel, compiled):
