@@ -95,7 +95,9 @@ def for_function(pyfn):
 def fresh(kinds):
     """Empty kept arrays for ``kinds``: every tape of the call is new memory of exactly
     the size it asks for (what an adjoint allocated before pools; bounds-checked runs
-    use this, so an overrun past a reservation still fails)."""
+    use this, so an overrun past a reservation still fails); none for no kinds."""
+    if not kinds:
+        return []
     return [np.empty(0, DTYPES[k]) for k in kinds] + [np.zeros(len(kinds), np.int64)]
 
 

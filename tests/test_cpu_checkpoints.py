@@ -14,6 +14,7 @@ import pytest
 from numba import njit
 
 import kadj
+from kadj import tape_pool
 from kadj.testing import check_grad
 
 
@@ -117,7 +118,7 @@ def _max_tape_height(kernel, args):
 
     sys.settrace(tracer)
     try:
-        fn(*args, *slots)
+        fn(*args, *slots, *tape_pool.fresh(tape_pool.kinds_of(fn)))
     finally:
         sys.settrace(None)
     return max(heights)

@@ -65,7 +65,7 @@ def test_thomas_batched_replays_each_system():
     assert replayed and not restored & {"c", "d"}
     # the tape holds one system's values, allocated once before the reversed loop
     assert "save c[" not in src and "save d[" not in src and "nsys" not in \
-        next(line for line in src.splitlines() if "_tape_f64 = np.empty" in line)
+        next(line for line in src.splitlines() if "_tape_f64 = _kept(" in line)
     # the forward sweep no longer runs the solves
     forward = src.split("# ---- reverse sweep ----")[0]
     assert "for s in range" not in forward
