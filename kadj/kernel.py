@@ -186,10 +186,10 @@ class DifferentiatedKernel:
             return pipeline.compile(self.target, self.request(arg_types))
 
     def _run(self, comp, call_args):
-        """``comp.function(*call_args)``, with the tape memory its pool keeps
-        (:mod:`kadj.tape_pool`); a first call, which numba compiles (or loads from its
+        """``comp.function(*call_args)``, with the memory it keeps between calls
+        (:mod:`kadj.call_memory`); a first call, which numba compiles (or loads from its
         cache), says so when it takes a while (:mod:`kadj.progress`)."""
-        pool = getattr(comp, "tape_pool", None)
+        pool = getattr(comp, "memory", None)
         if pool is None:
             return self._call(comp.function, call_args)
         kept = pool.take()

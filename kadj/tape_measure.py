@@ -48,7 +48,7 @@ def cpu_tape_usage(kernel, args, max_lines=MAX_LINES):
     call = [*fwd, *adjoint_buffers(comp.plan, fwd)]
     if comp.plan.returns_value:
         call.append(1.0)
-    call += comp.fresh_tapes()
+    call += comp.fresh_memory()
     code, peaks, budget = fn.__code__, {}, [max_lines]
 
     def note(frame):

@@ -67,7 +67,7 @@ def calls(case):
     kern(*fwd)
     kern.adjoint(*fwd, *adjs)                   # compiled, and checked once
     comp = kern.compiled(*fwd)
-    compiled, tapes = comp.function, comp.fresh_tapes()
+    compiled, tapes = comp.function, comp.fresh_memory()
     dispatcher = kern.dispatcher
     return {
         "forward": lambda: kern(*fwd),

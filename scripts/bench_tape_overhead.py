@@ -53,7 +53,7 @@ def kernel_times(problem, repeat):
     comp = k.diffuse.compiled(*args)
     adjs = (np.zeros_like(u), np.zeros_like(v), np.zeros_like(kappa), np.zeros(1))
     adjs = tuple(a for a, i in zip(adjs, range(4)) if i in comp.plan.adjoint_args)
-    call = (*args, *adjs, *comp.fresh_tapes())
+    call = (*args, *adjs, *comp.fresh_memory())
 
     def many(fn, n=20):
         def run():

@@ -27,7 +27,7 @@ import re
 import numba
 import numpy as np
 
-from kadj import tape_pool
+from kadj import call_memory
 from kadj.testing import check_grad
 
 TAPE_START = 1024                      # entries of a fresh tape (GROWABLE_START in kadj/lowering.py)
@@ -54,9 +54,9 @@ def rng_for(name, *size):
 # ------------------------------------------------------------------ push counts
 
 _PUSH = re.compile(r"^(?P<pad>\s*)(?P<sp>_sp_(?P<kind>\w+)) \+= 1$", re.M)
-# a growable tape's first allocation (kadj.kept_tapes), its size set to 0 in strict runs
-_TAPE_DECL = re.compile(r"^(?P<head>\s*_tape_\w+ = _kept\(_keep_\w+, )"
-                        r"max\(\d+, _keep_\w+\.shape\[0\]\)(?P<tail>, )", re.M)
+# a growable tape's first allocation (kadj.kept_memory), its size set to 0 in strict runs
+_TAPE_DECL = re.compile(r"^(?P<head>\s*_tape_\w+ = _kept_array\(_keep_\w+, )"
+                        r"max\(\d+, _keep_\w+\.shape\[0\] // \d+\)(?P<tail>, )", re.M)
 _SP_DECL = re.compile(r"^\s*(_sp_\w+) = 0$", re.M)
 _RETURN = re.compile(r"^(?P<pad>\s*)return\b", re.M)
 
@@ -99,7 +99,7 @@ def run_source(kernel, args, strict=False):
     marks, end = {}, {}
     ns = {"np": np, "math": math, "_HW": marks, "_END": end}
     ns.update({k: getattr(runtime_helpers, k) for k in ("_push", "_sign", "_reserve",
-                                                        "_trips", "_kept")})
+                                                        "_trips", "_kept_array")})
     if strict:       # (after the source's own import of the helpers)
         ns["_exact_reserve"] = _exact_reserve
         text = re.sub(r"^(from kadj\.runtime_helpers import .*)$",
@@ -116,8 +116,8 @@ def run_source(kernel, args, strict=False):
         # (the adjoint is the source's last function: a parallel loop's body may come
         # first as a function of its own, kadj.row_outline)
         fn = ns[re.findall(r"^def (\w+)\(", text, re.M)[-1]]
-        # every tape new memory (kadj.tape_pool.fresh): of exactly its reserved size
-        fn(*fwd, *adjoints, *extra, *tape_pool.fresh(tape_pool.kinds_of(fn)))
+        # every tape new memory (kadj.call_memory.fresh): of exactly its reserved size
+        fn(*fwd, *adjoints, *extra, *call_memory.fresh_for(fn))
     except IndexError as exc:
         tb = exc.__traceback__
         while tb.tb_next is not None:

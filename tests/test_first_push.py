@@ -18,7 +18,7 @@ import pytest
 from numba import njit
 
 import kadj
-from kadj import tape_pool
+from kadj import call_memory
 from cudatools import run_sim_cases
 from fdcheck import fd_check
 
@@ -225,7 +225,7 @@ def first_save_violations(source, args):
     values = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     named = dict(zip(params, args))
     for p in params[len(args):]:
-        if p.startswith("_keep_"):       # tape memory (kadj.tape_pool): added below
+        if p.startswith("_keep_"):       # kept memory (kadj.call_memory): added below
             continue
         if p == "adj_return":
             values.append(1.25)
@@ -234,7 +234,7 @@ def first_save_violations(source, args):
         else:
             a = named[p[len("adj_"):]]
             values.append(rng.standard_normal(a.shape).astype(a.dtype))
-    f(*values, *tape_pool.fresh(tape_pool.kinds_of(f)))
+    f(*values, *call_memory.fresh_for(f))
     return rec.bad, rec.saves
 
 

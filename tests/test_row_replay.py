@@ -65,7 +65,7 @@ def test_thomas_batched_replays_each_system():
     assert replayed and not restored & {"c", "d"}
     # the tape holds one system's values, allocated once before the reversed loop
     assert "save c[" not in src and "save d[" not in src and "nsys" not in \
-        next(line for line in src.splitlines() if "_tape_f64 = _kept(" in line)
+        next(line for line in src.splitlines() if "_tape_f64 = _kept_array(" in line)
     # the forward sweep no longer runs the solves
     forward = src.split("# ---- reverse sweep ----")[0]
     assert "for s in range" not in forward
@@ -88,7 +88,7 @@ def test_softmax_rows_inplace_replays_rows():
     assert replayed and "x" not in restored
     assert re.search(r"x_work\[r, (_j\d+)\] = x\[r, \1\]", src)   # the row restored,
     assert "save x_work" not in src                  # ... not recorded,
-    assert "x_work = np.empty_like(x)" in src        # no copy of the whole argument
+    assert "x_work = _kept_like(_keep_x_work, x, " in src   # no copy of the whole argument
 
 
 def test_thomas_private_scratch_keeps_recording():

@@ -361,7 +361,7 @@ def test_float32_adjoint_stays_float32(label, expr, key):
     k.forward(*[a.copy() for a in args32])
     fwd_types = _typemap(k.dispatcher, args32)
     comp32 = k.compiled(*args32)
-    adj_types = _typemap(comp32.function, args32 + bufs32 + comp32.fresh_tapes())
+    adj_types = _typemap(comp32.function, args32 + bufs32 + comp32.fresh_memory())
     if not any(str(t) == "float64" for t in fwd_types.values()):
         wide = sorted(v for v, t in adj_types.items()
                       if str(t) == "float64" and not v.startswith("$const"))

@@ -36,8 +36,6 @@ def _adjoint_args(fn, args, rng):
     arrays = dict(zip(list(inspect.signature(fn).parameters), args))
     params = [p for p in list(inspect.signature(fn).parameters)[len(args):]
               if not p.startswith("_keep_")]
-    kinds = [p[len("_keep_"):] for p in inspect.signature(fn).parameters
-             if p.startswith("_keep_") and p != "_keep_need"]
     for p in params:
         if p == "adj_return":
             out.append(1.25)
@@ -46,7 +44,7 @@ def _adjoint_args(fn, args, rng):
         else:
             a = arrays[p[len("adj_"):]]
             out.append(rng.standard_normal(a.shape).astype(a.dtype))
-    return out + (kadj.tape_pool.fresh(kinds) if kinds else [])
+    return out + kadj.call_memory.fresh_for(fn)   # every array new memory
 
 
 def _copies(values):

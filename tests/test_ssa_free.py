@@ -133,7 +133,7 @@ def test_serial_adjoint_without_ssa_equals_the_ssa_compiled_one():
     outs = []
     for fn in (comp.function, ssa):
         bufs = (np.zeros_like(u), np.linspace(-1.0, 1.0, 200), np.zeros(1))
-        fn(u, np.zeros_like(u), 0.1, *bufs, *comp.fresh_tapes())
+        fn(u, np.zeros_like(u), 0.1, *bufs, *comp.fresh_memory())
         outs.append(bufs)
     for a, b in zip(*outs):
         np.testing.assert_array_equal(a, b)
@@ -184,7 +184,7 @@ def test_gallery_adjoint_bit_identical_with_ssa(ex):
         fwd = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
         bufs = adjoint_buffers(plan, fwd, fill=0.5)
         extra = (0.7,) if plan.returns_value else ()
-        ret = fn(*fwd, *bufs, *extra, *comp.fresh_tapes())
+        ret = fn(*fwd, *bufs, *extra, *comp.fresh_memory())
         results.append((fwd, bufs, ret))
     (fwd_a, bufs_a, ret_a), (fwd_b, bufs_b, ret_b) = results
     for a, b in zip(fwd_a + bufs_a, fwd_b + bufs_b):

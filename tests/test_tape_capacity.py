@@ -64,7 +64,7 @@ def make_kernel(seed):
 def _bounds_checked(k, args):
     comp = k.compiled(*args)
     checked = njit(boundscheck=True, error_model="numpy")(comp.function.py_func)
-    return lambda *a: checked(*a, *comp.fresh_tapes())   # tapes of exactly their size
+    return lambda *a: checked(*a, *comp.fresh_memory())   # tapes of exactly their size
 
 
 def _directional_check(k, adj, nx, nw, reps, seed):

@@ -165,20 +165,18 @@ class Written:
 
 @dataclass(frozen=True)
 class CompiledAdjoint:
-    """A compiled adjoint of a host (CPU) kernel.  ``tape_pool``: the
-    :class:`kadj.tape_pool.TapePool` of the tape memory its calls take (the arrays to
-    append to its arguments), or None when it records no tape."""
+    """A compiled adjoint of a host (CPU) kernel.  ``memory``: the
+    :class:`kadj.call_memory.KeptMemory` its calls take their arrays from (the
+    arguments to append after its own), or None when it allocates nothing once per
+    call."""
 
     plan: object
     source: str
     function: object       # the jitted adjoint
     disk_cached: bool
-    tape_pool: object = None
+    memory: object = None
 
-    def fresh_tapes(self):
-        """The arguments after the adjoint's own that make every tape new memory of
-        exactly its reserved size (a call that does not go through the pool)."""
-        if self.tape_pool is None:
-            return []
-        from ..tape_pool import fresh
-        return fresh(self.tape_pool.kinds)
+    def fresh_memory(self):
+        """The arguments after the adjoint's own that make every array it allocates
+        new memory of exactly its size (a call that keeps nothing)."""
+        return [] if self.memory is None else self.memory.fresh()

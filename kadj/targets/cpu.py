@@ -30,8 +30,8 @@ whose iterations carry state and would record a tape growing with their trip cou
 from __future__ import annotations
 
 from .. import codegen, cpu_gather, frontend, gather_plan, parallel, reverse, structurize
-from .. import tape_pool
-from ..kept_tapes import keep_tapes
+from .. import call_memory
+from ..kept_memory import keep_memory
 from ..lane_jam import jam_replayed
 from ..row_outline import outline_rows
 from ..vector_sums import vector_sums
@@ -127,9 +127,10 @@ def _write(prepared, facts, plan, options):
 
 
 def _written(fn, w):
-    """The adjoint's source, its tapes taken from memory the caller keeps
-    (:mod:`kadj.kept_tapes`)."""
-    keep_tapes(fn, w.ns)
+    """The adjoint's source, the arrays it allocates once per call taken from memory
+    its caller keeps (:mod:`kadj.kept_memory`)."""
+    layouts = {w.names[v]: t for v, t in w.T.items() if v in w.names}
+    keep_memory(fn, w.ns, layouts)
     return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
 
 
@@ -156,7 +157,7 @@ def _compile(written, plan, typed, key, request):
     pyfn, disk = codegen.build(adj, plan, key, files, func_ir=typed.func_ir)
     return CompiledAdjoint(plan, adj.source,
                            *codegen.jit(pyfn, disk, _jit_options(adj.source, request)),
-                           tape_pool=tape_pool.for_function(pyfn))
+                           memory=call_memory.for_function(pyfn))
 
 
 def _load(key, request):
@@ -166,7 +167,7 @@ def _load(key, request):
     plan, source, pyfn, _report = cached
     return CompiledAdjoint(plan, source,
                            *codegen.jit(pyfn, True, _jit_options(source, request)),
-                           tape_pool=tape_pool.for_function(pyfn))
+                           memory=call_memory.for_function(pyfn))
 
 
 CPU = Target(

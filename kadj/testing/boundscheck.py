@@ -40,7 +40,7 @@ class _BoundsChecked:
         if compiled.plan.returns_value:
             call.append(float(adj_return))
         # every tape new memory of exactly its reserved size: a push past it fails
-        return _checked_function(self.kernel, compiled)(*call, *compiled.fresh_tapes())
+        return _checked_function(self.kernel, compiled)(*call, *compiled.fresh_memory())
 
 
 def _checked_function(kernel, compiled):

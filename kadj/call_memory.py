@@ -1,0 +1,187 @@
+"""Host memory a CPU adjoint keeps from one call to the next.
+
+A CPU adjoint allocates on every call: its tapes, the work copies of the arrays the
+kernel writes, the kernel's own scratch arrays and their adjoints.  glibc serves a
+large allocation with fresh pages from the operating system (above its mmap threshold,
+at most 32 MiB, or once freed memory at the top of its heap exceeds its trim threshold
+and is given back), and the first write to each 4 KiB page then faults: on arrays of
+tens of MiB the faults can cost more than the adjoint's arithmetic (a 38 MB tape: 25-27
+ms fresh, 5.6 ms reused).  So an adjoint takes these arrays from memory its caller
+keeps (:mod:`kadj.kept_memory` writes it so): one parameter ``_keep_<name>`` (a 1-D
+``uint8`` array) per allocation it makes once per call, and ``_keep_need`` (int64, one
+entry per allocation) in which it notes the bytes each asked for.  An allocation is a
+view of its kept bytes when they are enough, else new memory as before; after the call
+the pool grows each kept array to what the call needed, so the next call of the same
+compiled adjoint finds its arrays in memory that is already mapped.
+
+One :class:`KeptMemory` per compiled adjoint, holding sets of kept arrays: a call takes
+a set (or a new empty one when every set is in use: calls on several threads never
+share memory) and gives it back afterwards.  Bounded: the sets of all adjoints keep at
+most :func:`limit` bytes together (default 1 GiB; ``KADJ_KEPT_MEMORY_BYTES`` or
+:func:`set_limit` change it, 0 turns keeping off); a set that would grow beyond it stays
+as it is, and the calls that use it allocate as they would without it.  :func:`clear`
+lets go of every kept array; :func:`stats` counts them.  The arrays are never seen by
+the user and never outlive the call that uses them (an adjoint returns nothing of them).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+
+import numpy as np
+
+__all__ = ["KeptMemory", "clear", "for_function", "fresh", "fresh_for", "limit", "set_limit", "slots_of",
+           "stats"]
+
+DEFAULT_LIMIT = 1 << 30
+PREFIX = "_keep_"
+NEED = "_keep_need"
+ENV = "KADJ_KEPT_MEMORY_BYTES"
+
+_lock = threading.Lock()
+_pools = weakref.WeakSet()
+_limit_override = None
+
+
+def _env_limit():
+    text = os.environ.get(ENV)
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{ENV} must be a number of bytes, not {text!r}") from None
+    if value < 0:
+        raise ValueError(f"{ENV} must not be negative")
+    return value
+
+
+def limit():
+    """The bytes all compiled adjoints may keep together."""
+    if _limit_override is not None:
+        return _limit_override
+    env = _env_limit()
+    return DEFAULT_LIMIT if env is None else env
+
+
+def set_limit(nbytes):
+    """Keep at most ``nbytes`` (None: the default); what is kept beyond a lowered limit
+    is let go now."""
+    global _limit_override
+    if nbytes is not None and (isinstance(nbytes, bool) or
+                               not isinstance(nbytes, (int, np.integer)) or nbytes < 0):
+        raise ValueError(f"the kept memory's limit must be a number of bytes >= 0, not "
+                         f"{nbytes!r}")
+    _limit_override = None if nbytes is None else int(nbytes)
+    if _kept_bytes() > limit():
+        clear()
+
+
+def slots_of(pyfn):
+    """The names of the allocations whose memory the adjoint ``pyfn`` takes from its
+    caller (its ``_keep_<name>`` parameters, in order), or ()."""
+    code = pyfn.__code__
+    names = code.co_varnames[:code.co_argcount]
+    if NEED not in names:
+        return ()
+    return tuple(n[len(PREFIX):] for n in names if n.startswith(PREFIX) and n != NEED)
+
+
+def for_function(pyfn):
+    """A :class:`KeptMemory` for the adjoint ``pyfn``, or None when it keeps nothing."""
+    slots = slots_of(pyfn)
+    return KeptMemory(slots) if slots else None
+
+
+def fresh(nslots):
+    """Arguments for ``nslots`` kept allocations that hold nothing: every allocation of
+    the call is new memory of exactly its size (bounds-checked runs use this, so a
+    write past a tape's reservation still fails); none for no slots."""
+    if not nslots:
+        return []
+    return [np.empty(0, np.uint8) for _ in range(nslots)] + [np.zeros(nslots, np.int64)]
+
+
+def fresh_for(pyfn):
+    """:func:`fresh` arguments for the adjoint ``pyfn`` (none when it keeps nothing)."""
+    return fresh(len(slots_of(pyfn)))
+
+
+class KeptMemory:
+    """The memory one compiled adjoint keeps: :meth:`take` the arguments to append to
+    a call, :meth:`give` them back after it."""
+
+    __slots__ = ("slots", "_free", "__weakref__")
+
+    def __init__(self, slots):
+        self.slots = tuple(slots)
+        self._free = []
+        with _lock:
+            _pools.add(self)
+
+    def take(self):
+        """A set no other call is using: a list of the kept arrays, then the need
+        counts (zero)."""
+        with _lock:
+            if self._free:
+                return self._free.pop()
+        return fresh(len(self.slots))
+
+    def fresh(self):
+        """A set that holds nothing (see :func:`fresh`)."""
+        return fresh(len(self.slots))
+
+    def give(self, kept):
+        """Take back a set after its call: each array grown to what the call needed,
+        while everything kept stays within :func:`limit`."""
+        need = kept[-1]
+        grow = [(j, int(need[j])) for j in range(len(self.slots))
+                if need[j] > kept[j].shape[0]]
+        if grow:
+            extra = sum(n - kept[j].shape[0] for j, n in grow)
+            if _kept_bytes() + _bytes(kept) + extra <= limit():
+                for j, n in grow:
+                    kept[j] = np.empty(n, np.uint8)
+        need[:] = 0
+        with _lock:
+            if len(self._free) < _MAX_SETS and limit() > 0:
+                self._free.append(kept)
+
+    def nbytes(self):
+        with _lock:
+            return sum(_bytes(s) for s in self._free)
+
+    def _clear(self):
+        with _lock:
+            self._free.clear()
+
+
+_MAX_SETS = max(2, os.cpu_count() or 1)   # concurrent calls of one adjoint kept for
+
+
+def _bytes(kept):
+    return sum(a.nbytes for a in kept[:-1])
+
+
+def _kept_bytes():
+    with _lock:
+        pools = list(_pools)
+    return sum(p.nbytes() for p in pools)
+
+
+def clear():
+    """Let go of every kept array (calls running now keep theirs until they end)."""
+    with _lock:
+        pools = list(_pools)
+    for p in pools:
+        p._clear()
+
+
+def stats():
+    """``{"adjoints": adjoints keeping memory, "sets": kept sets, "bytes": their size}``."""
+    with _lock:
+        pools = list(_pools)
+    sets = [s for p in pools for s in list(p._free)]
+    return {"adjoints": sum(1 for p in pools if p._free), "sets": len(sets),
+            "bytes": sum(_bytes(s) for s in sets)}
