@@ -1,16 +1,16 @@
-"""Repeated CPU adjoint calls with and without kept tape memory (kadj.tape_pool).
+"""Repeated CPU adjoint calls with and without the memory they keep (kadj.call_memory).
 
-For every CPU gallery kernel whose adjoint records a tape: the forward's time, the
-compiled adjoint's with every tape new memory at each call (``fresh_tapes()``, as
-before the pool) and with the memory a previous call kept (a set of the kernel's pool,
-used before: its pages are mapped), at ``--size`` through the
+For every CPU gallery kernel whose adjoint allocates (tapes, work copies, scratch
+arrays): the forward's time, the compiled adjoint's with every array new memory at each
+call (``fresh_memory()``, as before kept memory) and with the memory a previous call
+kept (a set of the adjoint's, used before: its pages are mapped), at ``--size`` through the
 example's ``sized`` maker (a tenth of it while one forward run takes over 50 ms), one
 numba thread, CPU time of this process (page faults are counted: they are system time),
 each the median of ``--repeat`` calls taken in turn, arguments copied outside the
 timing.  Prints one row per kernel: the kept bytes, the three times, adjoint/forward
 both ways and the speed-up.
 
-    NUMBA_NUM_THREADS=1 python scripts/bench_tape_pool.py [--size 1000000] [--repeat 7]
+    NUMBA_NUM_THREADS=1 python scripts/bench_kept_memory.py [--size 1000000] [--repeat 7]
         [--only NAME ...] [--json FILE]
 """
 from __future__ import annotations
@@ -62,7 +62,7 @@ def rows(size, repeat, only=None):
         small = ex.make_args(np.random.default_rng(0))
         ex.kernel(*_copy(small))
         comp = k.compiled(*small)
-        if comp.tape_pool is None:
+        if comp.memory is None:
             continue
         n, args = _sized(ex, size)
         plan = k.adjoint_plan(*args)
@@ -72,14 +72,14 @@ def rows(size, repeat, only=None):
         def adj_args():
             return _copy(args) + tuple(a.copy() for a in adjs)
         comp = k.compiled(*args)
-        pool = comp.tape_pool
+        pool = comp.memory
         for _ in range(2):                      # compiles; sizes the kept set, maps it
             k.adjoint(*adj_args())
         kept = pool.take()
         ret = (1.0,) if plan.returns_value else ()      # adj_return
 
         def fresh():
-            return tuple(comp.fresh_tapes())
+            return tuple(comp.fresh_memory())
         times = {"forward": [], "fresh": [], "kept": []}
         for _ in range(repeat):
             times["forward"].append(_time(ex.kernel, _copy(args)))

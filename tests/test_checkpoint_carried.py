@@ -36,7 +36,7 @@ def mixed_state(x, y, z, a, T):
 
 def _checkpointed(src):
     """The variables whose checkpoint slots the adjoint declares."""
-    return sorted(re.findall(r"^\s*_ck_([a-z_]+?)\d+ = np\.empty\(", src, re.M))
+    return sorted(re.findall(r"^\s*_ck_([a-z_]+?)\d+ = _kept_array\(", src, re.M))
 
 
 @pytest.mark.parametrize("T", [1, 3, 4, 9])
