@@ -126,8 +126,8 @@ def keep_memory(fn, ns, layouts):
         fn.prologue[:] = _grown(fn.prologue, tapes)
         fn.body[:] = _grown(fn.body, tapes)
     fn.params = tuple(fn.params) + tuple(_param(t) for t in kept) + (NEED,)
-    from . import runtime_helpers
-    ns.update({h: getattr(runtime_helpers, h) for h in _HELPERS})
+    from . import kept_helpers
+    ns.update({h: getattr(kept_helpers, h) for h in _HELPERS})
     return tuple(kept)
 
 

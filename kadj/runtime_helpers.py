@@ -40,53 +40,6 @@ def _reserve(tape, need):
     return bigger
 
 
-# ---- memory kept between calls (kadj.call_memory, kadj.kept_memory) -------------------
-@cached_njit()
-def _kept_array(keep, shape, dtype, need, slot):
-    """An uninitialised array of ``shape`` and ``dtype``: a view of the kept bytes
-    ``keep`` when they are enough, else new memory; ``need[slot]`` notes its bytes."""
-    dims = np.array(shape).ravel()
-    nbytes = keep[:0].view(dtype).itemsize
-    fits = True
-    for d in dims:
-        if d < 0:              # np.empty raises, as it would have
-            fits = False
-        nbytes *= d
-    if fits and nbytes > need[slot]:
-        need[slot] = nbytes
-    if fits and nbytes <= keep.shape[0]:
-        return keep[:nbytes].view(dtype).reshape(shape)
-    return np.empty(shape, dtype)
-
-
-@cached_njit()
-def _kept_zeros(keep, shape, dtype, need, slot):
-    """``np.zeros(shape, dtype)`` in kept memory (:func:`_kept_array`)."""
-    a = _kept_array(keep, shape, dtype, need, slot)
-    a[...] = 0
-    return a
-
-
-@cached_njit()
-def _kept_copy(keep, x, need, slot):
-    """``x.copy()`` (C order) in kept memory (:func:`_kept_array`)."""
-    a = _kept_array(keep, x.shape, x.dtype, need, slot)
-    a[...] = x
-    return a
-
-
-@cached_njit()
-def _kept_like(keep, x, need, slot):
-    """``np.empty_like(x)`` of a C-ordered ``x`` in kept memory (:func:`_kept_array`)."""
-    return _kept_array(keep, x.shape, x.dtype, need, slot)
-
-
-@cached_njit()
-def _kept_zeros_like(keep, x, need, slot):
-    """``np.zeros_like(x)`` of a C-ordered ``x`` in kept memory (:func:`_kept_array`)."""
-    return _kept_zeros(keep, x.shape, x.dtype, need, slot)
-
-
 @cached_njit(inline="always")
 def _trips(start, stop, step):
     """Number of iterations of range(start, stop, step)."""

@@ -99,7 +99,7 @@ def run_source(kernel, args, strict=False):
     marks, end = {}, {}
     ns = {"np": np, "math": math, "_HW": marks, "_END": end}
     ns.update({k: getattr(runtime_helpers, k) for k in ("_push", "_sign", "_reserve",
-                                                        "_trips", "_kept_array")})
+                                                        "_trips")})
     if strict:       # (after the source's own import of the helpers)
         ns["_exact_reserve"] = _exact_reserve
         text = re.sub(r"^(from kadj\.runtime_helpers import .*)$",

@@ -349,7 +349,7 @@ def test_user_arrays_untouched_by_kept_calls():
 
 
 def test_helpers_keep_numpys_errors():
-    from kadj.runtime_helpers import _kept_array, _kept_zeros
+    from kadj.kept_helpers import _kept_array, _kept_zeros
     need, keep = np.zeros(1, np.int64), np.empty(4096, np.uint8)
     with pytest.raises(ValueError):
         _kept_array(keep, -1, np.float64, need, 0)
