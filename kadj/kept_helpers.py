@@ -95,26 +95,24 @@ def _kind(shape):
     return None
 
 
-@overload(_kept_array, prefer_literal=False)
-def _ov_array(keep, shape, dtype, need, slot):
-    kind = _kind(shape)
-    if kind == "int":
-        return lambda keep, shape, dtype, need, slot: _array(keep, (shape,), dtype, need,
-                                                             slot)
-    if kind == "tuple":
-        return lambda keep, shape, dtype, need, slot: _array(keep, shape, dtype, need, slot)
-    return lambda keep, shape, dtype, need, slot: np.empty(shape, dtype)
+def _overload_new(stub, impl, fallback):
+    """Overload ``stub(keep, shape, dtype, need, slot)`` by ``impl`` with ``shape`` as
+    a tuple, or by ``fallback(shape, dtype)`` (np.empty, np.zeros) for other shapes."""
+    @overload(stub, prefer_literal=False)
+    def _ov(keep, shape, dtype, need, slot):
+        kind = _kind(shape)
+        if kind == "int":
+            return lambda keep, shape, dtype, need, slot: impl(keep, (shape,), dtype, need,
+                                                               slot)
+        if kind == "tuple":
+            return lambda keep, shape, dtype, need, slot: impl(keep, shape, dtype, need,
+                                                               slot)
+        return lambda keep, shape, dtype, need, slot: fallback(shape, dtype)
+    return _ov
 
 
-@overload(_kept_zeros, prefer_literal=False)
-def _ov_zeros(keep, shape, dtype, need, slot):
-    kind = _kind(shape)
-    if kind == "int":
-        return lambda keep, shape, dtype, need, slot: _zeros(keep, (shape,), dtype, need,
-                                                             slot)
-    if kind == "tuple":
-        return lambda keep, shape, dtype, need, slot: _zeros(keep, shape, dtype, need, slot)
-    return lambda keep, shape, dtype, need, slot: np.zeros(shape, dtype)
+_overload_new(_kept_array, _array, np.empty)
+_overload_new(_kept_zeros, _zeros, np.zeros)
 
 
 @overload(_kept_copy, prefer_literal=False)

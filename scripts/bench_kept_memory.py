@@ -20,31 +20,14 @@ import json
 import pathlib
 import statistics
 import sys
-import time
 
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
-
-def _copy(args):
-    return tuple(a.copy() if isinstance(a, np.ndarray) else a for a in args)
-
-
-def _time(fn, args):
-    t0 = time.process_time()
-    fn(*args)
-    return time.process_time() - t0
-
-
-def _sized(ex, size, budget=0.05):
-    n = size
-    while True:
-        args = ex.sized(np.random.default_rng(0), n)
-        if n <= 1000 or _time(ex.kernel, _copy(args)) <= budget:
-            return n, args
-        n //= 10
+from gallery_doc import _copy, _sized, _time  # noqa: E402  (one sizing and timing rule)
 
 
 def rows(size, repeat, only=None):
@@ -64,7 +47,7 @@ def rows(size, repeat, only=None):
         comp = k.compiled(*small)
         if comp.memory is None:
             continue
-        n, args = _sized(ex, size)
+        n, args = _sized(ex, size, 0.05)
         plan = k.adjoint_plan(*args)
         adjs = [np.zeros_like(args[i]) if isinstance(args[i], np.ndarray)
                 else np.zeros(1, np.asarray(args[i]).dtype) for i in plan.adjoint_args]

@@ -21,6 +21,8 @@ from kadj import adj_ir as A
 from kadj import call_memory
 from kadj.kept_memory import keep_memory
 from fdcheck import fd_check
+from kernels.cpu.recurrences import euler_until as grow_while  # a tape that grows
+from kernels.cpu.stencils import heat_steps_scratch as scratch_steps  # work copy, scratch
 
 
 @njit
@@ -43,18 +45,6 @@ def two_tapes(x, k, out):
         out[i] = v
 
 
-@njit
-def grow_while(y0, out, rate, dt, t_end):
-    """A tape that grows: one push per step of a while loop."""
-    for i in range(y0.shape[0]):
-        y = y0[i]
-        t = 0.0
-        while t < t_end:
-            y = y + dt * rate * math.cos(y)
-            t += dt
-        out[i] = y
-
-
 def _args_chain(n, seed=0):
     rng = np.random.default_rng(seed)
     return (rng.uniform(-1, 1, n), 0.7, np.zeros(n))
@@ -68,18 +58,6 @@ def _args_two(n, seed=0):
 def _args_grow(n, seed=0, t_end=3.0):
     rng = np.random.default_rng(seed)
     return (rng.uniform(-1, 1, n), np.zeros(n), 0.8, 0.01, t_end)
-
-
-@njit
-def scratch_steps(u, c, nsteps):
-    """Work copy of u (written in place), a zeroed scratch row and its adjoint."""
-    n = u.shape[0]
-    tmp = np.zeros(n)
-    for s in range(nsteps):
-        for i in range(1, n - 1):
-            tmp[i] = u[i] + c * (u[i - 1] - 2.0 * u[i] + u[i + 1])
-        for i in range(1, n - 1):
-            u[i] = math.tanh(tmp[i])
 
 
 @njit
@@ -112,7 +90,7 @@ def _args_grid_f(n, seed=0):
     return (np.asfortranarray(a), out)
 
 
-# (the step count of grow_while depends on dt: no derivative in dt to check)
+# (the step count of euler_until depends on dt: no derivative in dt to check)
 CASES = {"tanh_chain": (tanh_chain, _args_chain, None),
          "two_tapes": (two_tapes, _args_two, None),
          "grow_while": (grow_while, _args_grow, ("y0", "rate")),
@@ -180,8 +158,8 @@ def test_what_is_kept_in_a_scratch_kernel():
     k = kadj.differentiate(scratch_steps)
     src = k.adjoint_source(*_args_scratch(10))
     assert "u_work = _kept_copy(_keep_u_work, u, _keep_need, " in src, src
-    assert "tmp = _kept_zeros(_keep_tmp, n, np.float64, _keep_need, " in src, src
-    assert "adj_tmp = _kept_zeros_like(_keep_adj_tmp, tmp, _keep_need, " in src, src
+    assert "b = _kept_zeros(_keep_b, n, np.float64, _keep_need, " in src, src
+    assert "adj_b = _kept_zeros_like(_keep_adj_b, b, _keep_need, " in src, src
 
 
 def test_an_f_ordered_argument_keeps_its_own_work_copy():
