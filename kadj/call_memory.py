@@ -9,10 +9,12 @@ tens of MiB the faults can cost more than the adjoint's arithmetic (a 38 MB tape
 ms fresh, 5.6 ms reused).  So an adjoint takes these arrays from memory its caller
 keeps (:mod:`kadj.kept_memory` writes it so): one parameter ``_keep_<name>`` (a 1-D
 ``uint8`` array) per allocation it makes once per call, and ``_keep_need`` (int64, one
-entry per allocation) in which it notes the bytes each asked for.  An allocation is a
-view of its kept bytes when they are enough, else new memory as before; after the call
-the pool grows each kept array to what the call needed, so the next call of the same
-compiled adjoint finds its arrays in memory that is already mapped.
+entry per allocation after entry 0).  An allocation is a view of its kept bytes when
+they are enough; otherwise it is new memory as before, and the adjoint notes the bytes
+it asked for in its entry and sets entry 0.  After a call that set it, the pool grows
+each kept array to what was asked, so the next call of the same compiled adjoint finds
+its arrays in memory that is already mapped (a call that needs nothing new costs one
+look at entry 0).
 
 One :class:`KeptMemory` per compiled adjoint, holding sets of kept arrays: a call takes
 a set (or a new empty one when every set is in use: calls on several threads never
@@ -31,7 +33,7 @@ import weakref
 
 import numpy as np
 
-__all__ = ["KeptMemory", "clear", "for_function", "fresh", "fresh_for", "limit", "set_limit", "slots_of",
+__all__ = ["KeptMemory", "KeptSet", "clear", "for_function", "fresh", "fresh_for", "limit", "set_limit", "slots_of",
            "stats"]
 
 DEFAULT_LIMIT = 1 << 30
@@ -100,7 +102,7 @@ def fresh(nslots):
     write past a tape's reservation still fails); none for no slots."""
     if not nslots:
         return []
-    return [np.empty(0, np.uint8) for _ in range(nslots)] + [np.zeros(nslots, np.int64)]
+    return [np.empty(0, np.uint8) for _ in range(nslots)] + [np.zeros(nslots + 1, np.int64)]
 
 
 def fresh_for(pyfn):
@@ -108,9 +110,22 @@ def fresh_for(pyfn):
     return fresh(len(slots_of(pyfn)))
 
 
+class KeptSet:
+    """One call's kept memory: ``args`` (the kept arrays, then the need counts: the
+    arguments appended to the call) and ``caps``, the kept arrays' sizes.  Need count
+    ``j + 1`` is the most allocation ``j`` asked for beyond its kept bytes; count 0 is
+    set when some allocation did."""
+
+    __slots__ = ("args", "caps")
+
+    def __init__(self, nslots):
+        self.args = fresh(nslots)
+        self.caps = np.zeros(nslots, np.int64)
+
+
 class KeptMemory:
-    """The memory one compiled adjoint keeps: :meth:`take` the arguments to append to
-    a call, :meth:`give` them back after it."""
+    """The memory one compiled adjoint keeps: :meth:`take` a :class:`KeptSet` whose
+    ``args`` go after the call's own, :meth:`give` it back after the call."""
 
     __slots__ = ("slots", "_free", "__weakref__")
 
@@ -121,32 +136,35 @@ class KeptMemory:
             _pools.add(self)
 
     def take(self):
-        """A set no other call is using: a list of the kept arrays, then the need
-        counts (zero)."""
+        """A :class:`KeptSet` no other call is using."""
         with _lock:
             if self._free:
                 return self._free.pop()
-        return fresh(len(self.slots))
+        return KeptSet(len(self.slots))
 
     def fresh(self):
         """A set that holds nothing (see :func:`fresh`)."""
         return fresh(len(self.slots))
 
     def give(self, kept):
-        """Take back a set after its call: each array grown to what the call needed,
+        """Take back a set after its call: each array grown to what the calls needed,
         while everything kept stays within :func:`limit`."""
-        need = kept[-1]
-        grow = [(j, int(need[j])) for j in range(len(self.slots))
-                if need[j] > kept[j].shape[0]]
-        if grow:
-            extra = sum(n - kept[j].shape[0] for j, n in grow)
-            if _kept_bytes() + _bytes(kept) + extra <= limit():
-                for j, n in grow:
-                    kept[j] = np.empty(n, np.uint8)
-        need[:] = 0
+        if kept.args[-1][0]:
+            self._grow(kept)
         with _lock:
             if len(self._free) < _MAX_SETS and limit() > 0:
                 self._free.append(kept)
+
+    def _grow(self, kept):
+        need, caps = kept.args[-1], kept.caps
+        need[0] = 0
+        grow = [(j, int(need[j + 1])) for j in range(len(self.slots))
+                if need[j + 1] > caps[j]]
+        extra = sum(n - int(caps[j]) for j, n in grow)
+        if _kept_bytes() + _bytes(kept) + extra <= limit():
+            for j, n in grow:
+                kept.args[j] = np.empty(n, np.uint8)
+                caps[j] = n
 
     def nbytes(self):
         with _lock:
@@ -161,7 +179,7 @@ _MAX_SETS = max(2, os.cpu_count() or 1)   # concurrent calls of one adjoint kept
 
 
 def _bytes(kept):
-    return sum(a.nbytes for a in kept[:-1])
+    return int(kept.caps.sum())
 
 
 def _kept_bytes():

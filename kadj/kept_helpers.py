@@ -4,8 +4,8 @@
 (``_kept_array``, ``_kept_zeros``, ``_kept_copy``, ``_kept_like``,
 ``_kept_zeros_like``); :mod:`kadj.call_memory` passes the kept bytes.  Each returns a
 view of the kept bytes ``keep`` (a ``uint8`` array) when they are enough, else new
-memory, as the allocation it replaces would have made, and notes the bytes it asked for
-in ``need[slot]``.
+memory, as the allocation it replaces would have made, and then notes the bytes it
+asked for in ``need[slot]`` and sets ``need[0]`` (the slots start at 1).
 
 Each is a function numba compiles through an overload that ignores literal values
 (``prefer_literal=False``): a generated call passes its slot, and often a size, as a
@@ -35,10 +35,12 @@ def _array(keep, shape, dtype, need, slot):
         if d < 0:              # np.empty raises, as it would have
             fits = False
         nbytes *= d
-    if fits and nbytes > need[slot]:
-        need[slot] = nbytes
     if fits and nbytes <= keep.shape[0]:
         return keep[:nbytes].view(dtype).reshape(shape)
+    if fits:
+        if nbytes > need[slot]:
+            need[slot] = nbytes    # what the caller's pool grows this slot to
+        need[0] = 1                # (slot 0: some slot asked for more than it keeps)
     return np.empty(shape, dtype)
 
 

@@ -20,8 +20,8 @@ growable tape's first (prologue) allocation      all of the kept bytes when more
 A helper returns a view of the kept bytes when they are enough, else new memory (so an
 adjoint called without kept memory allocates exactly what it did before, and a
 bounds-checked run still catches a write past a tape's reservation); each notes the
-bytes it asked for in ``_keep_need``, from which the pool grows the kept array after the
-call.  Each growth of a kept tape (a reservation or capacity check calling
+bytes it asked for in ``_keep_need`` when they were more than it keeps (and sets its
+entry 0), from which the pool grows the kept array after the call.  Each growth of a kept tape (a reservation or capacity check calling
 ``_reserve``) notes the grown tape's size too.
 
 Only names allocated once are kept (a tape, referred to only by its own name, may be
@@ -73,7 +73,7 @@ def _rewrite(x, keep, slot, in_prologue, layouts):
     allocation kept memory can serve."""
     if not (isinstance(x, A.Assign) and x.op == "=" and isinstance(x.target, str)):
         return None
-    tail = f"{NEED}, {slot}"
+    tail = f"{NEED}, {slot + 1}"     # (need[0] says that some slot needs more)
     m = _TAPE.fullmatch(x.value)
     if x.target.startswith("_tape_"):
         kind = x.target[len("_tape_"):]
@@ -156,6 +156,7 @@ def _growth(kind, amount, slot):
     tape, sp = f"_tape_{kind}", f"_sp_{kind}"
     grow = [A.Assign(tape, f"_reserve({tape}, {sp} + {amount})")]
     if kind in slot:
-        grow.append(A.Assign(f"{NEED}[{slot[kind]}]",
-                             f"max({NEED}[{slot[kind]}], {tape}.nbytes)"))
+        j = slot[kind] + 1
+        grow += [A.Assign(f"{NEED}[{j}]", f"max({NEED}[{j}], {tape}.nbytes)"),
+                 A.Assign(f"{NEED}[0]", "1")]
     return A.If(f"{sp} + {amount} > {tape}.shape[0]", grow)

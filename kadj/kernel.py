@@ -194,7 +194,7 @@ class DifferentiatedKernel:
             return self._call(comp.function, call_args)
         kept = pool.take()
         try:
-            return self._call(comp.function, (*call_args, *kept))
+            return self._call(comp.function, (*call_args, *kept.args))
         finally:
             pool.give(kept)
 

@@ -67,8 +67,8 @@ def rows(size, repeat, only=None):
         for _ in range(repeat):
             times["forward"].append(_time(ex.kernel, _copy(args)))
             times["fresh"].append(_time(comp.function, adj_args() + ret + fresh()))
-            times["kept"].append(_time(comp.function, adj_args() + ret + tuple(kept)))
-        kept_bytes = sum(a.nbytes for a in kept[:-1])
+            times["kept"].append(_time(comp.function, adj_args() + ret + tuple(kept.args)))
+        kept_bytes = int(kept.caps.sum())
         pool.give(kept)
         med = {key: statistics.median(v) for key, v in times.items()}
         row = dict(kernel=ex.name, size=n, kept_mb=kept_bytes / 1e6,

@@ -149,8 +149,10 @@ def test_adjoint_keeps_its_memory_and_computes_the_same(name):
         args = make(n, seed=n)
         _same(_pooled(k, args), _fresh(k, args))
         kept = comp.memory._free[-1]
-        assert any(a.shape[0] > 0 for a in kept[:-1]), "nothing kept after a call"
-        assert not kept[-1].any(), "need counts not reset"
+        assert any(a.shape[0] > 0 for a in kept.args[:-1]), "nothing kept after a call"
+        assert [a.shape[0] for a in kept.args[:-1]] == list(kept.caps) == \
+            list(kept.args[-1][1:]), "kept sizes are not the most the calls asked for"
+        assert kept.args[-1][0] == 0, "a need flag left set"
     fd_check(k, make(9, seed=3))
 
 
@@ -179,7 +181,7 @@ def test_kept_memory_is_what_the_largest_call_needed():
     for n in (100, 2000, 50):
         _pooled(k, _args_chain(n))
     (kept,) = comp.memory._free
-    assert [a.shape[0] for a in kept[:-1]] == [2000 * 8]    # one f64 per element
+    assert [a.shape[0] for a in kept.args[:-1]] == [2000 * 8]    # one f64 per element
 
 
 def test_growable_tape_is_kept_at_its_grown_size():
@@ -189,10 +191,10 @@ def test_growable_tape_is_kept_at_its_grown_size():
     tape = comp.memory.slots.index("tape_f64")
     _same(_pooled(k, args), _fresh(k, args))
     (kept,) = comp.memory._free
-    big = kept[tape].shape[0]
+    big = kept.args[tape].shape[0]
     assert big > 1024 * 8, "the tape never grew past its first allocation"
     _same(_pooled(k, args), _fresh(k, args))
-    assert comp.memory._free[0][tape].shape[0] == big, "grew again on the same call"
+    assert comp.memory._free[0].args[tape].shape[0] == big, "grew again on the same call"
     fd_check(k, _args_grow(3, t_end=0.3))
 
 
@@ -231,10 +233,10 @@ def test_limit_zero_keeps_nothing_and_a_small_limit_keeps_no_more():
     assert pool._free == []
     call_memory.set_limit(8 * 100)      # room for 100 entries, the call needs 5000
     _same(_pooled(k, args), _fresh(k, args))
-    assert all(s[0].shape[0] == 0 for s in pool._free)
+    assert all(s.args[0].shape[0] == 0 for s in pool._free)
     call_memory.set_limit(None)
     _pooled(k, args)
-    assert pool._free[0][0].shape[0] == 5000 * 8
+    assert pool._free[0].args[0].shape[0] == 5000 * 8
     assert call_memory.stats()["bytes"] >= 5000 * 8
     call_memory.clear()
     assert pool._free == []
@@ -292,12 +294,12 @@ def test_only_allocations_made_once_are_kept():
                          "_keep_tape_f32", "_keep_need")
     values = [x.value for x in fn.prologue]
     assert values[0] == "_kept_array(_keep_tape_f64, max(1024, _keep_tape_f64.shape[0] " \
-                        "// 8), np.float64, _keep_need, 0)"
-    assert values[2] == "_kept_copy(_keep_x_work, x, _keep_need, 1)"
-    assert values[3] == "_kept_array(_keep_y, (n, 3), np.float32, _keep_need, 2)"
+                        "// 8), np.float64, _keep_need, 1)"
+    assert values[2] == "_kept_copy(_keep_x_work, x, _keep_need, 2)"
+    assert values[3] == "_kept_array(_keep_y, (n, 3), np.float32, _keep_need, 3)"
     assert values[4:] == ["np.zeros(n)", "np.zeros(n)"]     # z, s: assigned again
     assert fn.body[1].body[0].value == "_kept_array(_keep_tape_f32, n, np.float32, " \
-                                       "_keep_need, 3)"
+                                       "_keep_need, 4)"
     assert loop.body[0].value == "np.empty((n,), np.int64)"
     assert {"_kept_array", "_kept_copy"} <= set(ns)
 
@@ -311,7 +313,7 @@ def test_growth_of_a_kept_tape_notes_its_size():
     (grow,) = fn.body[0].body
     assert isinstance(grow, A.If) and grow.cond == "_sp_f64 + 2 > _tape_f64.shape[0]"
     assert [x.value for x in grow.then] == [
-        "_reserve(_tape_f64, _sp_f64 + 2)", "max(_keep_need[0], _tape_f64.nbytes)"]
+        "_reserve(_tape_f64, _sp_f64 + 2)", "max(_keep_need[1], _tape_f64.nbytes)", "1"]
 
 
 def test_user_arrays_untouched_by_kept_calls():
@@ -331,9 +333,12 @@ def test_helpers_keep_numpys_errors():
     need, keep = np.zeros(1, np.int64), np.empty(4096, np.uint8)
     with pytest.raises(ValueError):
         _kept_array(keep, -1, np.float64, need, 0)
-    z = _kept_zeros(keep, (3, 5), np.complex128, need, 0)
+    need = np.zeros(2, np.int64)
+    z = _kept_zeros(keep, (3, 5), np.complex128, need, 1)
     assert z.shape == (3, 5) and z.dtype == np.complex128 and not z.any()
-    assert need[0] == 3 * 5 * 16
+    assert list(need) == [0, 0]                  # it fits in the 4096 kept bytes
+    z = _kept_zeros(keep, (30, 50), np.complex128, need, 1)
+    assert not z.any() and list(need) == [1, 30 * 50 * 16]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"),
