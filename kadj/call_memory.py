@@ -136,11 +136,12 @@ class KeptMemory:
             _pools.add(self)
 
     def take(self):
-        """A :class:`KeptSet` no other call is using."""
-        with _lock:
-            if self._free:
-                return self._free.pop()
-        return KeptSet(len(self.slots))
+        """A :class:`KeptSet` no other call is using (``list.pop`` and ``append`` are
+        atomic: no lock on the path of every call)."""
+        try:
+            return self._free.pop()
+        except IndexError:
+            return KeptSet(len(self.slots))
 
     def fresh(self):
         """A set that holds nothing (see :func:`fresh`)."""
@@ -151,9 +152,8 @@ class KeptMemory:
         while everything kept stays within :func:`limit`."""
         if kept.args[-1][0]:
             self._grow(kept)
-        with _lock:
-            if len(self._free) < _MAX_SETS and limit() > 0:
-                self._free.append(kept)
+        if len(self._free) < _MAX_SETS:     # (a set kept under limit 0 holds nothing)
+            self._free.append(kept)
 
     def _grow(self, kept):
         need, caps = kept.args[-1], kept.caps
@@ -167,12 +167,10 @@ class KeptMemory:
                 caps[j] = n
 
     def nbytes(self):
-        with _lock:
-            return sum(_bytes(s) for s in self._free)
+        return sum(_bytes(s) for s in list(self._free))
 
     def _clear(self):
-        with _lock:
-            self._free.clear()
+        self._free.clear()
 
 
 _MAX_SETS = max(2, os.cpu_count() or 1)   # concurrent calls of one adjoint kept for
@@ -197,9 +195,10 @@ def clear():
 
 
 def stats():
-    """``{"adjoints": adjoints keeping memory, "sets": kept sets, "bytes": their size}``."""
+    """``{"adjoints": adjoints keeping memory, "sets": sets holding some, "bytes": their
+    size}``."""
     with _lock:
         pools = list(_pools)
-    sets = [s for p in pools for s in list(p._free)]
-    return {"adjoints": sum(1 for p in pools if p._free), "sets": len(sets),
-            "bytes": sum(_bytes(s) for s in sets)}
+    sets = [s for p in pools for s in list(p._free) if _bytes(s)]
+    return {"adjoints": sum(1 for p in pools if any(_bytes(s) for s in list(p._free))),
+            "sets": len(sets), "bytes": sum(_bytes(s) for s in sets)}
