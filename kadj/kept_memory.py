@@ -21,8 +21,9 @@ A helper returns a view of the kept bytes when they are enough, else new memory 
 adjoint called without kept memory allocates exactly what it did before, and a
 bounds-checked run still catches a write past a tape's reservation); each notes the
 bytes it asked for in ``_keep_need`` when they were more than it keeps (and sets its
-entry 0), from which the pool grows the kept array after the call.  Each growth of a kept tape (a reservation or capacity check calling
-``_reserve``) notes the grown tape's size too.
+entry 0), from which the pool grows the kept array after the call.  Each growth of a
+kept tape (a reservation or capacity check calling ``_reserve``) notes the grown tape's
+size too.
 
 Only names allocated once are kept (a tape, referred to only by its own name, may be
 allocated again at a later straight-line point: its earlier memory is dead then); the
