@@ -82,12 +82,17 @@ def set_limit(nbytes):
 
 def slots_of(pyfn):
     """The names of the allocations whose memory the adjoint ``pyfn`` takes from its
-    caller (its ``_keep_<name>`` parameters, in order), or ()."""
+    caller: its ``_keep_<name>`` parameters just before its last, ``_keep_need`` (a
+    user's name never is ``_keep_need``, and the adjoint's own parameters end in
+    ``adj_...``), or ()."""
     code = pyfn.__code__
     names = code.co_varnames[:code.co_argcount]
-    if NEED not in names:
+    if not names or names[-1] != NEED:
         return ()
-    return tuple(n[len(PREFIX):] for n in names if n.startswith(PREFIX) and n != NEED)
+    k = len(names) - 1
+    while k > 0 and names[k - 1].startswith(PREFIX):
+        k -= 1
+    return tuple(n[len(PREFIX):] for n in names[k:-1])
 
 
 def for_function(pyfn):

@@ -101,10 +101,11 @@ def _rewrite(x, keep, slot, in_prologue, layouts):
     return None
 
 
-def keep_memory(fn, ns, layouts):
+def keep_memory(fn, ns, layouts, used=None):
     """Rewrite ``fn`` (see the module's doc); ``layouts`` maps the source's array names
-    to their numba types, ``ns`` gets the helpers.  Returns the kept names, in
-    parameter order."""
+    to their numba types, ``ns`` gets the helpers, ``used`` (the writer's name registry,
+    :class:`kadj.adj_naming.Naming`) the parameter names, each made unlike any name the
+    source already has.  Returns the kept names, in parameter order."""
     once = {id(x) for x in fn.prologue} | {id(x) for x, _ in straight_line(fn.body)}
     prologue = {id(x) for x in fn.prologue}
     found = {}          # target -> [allocation nodes]
@@ -119,21 +120,28 @@ def keep_memory(fn, ns, layouts):
     if not kept:
         return ()
     slot = {t: j for j, t in enumerate(kept)}
+    used = set(fn.params) | set(everywhere) if used is None else used
+    param = {t: _fresh(PREFIX + t.lstrip("_"), used) for t in kept}
     for t in kept:
         for x in found[t]:
-            x.value = _rewrite(x, _param(t), slot[t], id(x) in prologue, layouts)
+            x.value = _rewrite(x, param[t], slot[t], id(x) in prologue, layouts)
     tapes = {t[len("_tape_"):]: slot[t] for t in kept if t.startswith("_tape_")}
     if tapes:
         fn.prologue[:] = _grown(fn.prologue, tapes)
         fn.body[:] = _grown(fn.body, tapes)
-    fn.params = tuple(fn.params) + tuple(_param(t) for t in kept) + (NEED,)
+    fn.params = tuple(fn.params) + tuple(param[t] for t in kept) + (NEED,)
     from . import kept_helpers
     ns.update({h: getattr(kept_helpers, h) for h in _HELPERS})
     return tuple(kept)
 
 
-def _param(target):
-    return PREFIX + target.lstrip("_")
+def _fresh(name, used):
+    """``name``, or ``name`` with a suffix when the source already uses it."""
+    out, k = name, 1
+    while out in used:
+        out, k = f"{name}_{k}", k + 1
+    used.add(out)
+    return out
 
 
 def _grown(seq, slot):

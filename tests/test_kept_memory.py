@@ -366,3 +366,28 @@ def test_repeated_call_does_not_fault_its_tape_in_again():
     fresh = min(faults() for _ in range(3))
     assert fresh > pages // 2, (fresh, pages)
     assert kept < pages // 10, (kept, fresh, pages)
+
+
+@njit
+def named_like_kept(x, _keep_need, _keep_b):
+    """A user's names that look like the kept-memory parameters."""
+    b = np.zeros(x.shape[0])
+    _keep_tmp = 0.0
+    for i in range(x.shape[0]):
+        b[i] = math.sin(x[i]) * _keep_need
+        _keep_tmp += b[i]
+    _keep_b[0] = _keep_tmp * b[x.shape[0] - 1]
+
+
+def test_user_names_like_the_kept_parameters_get_their_own():
+    k = kadj.differentiate(named_like_kept)
+    args = (np.linspace(0.1, 1.0, 7), 1.5, np.zeros(1))
+    src = k.adjoint_source(*args)
+    params = src.split("def named_like_kept_adjoint(")[1].split(")")[0].split(", ")
+    assert len(set(params)) == len(params), params
+    assert params[-1] == "_keep_need" and params[1] == "_keep_need_2", params
+    slots = k.compiled(*args).memory.slots
+    assert params[-1 - len(slots):-1] == ["_keep_" + s for s in slots], params
+    assert "_keep_b_1" in params and "_keep_b" in params[:3], params   # b's, the user's
+    for _ in range(2):
+        fd_check(k, args)
