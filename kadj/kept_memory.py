@@ -40,6 +40,7 @@ import re
 from numba.core import types as nbtypes
 
 from . import adj_ir as A
+from . import expr_text
 from .call_memory import NEED, PREFIX
 from .lowering import GROWABLE_START, TAPE_DTYPES
 from .tape_alloc import straight_line
@@ -53,10 +54,7 @@ _HELPERS = ("_kept_array", "_kept_zeros", "_kept_copy", "_kept_like", "_kept_zer
 
 def _call(text):
     """(function text, [argument texts], {keyword: text}) of a call expression, or None."""
-    try:
-        e = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        return None
+    e = expr_text.parse(text)
     if not isinstance(e, ast.Call) or any(k.arg is None for k in e.keywords) or \
             any(isinstance(a, ast.Starred) for a in e.args):
         return None
