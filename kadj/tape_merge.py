@@ -132,7 +132,7 @@ def _joined_amount(fn, order, writes, lo, hi, kind, amount, defined_at):
         return None
     subst = {}
     for name in sorted(used - defined_at):
-        text = _shape_of_params(fn, between, writes, name)
+        text = _shape_of_params(fn, between, writes, name, defined_at)
         if text is None:
             return None
         subst[name] = text
@@ -144,11 +144,12 @@ def _joined_amount(fn, order, writes, lo, hi, kind, amount, defined_at):
     return _substitute(amount, subst)
 
 
-def _shape_of_params(fn, between, writes, name, depth=0):
+def _shape_of_params(fn, between, writes, name, defined_at, depth=0):
     """The text ``name`` is assigned, when its one assignment in the function is one of
     the straight-line statements ``between`` and is a shape expression of parameters
-    the function never assigns (or of such variables: ``t1 = x.shape; n = t1[0]``);
-    else None."""
+    the function never assigns (or of such variables: ``t1 = x.shape; n = t1[0]``; or
+    of variables assigned once, before the earlier reservation: ``defined_at``, kept
+    as they are: ``t16 = n - 2``); else None."""
     if writes.get(name) != 1 or depth > 4:
         return None
     found = [x for x in between if _defined(x) == name]
@@ -161,12 +162,14 @@ def _shape_of_params(fn, between, writes, name, depth=0):
     subst = {}
     for m in re.finditer(r"(?<![\w.])[A-Za-z_]\w*", text):
         n = m.group(0)
+        if n in defined_at and n not in fn.params and writes.get(n) == 1:
+            continue        # its one assignment precedes the earlier reservation
         if n in fn.params:
             # a parameter's shape only (its elements may change), of one never assigned
             if writes.get(n) or not text.startswith(".shape", m.end()):
                 return None
             continue
-        sub = _shape_of_params(fn, between, writes, n, depth + 1)
+        sub = _shape_of_params(fn, between, writes, n, defined_at, depth + 1)
         if sub is None:
             return None
         subst[n] = sub

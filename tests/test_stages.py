@@ -217,6 +217,40 @@ def scratch_diff(x, y):
 
 
 @numba.njit
+def accumulate_then_read(w, x):
+    # h[i] is summed into in place, then read by a later loop (nonlinearly): no store
+    # into h follows that read, so at its reverse h holds what the forward read
+    n = x.shape[0]
+    h = np.zeros(n)
+    for i in range(n):
+        for j in range(3):
+            h[i] += w[i, j] * x[i]
+        h[i] = math.tanh(h[i])
+    s = 0.0
+    for i in range(n):
+        s += h[i] * h[i] * x[i]
+    return s
+
+
+@numba.njit
+def read_then_store_again(w, x):
+    # the second loop reads h, the third overwrites it, the fourth reads it again:
+    # the second loop's reverse needs h as it was before the third loop
+    n = x.shape[0]
+    h = np.zeros(n)
+    for i in range(n):
+        h[i] += w[i, 0] * x[i]
+    s = 0.0
+    for i in range(n):
+        s += h[i] * h[i]
+    for i in range(n):
+        h[i] = h[i] * x[i]
+    for i in range(n):
+        s += h[i] * h[i] * w[i, 1]
+    return s
+
+
+@numba.njit
 def laplace_2d(u, out):
     for i in range(1, u.shape[0] - 1):
         for j in range(1, u.shape[1] - 1):
@@ -446,6 +480,27 @@ def test_scratch_array():
     x = np.random.default_rng(0).standard_normal(9)
     check_grad(k2, (x, np.zeros(9)))
     assert "_tape" not in k2.adjoint_source(x, np.zeros(9))
+
+
+def test_scratch_array_read_after_its_last_store_is_not_restored():
+    w = np.random.default_rng(1).standard_normal((7, 3))
+    x = np.random.default_rng(2).standard_normal(7)
+    k, f = cpu_stages(accumulate_then_read, w, x)
+    # the last loop reads h, and no store into h can run during or after it
+    assert f.scratch_arrays == {"h"} and "h" not in f.restore_arrays
+    k2 = kadj.differentiate(numba.njit(accumulate_then_read.py_func))
+    check_grad(k2, (w, x))
+    src = k2.adjoint_source(w, x)
+    assert "save h[" not in src and "restore h[" not in src
+
+
+def test_scratch_array_stored_after_a_read_is_restored():
+    w = np.random.default_rng(1).standard_normal((7, 2))
+    x = np.random.default_rng(2).standard_normal(7)
+    k, f = cpu_stages(read_then_store_again, w, x)
+    assert "h" in f.restore_arrays
+    k2 = kadj.differentiate(numba.njit(read_then_store_again.py_func))
+    check_grad(k2, (w, x))
 
 
 def test_2d_stencil():

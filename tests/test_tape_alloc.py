@@ -161,3 +161,17 @@ def test_later_loop_of_data_dependent_count_grows_the_tape(n):
     src = k.adjoint_source(x, np.zeros(n))
     assert "_tape_f64 = _kept_array(_keep_tape_f64, " in src and "_tape_f64 = _reserve(" in src, src
     _check_two_loops(k, x, rng.normal(size=n), rng)
+
+
+@pytest.mark.parametrize("n", [1, 2, 9, 3000])
+def test_later_count_of_a_variable_defined_before_the_first_reservation(n):
+    # the back substitution's count ``t = n - 2`` reads ``n = diag.shape[0]``, assigned
+    # once before the first reservation: the later reservation joins the first (one
+    # allocation of the exact size, no growth)
+    from kernels.cpu.recurrences import thomas_solve, thomas_solve_sized
+    from kadj.testing import check_grad
+    k = kadj.differentiate(thomas_solve)
+    args = thomas_solve_sized(np.random.default_rng(n), n)
+    src = k.adjoint_source(*args)
+    assert "5 * max(0, n - 1) + max(0, (n - 2) + 1)" in src and "_reserve" not in src, src
+    check_grad(k, args)

@@ -2,7 +2,8 @@
 reverse sweep reads; of those, the ones the forward overwrites (assigned in a loop or
 more than once) and cannot recompute are pushed on a tape before being overwritten and
 popped in the reverse sweep.  Arrays are restored the same way only when a recomputed
-statement later reads them."""
+statement reads them in the reverse of a loop during or after which a store into them
+can run (otherwise they hold, at that loop's reverse, what the forward read)."""
 from __future__ import annotations
 
 from .. import ir, ops, rules
@@ -112,9 +113,11 @@ def _needed_once(body, a, extra):
                         changed = True
                 if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and \
                         s.expr.array.name not in a.unwritten and (
-                        not a.carried_replay or (
-                            s.target in core and
-                            stored_during_or_after(a, uid, s.expr.array.name))):
+                        not a.carried_replay or s.target in core):
+                    if not stored_during_or_after(a, uid, s.expr.array.name):
+                        # no store can run during or after the loop: at its reverse
+                        # the array holds what the forward read
+                        continue
                     owner = rewriting_loop(a, uid, s.expr.array.name)
                     if owner is not None:
                         # a tile rewritten at each iteration of an enclosing loop:
