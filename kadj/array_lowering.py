@@ -10,7 +10,8 @@ rest of the pipeline sees ordinary element loops:
   ``d = np.empty(shape, dtype)`` and ``for i: d[i] = x[i] - t[i]``.  Scalars are used as
   they are; arrays broadcast NumPy's way (trailing dimensions aligned, a dimension of
   size 1 stretched).  Each NumPy temporary gets its own scratch array (``a * x + b``
-  allocates two): the loops are not fused.
+  allocates two) unless it is an intermediate result of an expression, which is
+  fused into the operation that reads it (:mod:`kadj.array_fusion`).
 * reductions of a whole array: ``np.sum``, ``np.mean``, ``np.max``/``np.min`` (and the
   ``a.sum()`` method forms), ``np.linalg.norm`` of a vector or matrix (Frobenius);
   ``np.sum(a, axis=k)`` / ``a.sum(k)`` along a constant axis; ``np.cumsum`` of a 1-D
@@ -43,6 +44,7 @@ from numba.np import numpy_support
 
 from . import array_checks as checks
 from . import ir
+from .array_fusion import FusionLowering, Fused
 from .array_reduce import METHODS, ReduceLowering
 from .array_views import ViewLowering
 
@@ -86,10 +88,12 @@ def check_no_views(st, body):
                      "copy the view into a scratch array with a loop")
 
 
-class ArrayLowering(ViewLowering, ReduceLowering):
+class ArrayLowering(ViewLowering, ReduceLowering, FusionLowering):
     def __init__(self, st):
         self.st = st
         self.views = {}   # view variable -> _View
+        self.fused = {}   # fused result -> :class:`kadj.array_fusion.Fused`
+        self._index_uses()
         self.defs = {}   # definitions per variable, ``y = y.1`` after ``y += x`` not
         inplace = {s.target.name: s.value.lhs.name for blk in st.blocks.values()
                    for s in blk.body if isinstance(s, nir.Assign) and
@@ -143,9 +147,12 @@ class ArrayLowering(ViewLowering, ReduceLowering):
                       "element-wise loop")
 
     def extents(self, name, out, loc):
-        """Extent operands of array (or view) ``name``, computed into ``out``."""
+        """Extent operands of array (or view, or fused result) ``name``, computed into
+        ``out``."""
         if name in self.views:
             return list(self.views[name].extents)
+        if name in self.fused:
+            return list(self.fused[name].exts)
         t = self.st.types[name]
         if t.ndim == 0:
             self.refuse("a 0-d array", loc)
@@ -229,7 +236,9 @@ class ArrayLowering(ViewLowering, ReduceLowering):
         if into is not None:   # other views of the destination's memory: copy first
             base = self.base_of(into)
             for k, (kind, v) in enumerate(ops):
-                if kind == "array" and v != into and self.base_of(v) == base:
+                if kind == "array" and v in self.fused and base in self.fused_reads(v):
+                    ops[k] = ("array", self.materialize(v, out, loc))
+                elif kind == "array" and v != into and self.base_of(v) == base:
                     ops[k] = ("array", self.copy_of(v, out, loc))
             rtype = st.types[into] if into not in self.views else None
             ndim = len(self.views[into].extents) if into in self.views else rtype.ndim
@@ -268,35 +277,16 @@ class ArrayLowering(ViewLowering, ReduceLowering):
                 if (exts is None and len(have) == 1) or a == into:
                     continue
                 mult[(a, d)] = self.checked(out, checks.stretch, (x, n), loc)
+        if into is None and self.fusable(tgt):   # computed where it is read
+            self.fused[tgt] = Fused(fn, ops, mult, loop_exts, combine, dtype, ndim)
+            return out
         if into is None:
             out += self.alloc(tgt, rtype, loop_exts, loc)
             into = tgt
         idx = [ir.Var(st.fresh("i", types.intp)) for _ in range(ndim)]
         body = []
-        elems = []
-        loaded = {}
-        for kind, v in ops:
-            if kind == "scalar":
-                elems.append(v)
-                continue
-            if v not in loaded:
-                k = st.types[v].ndim if v not in self.views else len(self.views[v].extents)
-                my = []
-                for j in range(k):
-                    d = j + ndim - k
-                    m = mult.get((v, d))
-                    my.append(idx[d] if m is None else
-                              self.iop(body, operator.mul, (idx[d], m), loc))
-                arr, aidx = self.element(v, my, body, loc)
-                et = st.types[self.base_of(v)].dtype
-                loaded[v] = self.tmp(body, "e", et, ir.Load(arr, aidx), loc)
-            elems.append(loaded[v])
-        if combine is not None:
-            value = combine(body, elems, dtype, loc)
-        elif fn is None:
-            value = elems[0]
-        else:
-            value = self.tmp(body, "v", dtype, ir.Op(fn, tuple(elems)), loc)
+        elems = self.elements(ops, mult, ndim, idx, body, loc)
+        value = self.value(fn, combine, elems, dtype, body, loc)
         darr, didx = self.element(into, idx, body, loc)
         body.append(ir.Store(darr, didx, value, loc=loc))
         out += self.nest(idx, loop_exts, body, loc)

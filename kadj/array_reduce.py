@@ -121,15 +121,13 @@ class ReduceLowering:
         dtype = st.types[self.base_of(src)].dtype
         idx = [ir.Var(st.fresh("i", types.intp)) for _ in exts]
         body = []
-        arr, aidx = self.element(src, idx, body, loc)
-        e = self.tmp(body, "e", dtype, ir.Load(arr, aidx), loc)
+        e = self.load(src, idx, body, loc)      # (an element of a fused result too)
         acc = ir.Var(self.acc_name(ttype))
         if kind in ("max", "min"):
             if isinstance(dtype, types.Float):
                 start = ir.Const(-math.inf if kind == "max" else math.inf)
             else:
-                first, fidx = self.element(src, [ir.Const(0)] * len(exts), out, loc)
-                start = self.tmp(out, "first", dtype, ir.Load(first, fidx), loc)
+                start = self.load(src, [ir.Const(0)] * len(exts), out, loc)
             out.append(ir.Assign(acc.name, ir.Copy(start), loc=loc))
             self.update(body, acc, max if kind == "max" else min, e, ttype, loc)
         else:
