@@ -36,17 +36,19 @@ from __future__ import annotations
 from numba.core import types
 
 from . import adj_ir as A
+from .adj_refs import USE, roles_of
 from .lowering import lower_declarations
 from .reverse import Writer
 from .simplify import simplify
 
 
 class GatherWriter(Writer):
-    """The CPU writer with the loop nest of ``nest`` reversed in the gather form."""
+    """The CPU writer with the loop nests of ``nests`` reversed in the gather form."""
 
-    def __init__(self, kernel, an, slot_args, returns_value, fname, nest, serial=True):
+    def __init__(self, kernel, an, slot_args, returns_value, fname, nests, serial=True):
         super().__init__(kernel, an, slot_args, returns_value, fname)
-        self.nest = nest
+        self.nests = {id(n.levels[0]): n for n in nests}
+        self.nest = None         # the nest being written
         self.serial = serial
         self._sums_pass = None   # the pass that also adds the iteration's sums, if any
         self._sums_kept = []     # the sums written in the loop of the sums
@@ -57,9 +59,14 @@ class GatherWriter(Writer):
 
     # ---- the reversed nest -----------------------------------------------------------
     def rev_for(self, s, depth, loop_depth):
-        if s is not self.nest.levels[0]:
+        nest = self.nests.get(id(s))
+        if nest is None:
             return super().rev_for(s, depth, loop_depth)
-        self.write_gather(depth)
+        self.nest, self._sums_pass, self._sums_kept, self._acc = nest, None, [], {}
+        try:
+            self.write_gather(depth)
+        finally:
+            self.nest = None
 
     def write_gather(self, depth):
         nest, a = self.nest, self.a
@@ -83,6 +90,7 @@ class GatherWriter(Writer):
                 raise AssertionError("gather form: a sum not found in its loop")
             sums.what = "consume"
             sums.body[0].text = "# the outputs' adjoints consumed"
+            _drop_unread(sums.body)
         self._outer(0, sums_loop)
         p = [self.fresh(f"p{d}_") for d in range(nd)]
         bounds = []   # (P_lo, P_hi, interior lo, interior hi) per dimension
@@ -262,6 +270,23 @@ def _drop(nodes, gone):
     return count
 
 
+def _drop_unread(nodes):
+    """Remove from ``nodes`` (the loop that only consumes the outputs' adjoints), to a
+    fixpoint, the recomputed values of the iteration (plain names assigned there) that
+    nothing in it reads: they are the iteration's own, and code after the loop reverses
+    statements that ran before it.  (In a nest inside another loop the readability
+    passes would keep them: the forward sweep reads the same names.)"""
+    while True:
+        flat = list(A.walk(nodes))
+        used = {n for x in flat for n, role in roles_of(x) if role == USE}
+        gone = {id(x) for x in flat if isinstance(x, A.Assign) and x.op == "=" and
+                isinstance(x.target, str) and x.target.isidentifier() and
+                not x.target.startswith("_") and x.target not in used}
+        if not gone:
+            return
+        _drop(nodes, gone)
+
+
 def _add(text, k):
     """``text + k`` as source text, folded when ``text`` is an integer literal."""
     try:
@@ -275,11 +300,14 @@ def _add(text, k):
 
 def build_gather_adjoint(kernel, an, slot_args, returns_value, nest, lowered=True,
                          serial=True):
-    """The adjoint IR of a CPU kernel with its stencil nest in the gather form:
-    (Function, writer), as :func:`kadj.reverse.build_adjoint`.  ``serial``: no loop of
-    the form will run in parallel."""
-    w = GatherWriter(kernel, an, slot_args, returns_value, f"{kernel.name}_adjoint", nest,
-                     serial)
+    """The adjoint IR of a CPU kernel with its stencil nest (a
+    :class:`kadj.gather_plan.StencilNest`, or a list of them: the nests inside other
+    loops, :func:`kadj.gather_plan.cpu_stencil_nests`) in the gather form: (Function,
+    writer), as :func:`kadj.reverse.build_adjoint`.  ``serial``: no loop of the form
+    will run in parallel."""
+    nests = list(nest) if isinstance(nest, (list, tuple)) else [nest]
+    w = GatherWriter(kernel, an, slot_args, returns_value, f"{kernel.name}_adjoint",
+                     nests, serial)
     w.slots = None
     fn = w.build()
     if not lowered:

@@ -7,7 +7,9 @@ counters) and read the arrays that need adjoints at constant offsets of the coun
 the loop counters in the role of the thread coordinates and the loop ranges in the role
 of the launch.  :func:`cpu_stencil_plan` returns a :class:`StencilNest` describing the
 nest (levels, counters, the gathered arrays with the offsets of their loads, the
-stored arrays), or the reason why the kernel keeps the scatter form.
+stored arrays), or the reason why the kernel keeps the scatter form;
+:func:`cpu_stencil_nests` the nests inside other loops (the stencil loops of a time
+loop's steps) that qualify on their own.
 """
 from __future__ import annotations
 
@@ -155,7 +157,74 @@ def cpu_stencil_plan(kernel, an):
                 isinstance(s, ir.Assign) and isinstance(s.expr, ir.Alloc):
             return None, "the kernel has statements other than assignments around its " \
                          "loop nest"
-    levels, hoisted = [nests[0]], []
+    return nest_plan(kernel, an, nests[0], _single_defs(kernel))
+
+
+def cpu_stencil_nests(kernel, an):
+    """The stencil nests inside other loops (a time loop's steps) whose reverse may
+    take the gather form, each as a :class:`StencilNest`, outermost candidates first.
+
+    The rest of the adjoint keeps the scatter form; a nest's reverse only reorders the
+    additions its own iterations make (each adjoint element collected once), so it
+    qualifies on what happens inside it: its iterations independent, no array both
+    read and written in it, no value it overwrites recorded (no pop inside its
+    reverse), nothing saved around it, and no loop of the kernel replayed or
+    checkpointed (a replay reruns forward code in the reverse sweep)."""
+    if an.replay or an.checkpoint:
+        return []
+    defs = _single_defs(kernel)
+    found = []
+
+    def visit(stmts, inside):
+        for s in stmts:
+            if isinstance(s, ir.If):
+                visit(s.then, inside)
+                visit(s.orelse, inside)
+            elif isinstance(s, (ir.ForRange, ir.Loop)):
+                nest = None
+                if inside and isinstance(s, ir.ForRange) and an.has_rev.get(id(s)):
+                    nest, _why = _nested_plan(kernel, an, s, defs)
+                if nest is not None:
+                    found.append(nest)
+                else:
+                    visit(s.body, True)
+
+    visit(kernel.body, False)
+    return found
+
+
+def _nested_plan(kernel, an, top, defs):
+    """:func:`nest_plan` for loop ``top`` inside another loop, with the conditions a
+    whole kernel meets by :func:`cpu_stencil_plan`'s own checks."""
+    stmts = list(ir.walk(top.body))
+    loaded, stored = ir.loaded_arrays(top.body), ir.stored_arrays(top.body)
+    if loaded & stored & an.varied_arrays:
+        return None, "an array is both read and written in the nest"
+    if stored & an.restore_arrays or any(
+            isinstance(x, ir.Assign) and x.target in an.pushed for x in stmts):
+        return None, "the nest overwrites values the reverse sweep restores"
+    loops = [top] + [x for x in stmts if isinstance(x, (ir.ForRange, ir.Loop))]
+    if any(x.uid in an.loop_saved or x.uid in an.index_saved for x in loops):
+        return None, "values are saved around a loop of the nest"
+    nest, why = nest_plan(kernel, an, top, defs)
+    if nest is not None and not all(
+            x.expr.fn in _CHEAP for x in ir.walk(nest.body)
+            if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Op)):
+        # each pass recomputes its iteration's adjoint: with divisions or functions,
+        # computing it once per pass costs more than the scattered additions it saves
+        return None, "the nest's iterations compute more than sums and products"
+    return nest, why
+
+
+#: the operations of a nested stencil worth recomputing in every pass of the gather form
+_CHEAP = frozenset({operator.add, operator.sub, operator.mul, operator.neg,
+                    operator.pos})
+
+
+def nest_plan(kernel, an, top, defs):
+    """(:class:`StencilNest`, "") when the loop nest at ``top`` qualifies, else (None,
+    the reason)."""
+    levels, hoisted = [top], []
     while True:
         inner = [s for s in levels[-1].body if isinstance(s, ir.ForRange)]
         if not inner:
@@ -165,7 +234,6 @@ def cpu_stencil_plan(kernel, an):
         hoisted += [s for s in levels[-1].body if s is not inner[0]]
         levels.append(inner[0])
     counters = {s.index: d for d, s in enumerate(levels)}
-    defs = _single_defs(kernel)
     body = levels[-1].body
     local = frozenset(ir.assigned(body))
     for d, s in enumerate(levels):

@@ -390,11 +390,14 @@ _SOURCE_LINE = re.compile(r"# [^\s:]+:\d+: ")
 
 
 def drop_orphan_comments(fn):
-    """A source-line comment directly followed by another one lost its statements."""
+    """A source-line comment directly followed by another one, or ending a statement
+    list after other statements, lost its statements."""
     for seq in lists(fn):
+        last = len(seq) - 1
         seq[:] = [x for k, x in enumerate(seq)
-                  if not (_is_source_comment(x) and k + 1 < len(seq)
-                          and _is_source_comment(seq[k + 1]))]
+                  if not (_is_source_comment(x) and (
+                      k < last and _is_source_comment(seq[k + 1]) or
+                      k == last and any(not isinstance(y, A.Comment) for y in seq)))]
 
 
 def _is_source_comment(x):

@@ -272,3 +272,93 @@ def test_expert_gather_adjoints_of_the_benchmark_agree_with_the_hand_written_one
             bench.EXPERT[name](*args, *got)
             for g, w in zip(got, want):
                 np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+# ---- stencil nests inside other loops (the steps of a time loop) -----------------------
+@njit
+def heat_steps(u, alpha, nsteps):
+    n = u.shape[0]
+    b = np.zeros(n)
+    for step in range(nsteps):
+        for i in range(1, n - 1):
+            b[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
+        for i in range(1, n - 1):
+            u[i] = b[i]
+
+
+@njit
+def heat2d_steps(u, c, nsteps):
+    n, m = u.shape
+    tmp = np.zeros((n, m))
+    for step in range(nsteps):
+        for i in range(1, n - 1):
+            for j in range(1, m - 1):
+                tmp[i, j] = u[i, j] + c * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1]
+                                           + u[i, j + 1] - 4.0 * u[i, j])
+        for i in range(1, n - 1):
+            for j in range(1, m - 1):
+                u[i, j] = tmp[i, j]
+
+
+@njit
+def alternating(u, w, a, nsteps):
+    # two stencils, one per branch, and a while loop of steps
+    n = u.shape[0]
+    v = np.zeros(n)
+    step = 0
+    while step < nsteps:
+        if step % 2 == 0:
+            for i in range(1, n - 1):
+                v[i] = a * u[i - 1] + u[i] * w[i] - a * u[i + 1]
+        else:
+            for i in range(2, n - 2):
+                v[i] = u[i + 2] * a + u[i - 2] * w[i]
+        for i in range(1, n - 1):
+            u[i] = v[i]
+        step += 1
+
+
+@njit
+def limited_steps(u, kappa, nsteps):
+    # a nonlinear stencil (a division per iteration): its passes would recompute it
+    n = u.shape[0]
+    f = np.zeros(n)
+    for step in range(nsteps):
+        for i in range(1, n):
+            d = u[i] - u[i - 1]
+            f[i] = kappa * d / (1.0 + d * d)
+        for i in range(1, n - 1):
+            u[i] += f[i + 1] - f[i]
+
+
+NESTED = [
+    ("heat_steps", heat_steps, lambda r, n: [r.standard_normal(n), 0.2, 3], [3, 4, 5, 40],
+     1),
+    ("heat2d_steps", heat2d_steps, lambda r, s: [r.standard_normal(s), 0.1, 2],
+     [(3, 3), (4, 6), (9, 7)], 1),
+    ("alternating", alternating,
+     lambda r, n: [r.standard_normal(n), r.standard_normal(n), 0.3, 3], [3, 4, 5, 6, 30],
+     2),
+]
+
+
+@pytest.mark.parametrize("name,fn,make,sizes,nests", NESTED, ids=[c[0] for c in NESTED])
+def test_stencil_nests_inside_a_time_loop(name, fn, make, sizes, nests):
+    # each stencil nest of a step is reversed in the gather form, the rest scatter;
+    # gradients against finite differences down to an empty interior, and the same
+    # adjoint buffers as the scatter form
+    k = kadj.differentiate(fn)
+    scatter = kadj.differentiate(fn, gather=False)
+    for t, size in enumerate(sizes):
+        args = make(_rng(t), size)
+        assert k.adjoint_source(*args).count("# gather form") == nests, name
+        fd_check(k, args, seed=t)
+        for g, s in zip(_adjoint(k, args, t), _adjoint(scatter, args, t)):
+            np.testing.assert_allclose(g, s, rtol=1e-12, atol=1e-12)
+
+
+def test_nested_nest_with_divisions_keeps_the_scatter_form():
+    args = [_rng(0).standard_normal(12), 0.3, 3]
+    k = kadj.differentiate(limited_steps)
+    assert "gather form" not in k.adjoint_source(*args)
+    fd_check(k, args)

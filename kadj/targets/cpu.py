@@ -20,7 +20,9 @@ writes its own element and reads arrays at constant offsets of the loop counters
 the gather form, each adjoint element written once (:mod:`kadj.cpu_gather`; which nests
 qualify: :mod:`kadj.gather_plan`), unless its scatter form runs in parallel; a nest asked
 to run in parallel whose scatter form would race (a neighbour stencil) runs the gather
-form's loops in parallel where race-free; False: the scatter form.
+form's loops in parallel where race-free; a stencil nest inside another loop (the
+stencil loops of a time loop's steps) takes it too when it qualifies on its own
+(:func:`kadj.gather_plan.cpu_stencil_nests`); False: the scatter form.
 
 Option ``checkpoints`` (default None: off): with ``checkpoints=N`` (or True: 24), loops
 whose iterations carry state and would record a tape growing with their trip count
@@ -89,6 +91,14 @@ def gather_form(kernel, facts, options):
     return gather_plan.cpu_stencil_plan(kernel, facts)
 
 
+def _nested_gather(kernel, facts, options):
+    """The stencil nests inside other loops whose reverse takes the gather form
+    (:func:`kadj.gather_plan.cpu_stencil_nests`); none with ``gather=False``."""
+    if options.get("gather") is False:
+        return []
+    return gather_plan.cpu_stencil_nests(kernel, facts)
+
+
 def _write(prepared, facts, plan, options):
     """The scatter form with its loops run in parallel where asked and possible;
     otherwise the gather form of a stencil nest, when the kernel qualifies; otherwise
@@ -118,9 +128,15 @@ def _write(prepared, facts, plan, options):
             # sums' loop (reductions), run in parallel where race-free
             parallel.parallelise_loops(fn, w.ns, w.outer_loops)
     elif not wanted:
-        fn, w = reverse.build_adjoint(kernel, facts, slot_names, plan.returns_value,
-                                      slots=options.get("checkpoints"))
-        jam_replayed(fn)    # replayed iterations side by side (kadj.lane_jam)
+        # the stencil nests of a time loop's steps in the gather form, the rest scatter
+        nested = _nested_gather(kernel, facts, options)
+        if nested:
+            fn, w = cpu_gather.build_gather_adjoint(kernel, facts, slot_names,
+                                                    plan.returns_value, nested)
+        else:
+            fn, w = reverse.build_adjoint(kernel, facts, slot_names, plan.returns_value,
+                                          slots=options.get("checkpoints"))
+            jam_replayed(fn)    # replayed iterations side by side (kadj.lane_jam)
     vector_sums(fn, w)      # scalar sums in loops: LLVM may vectorise them
     _outline_rows(fn, w, options)
     return _written(fn, w)
