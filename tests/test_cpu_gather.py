@@ -275,15 +275,7 @@ def test_expert_gather_adjoints_of_the_benchmark_agree_with_the_hand_written_one
 
 
 # ---- stencil nests inside other loops (the steps of a time loop) -----------------------
-@njit
-def heat_steps(u, alpha, nsteps):
-    n = u.shape[0]
-    b = np.zeros(n)
-    for step in range(nsteps):
-        for i in range(1, n - 1):
-            b[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
-        for i in range(1, n - 1):
-            u[i] = b[i]
+from kernels.cpu.stencils import heat_steps_scratch as heat_steps  # noqa: E402
 
 
 @njit
