@@ -93,8 +93,9 @@ def gather_form(kernel, facts, options):
 
 def _nested_gather(kernel, facts, options):
     """The stencil nests inside other loops whose reverse takes the gather form
-    (:func:`kadj.gather_plan.cpu_stencil_nests`); none with ``gather=False``."""
-    if options.get("gather") is False:
+    (:func:`kadj.gather_plan.cpu_stencil_nests`); none with ``gather=False`` or with
+    ``checkpoints=`` (whose loops the scatter writer reverses from checkpoints)."""
+    if options.get("gather") is False or options.get("checkpoints"):
         return []
     return gather_plan.cpu_stencil_nests(kernel, facts)
 
