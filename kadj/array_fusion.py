@@ -11,13 +11,15 @@ whole: the statement above becomes one loop computing the right-hand side into o
 scratch array (the destination is read at other offsets, so NumPy's semantics need
 the copy) and the loop storing it.
 
-An intermediate result is fused when it is one of numba's temporaries (a ``$`` name:
-a part of an expression, never a variable of the source), defined by an element-wise
-operation, used exactly once, in the same block, by an element-wise operator or ufunc
-(or ``np.where``), a whole-array reduction (``np.sum(d * d)``), or an assignment into
-a slice or an in-place operator; and everything between its definition and that use
-only computes other temporaries (no store, no call that could write an array).  Its
-operands are then unchanged when it is computed at its use.  A fused result that
+An intermediate result is fused when it is defined once by an element-wise operation
+(one of numba's temporaries, a ``$`` name, or a variable of the source assigned once:
+``d = u - target``) and read by exactly one later statement of the same block (``d * d``
+reads ``d`` twice, in one operation), an element-wise operator or ufunc (or
+``np.where``), a whole-array reduction (``np.sum(d * d)``), or an assignment into a
+slice or an in-place operator; and everything between its definition and that use
+only computes numba's temporaries (no store, no call that could write an array, no
+assignment of a variable of the source).  Its operands are then unchanged when it is
+computed at its use.  A fused result that
 reads the array a slice assignment or in-place operator writes is computed into a
 scratch array first (:meth:`FusionLowering.materialize`), as NumPy computes the
 right-hand side before it writes.  Shapes are still checked where each operation
@@ -62,24 +64,27 @@ class FusionLowering:
     """Methods of :class:`kadj.array_lowering.ArrayLowering` for fused results."""
 
     def _index_uses(self):
-        """Where each temporary is defined and used: ``{name: (label, position)}`` and
+        """Where each variable is defined and used: ``{name: (label, position)}`` and
         ``{name: [(label, position), ...]}``."""
         self.def_at, self.uses = {}, {}
         for label, blk in self.st.blocks.items():
             for k, s in enumerate(blk.body):
                 target = s.target.name if isinstance(s, nir.Assign) else None
-                if target is not None and target.startswith("$"):
+                if target is not None:
                     self.def_at[target] = (label, k)
                 for v in s.list_vars():
-                    if v.name != target and v.name.startswith("$"):
+                    if v.name != target:
                         self.uses.setdefault(v.name, []).append((label, k))
 
     def fusable(self, tgt):
         """May element-wise result ``tgt`` be computed where it is read?"""
-        if not tgt.startswith("$") or self.defs.get(tgt, 0) != 1:
+        if self.defs.get(tgt, 0) != 1:
             return False
-        use, at = self.uses.get(tgt, ()), self.def_at.get(tgt)
-        if len(use) != 1 or at is None or use[0][0] != at[0] or use[0][1] <= at[1]:
+        use, at = set(self.uses.get(tgt, ())), self.def_at.get(tgt)
+        if len(use) != 1 or at is None:
+            return False
+        use = sorted(use)
+        if use[0][0] != at[0] or use[0][1] <= at[1]:
             return False
         body = self.st.blocks[at[0]].body
         return all(self._computes_only(s) for s in body[at[1] + 1:use[0][1]]) and \
