@@ -10,6 +10,7 @@ code as built (where names occur: :mod:`kadj.adj_refs`).
 * :func:`kadj.simplify_zero.assign_first_contributions`: ``adj_v += e`` where
   ``adj_v`` is known to be zero becomes ``adj_v = e``.
 * :func:`remove_dead`: assignments to an adjoint variable that nothing ever reads.
+* :func:`drop_empty_ifs`: an ``if`` on a pure condition whose branches are empty.
 * :func:`source_loop_headers`: ``# reversed: for i in range(1, t3, 1)`` spelled as the
   kernel's own loop header, when the header's source line is at hand.
 * the passes of :mod:`kadj.simplify_expr`: ``bool()`` of a comparison dropped,
@@ -52,8 +53,32 @@ def simplify(fn, types=None):
     source_loop_headers(fn)
     join_scopes(fn, scopes)
     drop_free_suffixes(fn)
+    drop_empty_ifs(fn)
     _fill_empty_bodies([fn])
     return fn
+
+
+def _prints_code(seq):
+    return any(_prints_code(x.body) if isinstance(x, (A.ReverseLoop, A.Block))
+               else not isinstance(x, A.Comment) for x in seq)
+
+
+def _only_pass(seq):
+    return not _prints_code([x for x in seq if not isinstance(x, A.Pass)])
+
+
+def drop_empty_ifs(fn):
+    """An ``if`` on a pure condition whose branches lost every statement (a replayed
+    iteration's branches of skipped stores) is dropped, innermost first."""
+    def visit(seq):
+        for x in seq:
+            for child in x.children():
+                visit(child)
+        seq[:] = [x for x in seq if not (
+            isinstance(x, A.If) and pure(x.cond) and
+            _only_pass(x.then) and _only_pass(x.orelse))]
+    visit(fn.prologue)
+    visit(fn.body)
 
 
 # ---- copy propagation ---------------------------------------------------------------------
@@ -148,9 +173,7 @@ def remove_dead(fn, idx=None):
 
 def _fill_empty_bodies(nodes):
     """A compound statement whose body lost every statement gets ``pass``."""
-    def prints_code(seq):
-        return any(prints_code(x.body) if isinstance(x, (A.ReverseLoop, A.Block))
-                   else not isinstance(x, A.Comment) for x in seq)
+    prints_code = _prints_code
     for x in A.walk(nodes):
         if isinstance(x, A.If):
             if not prints_code(x.then):

@@ -97,10 +97,19 @@ def test_dead_adjoints_are_removed_and_bodies_stay_valid():
     assert "adj_x[1] += adj_x[0]" not in render(f)  # not a copy: left to folding
     simplify(f)
     src = render(f)
-    assert "adj_t" not in src and "pass" in src and "adj_x[1] += adj_x[0]" in src
+    # the if whose branch lost every statement is dropped (its condition is pure)
+    assert "adj_t" not in src and "if " not in src and "adj_x[1] += adj_x[0]" in src
     adj_x = [2.0, 0.0]
     run(f, adj_x=adj_x)
     assert adj_x == [2.0, 2.0]
+
+
+def test_empty_if_on_an_impure_condition_is_kept():
+    f = fn(A.If("record(adj_x[0]) > 0.0", then=[A.Assign(v("adj_t"), "0.0")]),
+           A.Accumulate(elem("adj_x", "1"), "+=", "adj_x[0]"), params=("adj_x",))
+    simplify(f)
+    src = render(f)
+    assert "if record(adj_x[0]) > 0.0:" in src and "pass" in src
 
 
 def test_impure_or_atomic_accumulations_are_kept():
