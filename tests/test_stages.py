@@ -653,3 +653,67 @@ def test_values_under_a_recorded_condition_are_recomputed():
         src = k.adjoint_source(*args)
         assert "_tape_f64" not in src and "_tape_i64" in src
         check_grad(k, args)
+
+
+@numba.njit
+def recurrence_behind(y, x, a):
+    for i in range(1, y.shape[0]):
+        y[i] = a * y[i - 1] + x[i]
+
+
+@numba.njit
+def recurrence_ahead(y, x, a):
+    # reads the element the next iteration overwrites: recorded
+    for i in range(0, y.shape[0] - 1):
+        y[i] = a * y[i + 1] * y[i + 1] + x[i]
+
+
+@numba.njit
+def recurrence_then_store(y, x, a):
+    # y[0], read by the first iteration, is overwritten after the loop
+    n = y.shape[0]
+    for i in range(1, n):
+        y[i] = a * y[i - 1] * y[i - 1] + x[i]
+    y[0] = 0.5 * y[n - 1]
+
+
+@numba.njit
+def recurrence_wrapping(y, x, a):
+    # at i = 0, y[i - 1] is y[-1]: the last element, overwritten later
+    for i in range(y.shape[0]):
+        y[i] = a * y[i - 1] * y[i - 1] + x[i]
+
+
+@numba.njit
+def recurrence_in_time_loop(y, x, a, steps):
+    for t in range(steps):
+        for i in range(1, y.shape[0]):
+            y[i] = a * y[i - 1] * y[i - 1] + x[i]
+
+
+def test_recurrence_reads_behind_itself_without_a_tape():
+    # y[i - 1] was written by the previous iteration and no later one writes it: at the
+    # reverse it still holds what was read (kadj/analysis/memory.py: written_behind)
+    y = np.random.default_rng(1).standard_normal(9)
+    x = np.random.default_rng(2).standard_normal(9)
+    k, f = cpu_stages(recurrence_behind, y, x, 0.7)
+    assert not f.pushed and "y" not in f.restore_arrays
+    k2 = kadj.differentiate(numba.njit(recurrence_behind.py_func))
+    for n in (1, 2, 3, 9, 1500):
+        args = (np.random.default_rng(n).uniform(-1, 1, n),
+                np.random.default_rng(n + 1).uniform(-1, 1, n), 0.7)
+        check_grad(k2, args)
+    assert "_tape" not in k2.adjoint_source(y, x, 0.7)
+
+
+@pytest.mark.parametrize("fn,extra", [(recurrence_ahead, ()), (recurrence_then_store, ()),
+                                      (recurrence_wrapping, ()),
+                                      (recurrence_in_time_loop, (3,))])
+def test_reads_the_recurrence_overwrites_later_are_recorded(fn, extra):
+    for n in (1, 2, 3, 8):
+        args = (np.random.default_rng(n).uniform(-1, 1, n),
+                np.random.default_rng(n + 1).uniform(-1, 1, n), 0.6) + extra
+        k = kadj.differentiate(numba.njit(fn.py_func))
+        check_grad(k, args)
+        if n == 8:
+            assert "_tape" in k.adjoint_source(*args)

@@ -163,15 +163,27 @@ def test_later_loop_of_data_dependent_count_grows_the_tape(n):
     _check_two_loops(k, x, rng.normal(size=n), rng)
 
 
+@njit
+def _two_counts(x, y):
+    n = x.shape[0]
+    s = 0.0
+    for i in range(n):
+        s = 0.5 * s * s + x[i]
+        y[i] = s
+    m = n - 2
+    for i in range(m, -1, -1):
+        y[i] = y[i] * y[i + 1]
+
+
 @pytest.mark.parametrize("n", [1, 2, 9, 3000])
 def test_later_count_of_a_variable_defined_before_the_first_reservation(n):
-    # the back substitution's count ``t = n - 2`` reads ``n = diag.shape[0]``, assigned
-    # once before the first reservation: the later reservation joins the first (one
+    # the second loop's count ``m = n - 2`` reads ``n = x.shape[0]``, assigned once
+    # before the first reservation: the later reservation joins the first (one
     # allocation of the exact size, no growth)
-    from kernels.cpu.recurrences import thomas_solve, thomas_solve_sized
     from kadj.testing import check_grad
-    k = kadj.differentiate(thomas_solve)
-    args = thomas_solve_sized(np.random.default_rng(n), n)
+    k = kadj.differentiate(_two_counts)
+    rng = np.random.default_rng(n)
+    args = (rng.uniform(-0.5, 0.5, n), np.zeros(n))
     src = k.adjoint_source(*args)
-    assert "5 * max(0, n - 1) + max(0, (n - 2) + 1)" in src and "_reserve" not in src, src
+    assert "2 * max(0, n) + 2 * max(0, (n - 2) + 1)" in src and "_reserve" not in src, src
     check_grad(k, args)

@@ -77,3 +77,54 @@ def stored_during_or_after(a, uid, arr):
                 y is order[pos] for y in ir.walk(x.body)) and arr in ir.stored_arrays(x.body):
             return True
     return False
+
+
+def written_behind(a, loop, load):
+    """Does ``load`` (an :class:`ir.Load` in ``loop``'s body) read an element the loop
+    wrote behind itself?  On the CPU (no checkpoints), for a loop going up by 1 that
+    stores the 1-D array only at ``i + s`` and reads it here at ``i + r`` with
+    ``r < s`` (both at or above index 0 from the loop's constant start), outside any
+    other loop, with no store into the array after it: each later iteration writes a
+    higher element, so the element read keeps, to the end of the forward sweep and at
+    the loop's reverse, the value the iteration read (a recurrence's ``y[i - 1]``).
+    Such a load is recomputed, not recorded, and its array is not restored for it."""
+    from ..gather_plan import _const, _single_defs, coord_offset
+    if a.carried_replay or not isinstance(loop, ir.ForRange) or len(load.index) != 1:
+        return False
+    if not (isinstance(loop.step, ir.Const) and loop.step.value == 1):
+        return False
+    defs = _single_defs(a.kernel)
+    start = _const(loop.start, defs)
+    counters = {loop.index: 0}
+    read = coord_offset(load.index[0], counters, defs)
+    if start is None or read is None or start + read[1] < 0:
+        return False
+    arr, write = load.array.name, None
+    for x in ir.walk(loop.body):
+        if isinstance(x, (ir.Break, ir.Continue, ir.Return)):
+            return False
+        if isinstance(x, ir.Store) and x.array.name == arr:
+            at = coord_offset(x.index[0], counters, defs) if len(x.index) == 1 else None
+            if at is None or write not in (None, at[1]):
+                return False
+            write = at[1]
+    if write is None or read[1] >= write or start + write < 0:
+        return False
+    inside = {id(x) for x in ir.walk(loop.body)}
+    seen = False
+    for x in ir.walk(a.kernel.body):
+        if x is loop:
+            seen = True
+        elif isinstance(x, (ir.ForRange, ir.Loop)) and not seen and id(loop) in {
+                id(y) for y in ir.walk(x.body)}:
+            return False        # an enclosing loop runs this one again
+        elif seen and id(x) not in inside and isinstance(x, ir.Store) and \
+                x.array.name == arr:
+            return False        # a store after the loop
+    return True
+
+
+def loop_of(a, uid):
+    """The loop statement of ``uid``."""
+    return next(x for x in ir.walk(a.kernel.body)
+                if isinstance(x, (ir.ForRange, ir.Loop)) and x.uid == uid)

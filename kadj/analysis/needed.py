@@ -7,7 +7,7 @@ can run (otherwise they hold, at that loop's reverse, what the forward read)."""
 from __future__ import annotations
 
 from .. import ir, ops, rules
-from .memory import rewriting_loop, stored_during_or_after
+from .memory import loop_of, rewriting_loop, stored_during_or_after, written_behind
 from .recompute import index_read_outside
 
 def partial_reads(s, a):
@@ -114,7 +114,8 @@ def _needed_once(body, a, extra):
                 if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and \
                         s.expr.array.name not in a.unwritten and (
                         not a.carried_replay or s.target in core):
-                    if not stored_during_or_after(a, uid, s.expr.array.name):
+                    if not stored_during_or_after(a, uid, s.expr.array.name) or \
+                            written_behind(a, loop_of(a, uid), s.expr):
                         # no store can run during or after the loop: at its reverse
                         # the array holds what the forward read
                         continue

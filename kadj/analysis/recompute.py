@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ir
+from .memory import written_behind
 
 def recompute(stmts, a):
     for s in stmts:
@@ -64,7 +65,8 @@ def _recompute_loop(loop, a):
             return False
         if a.assign_count.get(s.target, 0) != allowed_count.get(s.target, 0):
             return False
-        if isinstance(e, ir.Load) and e.array.name in stored_in:
+        if isinstance(e, ir.Load) and e.array.name in stored_in and \
+                not written_behind(a, loop, e):
             return False
         if isinstance(e, ir.Op) and getattr(e.fn, "_kadj_impure", False):
             return False
