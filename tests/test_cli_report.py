@@ -20,7 +20,7 @@ from numba import njit
 @njit
 def recurrence(y, x, a):
     for i in range(1, y.shape[0]):
-        y[i] = a * y[i - 1] + x[i]
+        y[i] = a * y[i - 1] * y[i] + x[i]
 '''
 
 CUDA_MODULE = '''
@@ -63,8 +63,9 @@ def saved(target, tmp_path_factory):
 def test_json_card_of_a_cpu_kernel(saved):
     card = json.loads(saved.read_text())
     assert card["kernel"] == "recurrence" and card["target"] == "cpu"
-    # the loop runs N - 1 iterations; the value it loads from y[i - 1] is defined afresh
-    # in each and saved from the second on (the last one stays in its variable)
+    # the loop runs N - 1 iterations; the value it loads from y[i] (which it then
+    # overwrites) is defined afresh in each and saved from the second on (the last one
+    # stays in its variable); y[i - 1] is recomputed
     assert card["recorded_values"] == SAVED and card["tape_bytes"] == 8 * SAVED
     assert card["tape_by_kind"] == {"f64": SAVED} and card["tape_per"] == "call"
     assert card["accumulation"] == {"y": "plain", "x": "plain", "a": "plain"}

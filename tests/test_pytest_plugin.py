@@ -28,7 +28,7 @@ from kadj.plan import AdjointPlan
 @njit
 def recurrence(y, x, a):
     for i in range(1, y.shape[0]):
-        y[i] = a * y[i - 1] + x[i]
+        y[i] = a * y[i - 1] * y[i] + x[i]
 
 
 class WrongScale:
@@ -114,7 +114,7 @@ def test_checks_pass_fail_readably_and_benchmark_records_the_cost_card(inner, tm
     (bench,) = json.loads(saved.read_text())["benchmarks"]
     info = bench["extra_info"]
     # 48 float64 values recorded: the loop's 49 iterations each define afresh the value
-    # loaded from y[i - 1], saved from the second iteration on
+    # loaded from y[i] (then overwritten), saved from the second iteration on
     assert info["kadj_recorded_values"] == 48 and info["kadj_tape_bytes"] == 48 * 8
     assert info["kadj_tape_per"] == "call"
     assert info["kadj_accumulation"] == {"y": "plain", "x": "plain", "a": "plain"}

@@ -662,6 +662,20 @@ def recurrence_behind(y, x, a):
 
 
 @numba.njit
+def recurrence_down(y, x, a):
+    # going down: y[i + 1] was written by the previous iteration
+    for i in range(y.shape[0] - 2, -1, -1):
+        y[i] = math.tanh(a * y[i + 1]) + x[i]
+
+
+@numba.njit
+def recurrence_down_reading_below(y, x, a):
+    # going down, reading y[i - 1]: the next iteration overwrites it
+    for i in range(y.shape[0] - 1, 0, -1):
+        y[i] = a * y[i - 1] * y[i - 1] + x[i]
+
+
+@numba.njit
 def recurrence_ahead(y, x, a):
     # reads the element the next iteration overwrites: recorded
     for i in range(0, y.shape[0] - 1):
@@ -691,14 +705,16 @@ def recurrence_in_time_loop(y, x, a, steps):
             y[i] = a * y[i - 1] * y[i - 1] + x[i]
 
 
-def test_recurrence_reads_behind_itself_without_a_tape():
-    # y[i - 1] was written by the previous iteration and no later one writes it: at the
-    # reverse it still holds what was read (kadj/analysis/memory.py: written_behind)
-    y = np.random.default_rng(1).standard_normal(9)
-    x = np.random.default_rng(2).standard_normal(9)
-    k, f = cpu_stages(recurrence_behind, y, x, 0.7)
+@pytest.mark.parametrize("fn", [recurrence_behind, recurrence_down])
+def test_recurrence_reads_behind_itself_without_a_tape(fn):
+    # y[i - 1] (going up; y[i + 1] going down) was written by the previous iteration and
+    # no later one writes it: at the reverse it still holds what was read
+    # (kadj/analysis/memory.py: written_behind)
+    y = np.random.default_rng(1).uniform(-1, 1, 9)
+    x = np.random.default_rng(2).uniform(-1, 1, 9)
+    k, f = cpu_stages(fn, y, x, 0.7)
     assert not f.pushed and "y" not in f.restore_arrays
-    k2 = kadj.differentiate(numba.njit(recurrence_behind.py_func))
+    k2 = kadj.differentiate(numba.njit(fn.py_func))
     for n in (1, 2, 3, 9, 1500):
         args = (np.random.default_rng(n).uniform(-1, 1, n),
                 np.random.default_rng(n + 1).uniform(-1, 1, n), 0.7)
@@ -707,6 +723,7 @@ def test_recurrence_reads_behind_itself_without_a_tape():
 
 
 @pytest.mark.parametrize("fn,extra", [(recurrence_ahead, ()), (recurrence_then_store, ()),
+                                      (recurrence_down_reading_below, ()),
                                       (recurrence_wrapping, ()),
                                       (recurrence_in_time_loop, (3,))])
 def test_reads_the_recurrence_overwrites_later_are_recorded(fn, extra):

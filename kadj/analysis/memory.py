@@ -83,21 +83,25 @@ def written_behind(a, loop, load):
     """Does ``load`` (an :class:`ir.Load` in ``loop``'s body) read an element the loop
     wrote behind itself?  On the CPU (no checkpoints), for a loop going up by 1 that
     stores the 1-D array only at ``i + s`` and reads it here at ``i + r`` with
-    ``r < s`` (both at or above index 0 from the loop's constant start), outside any
-    other loop, with no store into the array after it: each later iteration writes a
-    higher element, so the element read keeps, to the end of the forward sweep and at
-    the loop's reverse, the value the iteration read (a recurrence's ``y[i - 1]``).
-    Such a load is recomputed, not recorded, and its array is not restored for it."""
+    ``r < s`` (or going down by 1, with ``r > s``), every index at or above 0 (from the
+    loop's constant start, or going down its constant stop), outside any other loop,
+    with no store into the array after it: each later iteration writes an element
+    further on, so the element read keeps, to the end of the forward sweep and at the
+    loop's reverse, the value the iteration read (a recurrence's ``y[i - 1]``, a back
+    substitution's ``x[i + 1]``).  Such a load is recomputed, not recorded, and its
+    array is not restored for it."""
     from ..gather_plan import _const, _single_defs, coord_offset
     if a.carried_replay or not isinstance(loop, ir.ForRange) or len(load.index) != 1:
         return False
-    if not (isinstance(loop.step, ir.Const) and loop.step.value == 1):
+    step = loop.step.value if isinstance(loop.step, ir.Const) else None
+    if step not in (1, -1) or isinstance(step, bool):
         return False
     defs = _single_defs(a.kernel)
-    start = _const(loop.start, defs)
+    bound = _const(loop.start, defs) if step == 1 else _const(loop.stop, defs)
+    lowest = None if bound is None else bound if step == 1 else bound + 1
     counters = {loop.index: 0}
     read = coord_offset(load.index[0], counters, defs)
-    if start is None or read is None or start + read[1] < 0:
+    if lowest is None or read is None or lowest + read[1] < 0:
         return False
     arr, write = load.array.name, None
     for x in ir.walk(loop.body):
@@ -108,7 +112,7 @@ def written_behind(a, loop, load):
             if at is None or write not in (None, at[1]):
                 return False
             write = at[1]
-    if write is None or read[1] >= write or start + write < 0:
+    if write is None or lowest + write < 0 or (read[1] - write) * step >= 0:
         return False
     inside = {id(x) for x in ir.walk(loop.body)}
     seen = False
