@@ -171,8 +171,8 @@ def _two_counts(x, y):
         s = 0.5 * s * s + x[i]
         y[i] = s
     m = n - 2
-    for i in range(m, -1, -1):
-        y[i] = y[i] * y[i + 1]
+    for i in range(m, -1, -1):      # records the y[i] it reads, then overwrites
+        y[i] = y[i] * y[i] + y[i + 1]
 
 
 @pytest.mark.parametrize("n", [1, 2, 9, 3000])
