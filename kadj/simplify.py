@@ -173,14 +173,13 @@ def remove_dead(fn, idx=None):
 
 def _fill_empty_bodies(nodes):
     """A compound statement whose body lost every statement gets ``pass``."""
-    prints_code = _prints_code
     for x in A.walk(nodes):
         if isinstance(x, A.If):
-            if not prints_code(x.then):
+            if not _prints_code(x.then):
                 x.then.append(A.Pass())
-            if x.orelse and not prints_code(x.orelse):
+            if x.orelse and not _prints_code(x.orelse):
                 x.orelse.append(A.Pass())
-        elif isinstance(x, (A.For, A.While)) and not prints_code(x.body):
+        elif isinstance(x, (A.For, A.While)) and not _prints_code(x.body):
             x.body.append(A.Pass())
 
 
