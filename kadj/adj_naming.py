@@ -52,6 +52,10 @@ class Naming:
     beside ``x``, ``t1``, ``u_work``), gets a suffix instead."""
 
     def init_names(self, kernel, fname):
+        # a lambda's name (``<lambda>_adjoint``) as an identifier: ``_lambda__adjoint``
+        fname = re.sub(r"\W", "_", fname)
+        self.fname = fname if fname[:1].isalpha() or fname[:1] == "_" else f"_{fname}"
+        fname = self.fname
         self.ns = {"math": math, "np": np}
         self.names = {}
         self.tmp = 0

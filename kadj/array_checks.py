@@ -34,3 +34,13 @@ def inner_extent(a, b):
         raise ValueError("incompatible array sizes for np.dot(a, b) or a @ b: the "
                          "inner dimensions differ")
     return a
+
+
+@cached_njit(inline="always")
+def nonempty(n):
+    """Extent ``n`` of an array that ``np.max``/``np.min`` reduce over; raises
+    ``ValueError`` when it is 0, as NumPy does (the reduction has no identity)."""
+    if n == 0:
+        raise ValueError("zero-size array to reduction operation maximum or minimum "
+                         "which has no identity")
+    return n

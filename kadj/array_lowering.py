@@ -141,6 +141,13 @@ class ArrayLowering(ViewLowering, ReduceLowering, FusionLowering):
                 pass
         return self.tmp(out, "n", types.intp, ir.Op(fn, tuple(args)), loc)
 
+    def nonempty(self, out, n, loc):
+        """Extent ``n`` checked not to be 0 (:func:`kadj.array_checks.nonempty`):
+        ``np.max``/``np.min`` over no element raise ``ValueError`` as in NumPy."""
+        if isinstance(n, ir.Const) and n.value > 0:
+            return n
+        return self.tmp(out, "n", types.intp, ir.Op(checks.nonempty, (n,)), loc)
+
     def refuse(self, what, loc, remedy=None):
         self.st.error(f"{what} is not supported yet ({SUPPORTED})", loc=loc,
                       construct=what, remedy=remedy or "write the operation as an "

@@ -124,6 +124,7 @@ class ReduceLowering:
         e = self.load(src, idx, body, loc)      # (an element of a fused result too)
         acc = ir.Var(self.acc_name(ttype))
         if kind in ("max", "min"):
+            exts = [self.nonempty(out, n, loc) for n in exts]
             if isinstance(dtype, types.Float):
                 start = ir.Const(-math.inf if kind == "max" else math.inf)
             else:

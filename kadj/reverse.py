@@ -78,7 +78,6 @@ class Writer(Naming, MemoryLiveness, CheckpointedLoops, ForwardSweep, ReverseSwe
         self.T = kernel.types
         self.slot_args = tuple(slot_args)
         self.returns_value = returns_value
-        self.fname = fname
         self.init_names(kernel, fname)
         self.ns.update(context.namespace)
         self.allocs = {x.target: x for x in ir.walk(kernel.body)

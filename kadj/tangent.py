@@ -104,7 +104,6 @@ class TangentWriter(Naming):
         self.slot_args = tuple(slot_args)
         self.returns_value = returns_value
         self.tangent_only = tangent_only
-        self.fname = fname
         self.init_names(kernel, fname)
         self.ns.update(context.namespace)
         self._last_loc = None

@@ -78,3 +78,18 @@ def test_saves_and_restores_are_paired_and_name_the_overwriting_line():
     for at in restores:
         assert any(t.strip().startswith("p = _tape_f64[_sp_f64")
                    for t in body[at + 1:at + 7]), body[at:at + 7]
+
+
+def test_a_lambda_kernel_gets_an_adjoint_named_as_an_identifier():
+    """A lambda's ``__name__`` is ``<lambda>``: its adjoint and tangent functions are
+    named ``_lambda__adjoint`` / ``_lambda__jvp`` (the generated source compiled; it
+    was a SyntaxError)."""
+    k = kadj.differentiate(njit(lambda x, a: a * np.sum(x * x)))
+    x = np.arange(1.0, 4.0)
+    assert "def _lambda__adjoint(" in k.adjoint_source(x, 2.0)
+    gx, ga = np.zeros(3), np.zeros(1)
+    k.adjoint(x, 2.0, gx, ga)
+    np.testing.assert_allclose(gx, 4.0 * x)
+    np.testing.assert_allclose(ga, [14.0])
+    value, tangent = kadj.jvp(k, (x, 2.0), (np.ones(3), 0.0))
+    assert value == 28.0 and tangent == 24.0

@@ -83,3 +83,42 @@ def test_mismatched_shapes_raise_in_forward_and_adjoint(mode, args):
 ])
 def test_broadcasting_shapes_still_differentiate(mode, args):
     check_grad(_K, args + (mode,))
+
+
+@njit
+def extreme(x, k, mode):
+    """``np.max``/``np.min`` of a float array, of an integer array, along an axis."""
+    if mode == 0:
+        return np.max(x * 2.0) - np.min(x)
+    if mode == 1:
+        return np.max(k) * np.sum(x)
+    return np.min(x)
+
+
+_E = kadj.differentiate(extreme)
+
+
+@pytest.mark.parametrize("mode, x, k", [
+    (0, np.zeros(0), np.ones(3, np.int64)),
+    (1, _r(4), np.zeros(0, np.int64)),          # integer: the loop starts at k[0]
+    (2, np.zeros(0), np.ones(3, np.int64)),
+])
+def test_max_min_of_no_element_raise_as_numpy_does(mode, x, k):
+    """NumPy and numba's forward refuse ``np.max``/``np.min`` of an empty array (the
+    reduction has no identity); the adjoint refused nothing and returned -inf (a
+    float array) or read ``k[0]`` past the end (an integer array)."""
+    with pytest.raises(ValueError, match="zero-size array"):
+        extreme(x, k, mode)
+    adj = np.zeros_like(x)
+    before = (x.copy(), k.copy())
+    with pytest.raises(ValueError, match="zero-size array"):
+        _E.adjoint(x, k, mode, adj)
+    np.testing.assert_array_equal(x, before[0])
+    np.testing.assert_array_equal(k, before[1])
+    np.testing.assert_array_equal(adj, 0.0)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_max_min_of_one_element_and_more_differentiate(mode):
+    for n in (1, 5):
+        check_grad(_E, (_r(n), np.arange(3, dtype=np.int64), mode))
