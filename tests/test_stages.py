@@ -734,3 +734,121 @@ def test_reads_the_recurrence_overwrites_later_are_recorded(fn, extra):
         check_grad(k, args)
         if n == 8:
             assert "_tape" in k.adjoint_source(*args)
+
+
+# ---- an iteration's sums recomputed (kadj/analysis/recompute.py: _iteration_sums) ----
+
+@numba.njit
+def force_sum(x, a, k, m):
+    """A chain's force with free ends: a sum started at 0.0 each iteration, added to
+    under conditions, read once complete."""
+    n = x.shape[0]
+    for i in range(n):
+        f = 0.0
+        if i > 0:
+            f += k * (x[i - 1] - x[i])
+        if i < n - 1:
+            f += k * (x[i + 1] - x[i])
+        f -= 0.1 * x[i]
+        a[i] = f / m
+
+
+@numba.njit
+def force_sum_in_time_loop(x, a, k, m, steps):
+    n = x.shape[0]
+    for t in range(steps):
+        for i in range(n):
+            f = 0.0
+            if i > 0:
+                f += k * (x[i - 1] - x[i])
+            if i < n - 1:
+                f += k * (x[i + 1] - x[i])
+            a[i] = f / m
+        for i in range(n):
+            x[i] += 0.1 * a[i] * a[i]
+
+
+@numba.njit
+def sum_read_midway(x, a, k):
+    for i in range(x.shape[0]):
+        f = 0.0
+        if i > 0:
+            f += k * x[i - 1]
+        a[i] = f * f              # reads the sum before its last addition
+        f += x[i]
+        a[i] += f * f
+
+
+@numba.njit
+def sum_scaled(x, a, k):
+    for i in range(x.shape[0]):
+        f = x[i]
+        if i > 0:
+            f *= k * x[i - 1]     # the adjoint of a product needs the old value
+        a[i] = f * f
+
+
+@numba.njit
+def sum_read_after_loop(x, a, k):
+    f = 0.0
+    for i in range(x.shape[0]):
+        f = 0.0
+        if i > 0:
+            f += k * x[i - 1]
+        a[i] = f * f
+    a[0] += f * f
+
+
+@numba.njit
+def sum_of_a_written_array(x, a, k):
+    for i in range(x.shape[0]):
+        f = 0.0
+        if i > 0:
+            f += k * a[i - 1]     # a is written by the loop: this load is recorded
+        f += x[i]
+        a[i] = math.tanh(f)
+
+
+@numba.njit
+def sum_in_inner_loop(x, a, k):
+    for i in range(x.shape[0]):
+        f = 0.0
+        for j in range(3):
+            f += k * x[(i + j) % x.shape[0]]
+        a[i] = f * f
+
+
+def _sums_recomputed(fn, *args):
+    k, f = cpu_stages(fn, *args)
+    return {v.split("_v2_")[-1] for rv in f.recompute_vars.values() for v in rv}, f
+
+
+def test_an_iterations_sum_is_recomputed_not_recorded():
+    rng = np.random.default_rng(4)
+    x, a = rng.uniform(-1, 1, 9), np.zeros(9)
+    rvars, f = _sums_recomputed(force_sum, x, a, 2.0, 1.5)
+    assert "f" in rvars and not f.pushed
+    k = kadj.differentiate(numba.njit(force_sum.py_func))
+    assert "_tape" not in k.adjoint_source(x, a, 2.0, 1.5)
+    for n in (1, 2, 3, 9, 1500):
+        check_grad(k, (rng.uniform(-1, 1, n), np.zeros(n), 2.0, 1.5))
+    # inside a time loop whose array a is restored: f / m recomputed, not recorded
+    k = kadj.differentiate(numba.njit(force_sum_in_time_loop.py_func))
+    src = k.adjoint_source(x, a, 2.0, 1.5, 3)
+    assert "save f" not in src and "restore t" not in src.split("reverse sweep")[1]
+    for n in (1, 2, 7, 300):
+        check_grad(k, (rng.uniform(-1, 1, n), np.zeros(n), 0.7, 1.5, 3))
+
+
+@pytest.mark.parametrize("fn", [sum_read_midway, sum_scaled, sum_read_after_loop,
+                                sum_of_a_written_array, sum_in_inner_loop])
+def test_sums_that_do_not_qualify_are_recorded(fn):
+    """A sum read before its last addition, multiplied, read after the loop, adding a
+    value that is itself recorded, or summed in an inner loop is not recomputed (its
+    gradient checked, at sizes 1..300)."""
+    rng = np.random.default_rng(5)
+    rvars, _ = _sums_recomputed(fn, rng.uniform(-1, 1, 6), np.zeros(6), 0.8)
+    assert "f" not in rvars
+    k = kadj.differentiate(numba.njit(fn.py_func))
+    for n in (1, 2, 5, 300):
+        check_grad(k, (rng.uniform(-1, 1, n), np.zeros(n), 0.8))

@@ -5,6 +5,7 @@ each reversed iteration instead of storing them: a loop whose reverse needs only
 values (stencils, maps, most reductions) needs no tape."""
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 
 from .. import ir
@@ -48,10 +49,96 @@ def index_read_outside(a, loop):
 
 
 def _recompute_loop(loop, a):
+    sums = _iteration_sums(loop, a)
+    while True:
+        chosen, rvars = _choose(loop, a, sums)
+        # an iteration's sum is recomputed only with every one of its assignments
+        partial = {v for v in sums & rvars
+                   if sum(isinstance(x, ir.Assign) and x.target == v
+                          for x in ir.walk(chosen)) != a.assign_count.get(v, 0)}
+        if not partial:
+            break
+        sums -= partial
+    a.recompute[loop.uid] = tuple(chosen)
+    a.recompute_vars[loop.uid] = rvars
+
+
+def _iteration_sums(loop, a):
+    """Variables each iteration sums from scratch and reads only once summed
+    (``f = 0.0``, ``if i > 0: f += k * (x[i - 1] - x[i])``, ..., then ``a[i] = f / m``):
+    assigned only in the loop's body, outside its inner loops; first by a statement of
+    the body's top level that does not read it, before any other mention; then only by
+    ``v = v + e``, ``v = e + v`` or ``v = v - e`` (whose adjoints need no value of
+    ``v``); read elsewhere in the body only after its last assignment, and not after
+    the loop.  Recomputing all its assignments in order at the top of a reversed
+    iteration gives the value every read of the reverse sweep needs: the sum."""
+    order = list(ir.walk_level(loop.body))
+    assigns = {}
+    for k, x in enumerate(order):
+        if isinstance(x, ir.Assign):
+            assigns.setdefault(x.target, []).append(k)
+    loops = [x for x in order if isinstance(x, (ir.ForRange, ir.Loop))]
+    nested = ir.assigned(loops)
+    read_nested = set().union(*(ir.stmt_reads(x) for x in ir.walk(loops)))
+    out = set()
+    for v, where in assigns.items():
+        if len(where) < 2 or len(where) != a.assign_count.get(v, 0) or v in nested or \
+                v == loop.index:
+            continue
+        first = order[where[0]]
+        if not any(first is x for x in loop.body) or v in ir.stmt_reads(first):
+            continue
+        mentions = [k for k, x in enumerate(order) if v in ir.stmt_reads(x)]
+        if any(k < where[0] for k in mentions):
+            continue
+        accumulating = {_summing(order, k, v) for k in where[1:]}
+        if None in accumulating:
+            continue
+        if any(k < where[-1] for k in mentions if k not in accumulating):
+            continue
+        if v in read_nested or reads_outside(a, loop, {v}):
+            continue
+        out.add(v)
+    return out
+
+
+def _summing(order, k, v):
+    """Where the assignment ``order[k]`` of ``v`` adds into it: ``k`` itself for
+    ``v = v + e``, ``v = e + v`` or ``v = v - e`` (``e`` not ``v``), or the position of
+    ``t = v + e`` for ``v = t`` (numba's ``v += e``: the sum, then a copy) when that is
+    the only assignment of ``t`` before it; None otherwise."""
+    e = order[k].expr
+    if isinstance(e, ir.Copy) and isinstance(e.src, ir.Var):
+        defs = [j for j in range(k) if isinstance(order[j], ir.Assign) and
+                order[j].target == e.src.name]
+        if len(defs) != 1 or not any(isinstance(x, ir.Assign) and
+                                     x.target == e.src.name for x in order[:k]):
+            return None
+        j = defs[0]
+        return j if _adds_into(order[j].expr, v) else None
+    return k if _adds_into(e, v) else None
+
+
+def _adds_into(e, v):
+    """Is ``e`` ``v + x``, ``x + v`` or ``v - x`` (``x`` not ``v``)?"""
+    if not isinstance(e, ir.Op) or e.kws or len(e.args) != 2:
+        return False
+    names = [x.name if isinstance(x, ir.Var) else None for x in e.args]
+    if e.fn is operator.add:
+        return names.count(v) == 1
+    if e.fn is operator.sub:
+        return names[0] == v and names[1] != v
+    return False
+
+
+def _choose(loop, a, sums):
+    """The statements recomputed at the top of each reversed iteration, and the
+    variables they define; ``sums``: the iteration's sums that may be recomputed."""
     assigned_in = ir.assigned(loop.body)
     stored_in = ir.stored_arrays(loop.body)
     rvars = set()
     chosen = []
+    own = {v: a.assign_count[v] for v in sums}
 
     def ok_operand(x):
         if not isinstance(x, ir.Var):
@@ -74,7 +161,8 @@ def _recompute_loop(loop, a):
 
     for s in loop.body:
         if isinstance(s, ir.Assign):
-            if ok_assign(s, {s.target: 1}) and not reads_outside(a, loop, {s.target}):
+            if ok_assign(s, {s.target: own.get(s.target, 1)}) and \
+                    not reads_outside(a, loop, {s.target}):
                 chosen.append(s)
                 rvars.add(s.target)
         elif isinstance(s, ir.If):
@@ -87,13 +175,14 @@ def _recompute_loop(loop, a):
             for x in inner:
                 if isinstance(x, ir.Assign):
                     counts[x.target] = counts.get(x.target, 0) + 1
+            counts.update((v, n) for v, n in own.items() if v in counts)
             multi = set()
             for arm in _arms(s):
                 arm_counts = {}
                 for x in ir.walk(arm):
                     if isinstance(x, ir.Assign):
                         arm_counts[x.target] = arm_counts.get(x.target, 0) + 1
-                multi |= {t for t, c in arm_counts.items() if c > 1}
+                multi |= {t for t, c in arm_counts.items() if c > 1 and t not in own}
             rejected = {t for t in counts if a.assign_count.get(t, 0) != counts[t]
                         or t in multi or reads_outside(a, loop, {t})}
             while True:
@@ -136,8 +225,7 @@ def _recompute_loop(loop, a):
             if accepted:
                 chosen.append(_assigns_only(s, accepted))
                 rvars |= accepted
-    a.recompute[loop.uid] = tuple(chosen)
-    a.recompute_vars[loop.uid] = rvars
+    return chosen, rvars
 
 
 def _decided_before(s, loop, a):
