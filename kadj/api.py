@@ -33,10 +33,13 @@ def differentiate(kernel=None, wrt=None, checkpoints=None, gather=None, parallel
     reversed one while n <= 2**checkpoints, and its tape holds one iteration's values
     instead of n.  CUDA kernels always checkpoint such loops (default 24 slots per
     thread); CPU kernels do when ``checkpoints`` is given, and otherwise record every
-    iteration on a tape that grows.  ``gather`` (stencils, default True): use the
-    gather form of the adjoint, each adjoint element collected once (on CUDA: no atomics
-    on neighbour arrays, when the launch allows it; on a CPU: a loop over the elements
-    that vectorises).  ``parallel`` (CPU kernels): by default the reversed ``prange`` loops whose
+    iteration on a tape that grows.  ``gather`` (stencils): use the gather form of the
+    adjoint, each adjoint element collected once (on CUDA: no atomics on neighbour
+    arrays, when the launch allows it; default True; on a CPU: a loop over the elements
+    that vectorises).  On a CPU the default takes it where it is expected to be faster:
+    a parallel stencil, or a serial one whose iterations compute only sums and
+    products (each element's pass recomputes its neighbours' iteration adjoints);
+    True takes it wherever the kernel qualifies, False never.  ``parallel`` (CPU kernels): by default the reversed ``prange`` loops whose
     iterations are independent and write only their own adjoint elements (or sum into
     scalars) run in parallel; True also plain ``for`` loops of that kind; False keeps
     every loop serial.  An option the kernel's target does not support is refused

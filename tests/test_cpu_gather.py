@@ -116,6 +116,7 @@ CASES = [
 
 
 def _kernel(fn, **options):
+    options.setdefault("gather", True)      # wherever the kernel qualifies
     return fn if isinstance(fn, kadj.DifferentiatedKernel) else \
         kadj.differentiate(fn, **options)
 
@@ -157,15 +158,15 @@ def test_scalar_sums_in_the_gather_loop_and_consumption_behind_it():
     r = _rng(0)
     for fn, args in ((heat1d, [r.standard_normal(9), np.zeros(9), 0.3]),
                      (ahead_only, [r.standard_normal(9), np.zeros(9), 0.6])):
-        src = kadj.differentiate(fn).adjoint_source(*args)
+        src = kadj.differentiate(fn, gather=True).adjoint_source(*args)
         assert "_sum_add(adj_" in src and "each iteration's sums" not in src, src
         assert "# the iteration no later element reads" in src, src
     args = make_own_and_scalar(r, 7)
-    src = kadj.differentiate(own_and_scalar).adjoint_source(*args)
+    src = kadj.differentiate(own_and_scalar, gather=True).adjoint_source(*args)
     assert "each iteration's sums" in src and "no later element" not in src, src
     # 2-D: the sums in the gather loop, consumption after it (rows read later)
     args = [r.standard_normal((4, 5)), r.standard_normal((4, 5)), 0.7]
-    src = kadj.differentiate(nine_point).adjoint_source(*args)
+    src = kadj.differentiate(nine_point, gather=True).adjoint_source(*args)
     assert "each iteration's sums" not in src and "no later element" not in src, src
 
 
@@ -176,7 +177,7 @@ def test_lagged_consumption_at_every_small_size(n):
     r = _rng(n)
     for fn in (heat1d, ahead_only):
         args = [r.standard_normal(n), r.standard_normal(n), 0.45]
-        g = _adjoint(kadj.differentiate(fn), args, n)
+        g = _adjoint(kadj.differentiate(fn, gather=True), args, n)
         s = _adjoint(kadj.differentiate(fn, gather=False), args, n)
         for a, b in zip(g, s):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
@@ -354,3 +355,46 @@ def test_nested_nest_with_divisions_keeps_the_scatter_form():
     k = kadj.differentiate(limited_steps)
     assert "gather form" not in k.adjoint_source(*args)
     fd_check(k, args)
+
+
+@njit
+def sixth_laplacian(u, out, c):
+    """A 9-point stencil whose iterations divide (``/ 6.0``)."""
+    for i in range(1, u.shape[0] - 1):
+        for j in range(1, u.shape[1] - 1):
+            out[i, j] = (u[i - 1, j - 1] + u[i - 1, j + 1] + u[i + 1, j - 1] +
+                         u[i + 1, j + 1] + 4.0 * (u[i - 1, j] + u[i + 1, j] +
+                                                  u[i, j - 1] + u[i, j + 1]) -
+                         20.0 * u[i, j]) * c / 6.0
+
+
+@njit(parallel=True)
+def sixth_laplacian_parallel(u, out, c):
+    for i in prange(1, u.shape[0] - 1):
+        for j in range(1, u.shape[1] - 1):
+            out[i, j] = (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] -
+                         4.0 * u[i, j]) * c / 6.0
+
+
+def test_default_keeps_the_scatter_form_where_iterations_divide():
+    """Each element's pass recomputes the adjoint of every iteration that reads it: nine
+    divisions per element for a 9-point stencil that divides, where the scatter form
+    makes one.  By default such a serial stencil keeps the scatter form; gather=True
+    takes the gather form; a parallel one takes it by default (its scatter form would
+    race).  Gradients against finite differences and equal to each other."""
+    r = _rng(6)
+    args = [r.standard_normal((7, 9)), np.zeros((7, 9)), 0.8]
+    default = kadj.differentiate(sixth_laplacian)
+    forced = kadj.differentiate(sixth_laplacian, gather=True)
+    assert "gather form" not in default.adjoint_source(*args)
+    assert "gather form" in forced.adjoint_source(*args)
+    for k in (default, forced):
+        fd_check(k, args)
+    g = _adjoint(forced, [a.copy() if isinstance(a, np.ndarray) else a for a in args], 3)
+    s = _adjoint(default, [a.copy() if isinstance(a, np.ndarray) else a for a in args], 3)
+    for a, b in zip(g, s):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    par = kadj.differentiate(sixth_laplacian_parallel)
+    src = par.adjoint_source(*args)
+    assert "gather form" in src and "numba.prange" in src
+    fd_check(par, args)

@@ -124,7 +124,7 @@ def stencil_source(draw):
 def _compile(spec):
     lines, parallel = spec[0], spec[-1]
     fn, src = compile_source("s", "u, kappa, out, a", lines, "stencil", parallel)
-    return kadj.differentiate(fn), src
+    return kadj.differentiate(fn, gather=True), src
 
 
 def _sizes(ndim, margins, many):

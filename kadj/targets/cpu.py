@@ -119,8 +119,11 @@ def _write(prepared, facts, plan, options):
             _outline_rows(fn, w, options)
             return _written(fn, w)
     nest, _why = gather_form(kernel, facts, options)
+    in_parallel = nest is not None and bool(wanted & {level.uid for level in nest.levels})
+    if nest is not None and not in_parallel and options.get("gather") is None and \
+            not gather_plan.cheap(nest):
+        nest = None     # serial, with divisions or functions: the scatter form is faster
     if nest is not None:
-        in_parallel = bool(wanted & {level.uid for level in nest.levels})
         fn, w = cpu_gather.build_gather_adjoint(kernel, facts, slot_names,
                                                 plan.returns_value, nest,
                                                 serial=not in_parallel)
@@ -192,6 +195,6 @@ CPU = Target(
     kernel_class="kadj.kernel:DifferentiatedKernel",
     typeof=_typeof, jit_options=jit_options, type_kernel=_type_kernel,
     structurize=structurize.structurize, prepare=_prepare, write=_write, compile=_compile,
-    load=_load, options={"checkpoints": None, "parallel": None, "gather": True},
+    load=_load, options={"checkpoints": None, "parallel": None, "gather": None},
     check_option=_check_option,
     returns_values=True, tape="growable", accumulation="plain", policy=_policy)
