@@ -13,17 +13,10 @@ from numba import njit
 import kadj
 from kadj.tape_measure import cpu_tape_usage
 from kadj.testing import check_grad
+from kernels.cpu.reductions import logsumexp
 
 
-@njit
-def lse(x):
-    m = x[0]
-    for i in range(1, x.shape[0]):
-        m = max(m, x[i])
-    s = 0.0
-    for i in range(x.shape[0]):
-        s += math.exp(x[i] - m)
-    return m + math.log(s)
+lse = logsumexp      # m = max(m, x[i]), then a sum of exp(x[i] - m)
 
 
 @njit
