@@ -91,7 +91,7 @@ def _iteration_sums(loop, a):
         mentions = [k for k, x in enumerate(order) if v in ir.stmt_reads(x)]
         if any(k < where[0] for k in mentions):
             continue
-        accumulating = {_summing(order, k, v) for k in where[1:]}
+        accumulating = {_summing(order, k, v, loop.body) for k in where[1:]}
         if None in accumulating:
             continue
         if any(k < where[-1] for k in mentions if k not in accumulating):
@@ -102,21 +102,31 @@ def _iteration_sums(loop, a):
     return out
 
 
-def _summing(order, k, v):
+def _summing(order, k, v, body):
     """Where the assignment ``order[k]`` of ``v`` adds into it: ``k`` itself for
     ``v = v + e``, ``v = e + v`` or ``v = v - e`` (``e`` not ``v``), or the position of
     ``t = v + e`` for ``v = t`` (numba's ``v += e``: the sum, then a copy) when that is
-    the only assignment of ``t`` before it; None otherwise."""
+    the only assignment of ``t`` before it and the statement right before ``v = t`` in
+    its sequence; None otherwise."""
     e = order[k].expr
     if isinstance(e, ir.Copy) and isinstance(e.src, ir.Var):
         defs = [j for j in range(k) if isinstance(order[j], ir.Assign) and
                 order[j].target == e.src.name]
-        if len(defs) != 1 or not any(isinstance(x, ir.Assign) and
-                                     x.target == e.src.name for x in order[:k]):
+        if defs != [k - 1] or not _in_sequence(order, k - 1, k, body) or \
+                not _adds_into(order[k - 1].expr, v):
             return None
-        j = defs[0]
-        return j if _adds_into(order[j].expr, v) else None
+        return k - 1
     return k if _adds_into(e, v) else None
+
+
+def _in_sequence(order, j, k, body):
+    """Is ``order[k]`` the statement right after ``order[j]`` in one sequence (the
+    loop's ``body`` or an ``if`` arm)?  (In the walk, the last statement of an arm is
+    followed by the statement after the ``if``.)"""
+    seqs = [body] + [arm for x in order if isinstance(x, ir.If)
+                     for arm in (x.then, x.orelse)]
+    return any(a is order[j] and b is order[k]
+               for seq in seqs for a, b in zip(seq, seq[1:]))
 
 
 def _adds_into(e, v):
