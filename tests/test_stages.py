@@ -852,3 +852,69 @@ def test_sums_that_do_not_qualify_are_recorded(fn):
     k = kadj.differentiate(numba.njit(fn.py_func))
     for n in (1, 2, 5, 300):
         check_grad(k, (rng.uniform(-1, 1, n), np.zeros(n), 0.8))
+
+
+# ---- rows of a scratch array each iteration of a loop owns (memory.py: _own_rows) ----
+
+@numba.njit
+def rows_forward_back(a, b, out):
+    """Each system s writes and then reads only its own row of c."""
+    ns, n = a.shape
+    c = np.empty((ns, n))
+    for s in range(ns):
+        acc = 0.0
+        for i in range(n):
+            acc = acc * 0.5 + a[s, i]
+            c[s, i] = acc
+        for i in range(n - 1, -1, -1):
+            out[s, i] = c[s, i] * c[s, i] * b[s, i]
+
+
+@numba.njit
+def rows_previous_row_written(a, b, out):
+    """System s also overwrites row s - 1, which system s - 1 read."""
+    ns, n = a.shape
+    c = np.zeros((ns, n))
+    for s in range(ns):
+        for i in range(n):
+            c[s, i] = a[s, i] + 1.0
+            if s > 0:
+                c[s - 1, i] = 0.0
+        for i in range(n - 1, -1, -1):
+            out[s, i] = c[s, i] * c[s, i] * b[s, i]
+
+
+@numba.njit
+def rows_transposed_read(a, b, out):
+    """Row s written, column s read: other iterations write what it reads."""
+    n = a.shape[0]
+    c = np.zeros((n, n))
+    for s in range(n):
+        for i in range(n):
+            c[s, i] = a[s, i] * 2.0
+        for i in range(n):
+            out[s, i] = c[i, s] * c[i, s] * b[s, i]
+
+
+def test_rows_each_iteration_owns_are_not_restored():
+    rng = np.random.default_rng(8)
+    args = (rng.uniform(-1, 1, (3, 5)), rng.uniform(-1, 1, (3, 5)), np.zeros((3, 5)))
+    _, f = cpu_stages(rows_forward_back, *args)
+    assert "c" not in f.restore_arrays
+    k = kadj.differentiate(numba.njit(rows_forward_back.py_func))
+    for shape in ((1, 1), (1, 4), (4, 1), (3, 7), (40, 60)):
+        check_grad(k, (rng.uniform(-1, 1, shape), rng.uniform(-1, 1, shape),
+                       np.zeros(shape)))
+
+
+@pytest.mark.parametrize("fn", [rows_previous_row_written, rows_transposed_read])
+def test_rows_other_iterations_write_are_restored(fn):
+    """(Both give wrong gradients when c is not restored.)"""
+    rng = np.random.default_rng(9)
+    args = (rng.uniform(-1, 1, (4, 4)), rng.uniform(-1, 1, (4, 4)), np.zeros((4, 4)))
+    _, f = cpu_stages(fn, *args)
+    assert "c" in f.restore_arrays
+    k = kadj.differentiate(numba.njit(fn.py_func))
+    for n in (1, 2, 4, 9):
+        check_grad(k, (rng.uniform(-1, 1, (n, n)), rng.uniform(-1, 1, (n, n)),
+                       np.zeros((n, n))))

@@ -61,10 +61,13 @@ def rewriting_loop(a, uid, arr):
     return found
 
 
-def stored_during_or_after(a, uid, arr):
+def stored_during_or_after(a, uid, arr, index=None):
     """Can a store into ``arr`` run after (or during) loop ``uid`` in the forward
     sweep?  If not, a load that the loop's reverse recomputes reads the value the
-    forward read, and ``arr`` need not be restored."""
+    forward read, and ``arr`` need not be restored.  With the load's ``index``: the
+    later iterations of an enclosing ``for s in range(...)`` do not count when the load
+    and every store into ``arr`` in that loop read row ``s`` (``c[s, i]``, the same
+    position of the index): each iteration writes only its own row."""
     order = list(ir.walk(a.kernel.body))
     pos = next(k for k, x in enumerate(order)
                if isinstance(x, (ir.ForRange, ir.Loop)) and x.uid == uid)
@@ -74,9 +77,27 @@ def stored_during_or_after(a, uid, arr):
     # enclosing loops run their whole body again
     for x in order[:pos]:
         if isinstance(x, (ir.ForRange, ir.Loop)) and any(
-                y is order[pos] for y in ir.walk(x.body)) and arr in ir.stored_arrays(x.body):
+                y is order[pos] for y in ir.walk(x.body)) and \
+                arr in ir.stored_arrays(x.body) and not _own_rows(a, x, arr, index):
             return True
     return False
+
+
+def _own_rows(a, loop, arr, index):
+    """Do ``index`` and every store into ``arr`` in ``loop``'s body have ``loop``'s
+    counter, bound by no other loop nor assignment, at one position of the index?"""
+    if index is None or not isinstance(loop, ir.ForRange):
+        return False
+    s = ir.Var(loop.index)
+    binds = [x for x in ir.walk(a.kernel.body)
+             if isinstance(x, ir.ForRange) and x.index == loop.index or
+             isinstance(x, ir.Assign) and x.target == loop.index]
+    if binds != [loop]:
+        return False
+    stores = [x.index for x in ir.walk(loop.body)
+              if isinstance(x, ir.Store) and x.array.name == arr]
+    return any(all(len(ix) == len(index) and ix[p] == s for ix in stores)
+               for p in range(len(index)) if index[p] == s)
 
 
 def written_behind(a, loop, load):

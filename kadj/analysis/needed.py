@@ -114,7 +114,8 @@ def _needed_once(body, a, extra):
                 if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and \
                         s.expr.array.name not in a.unwritten and (
                         not a.carried_replay or s.target in core):
-                    if not stored_during_or_after(a, uid, s.expr.array.name) or \
+                    if not stored_during_or_after(a, uid, s.expr.array.name,
+                                                  s.expr.index) or \
                             written_behind(a, loop_of(a, uid), s.expr):
                         # no store can run during or after the loop: at its reverse
                         # the array holds what the forward read
