@@ -92,13 +92,15 @@ def test_softmax_rows_inplace_replays_rows():
 
 
 def test_thomas_private_scratch_keeps_recording():
-    """The out-of-place twin's 2-D scratch rows ``c[s, i]`` are recorded as before;
-    ``d[s, i]``, whose values the reverse sweep never reads (the back substitution's
-    adjoint needs ``c`` and the solution, not ``d``), is not."""
+    """The out-of-place twin is not replayed: its 2-D scratch rows ``c[s, i]`` are
+    written and read back within system ``s`` (no later system writes row ``s``), so
+    they need no restoring (kadj/analysis/memory.py, ``_own_rows``); ``d[s, i]``,
+    whose values the reverse sweep never reads, is not restored either.  The
+    recurrence's own values are recorded."""
     replayed, restored, src = _replayed(
         thomas_batched_private, thomas_batched_shaped(np.random.default_rng(0), 4, 5))
-    assert not replayed and "c" in restored and "d" not in restored
-    assert "save c[s, i]" in src and "save d[" not in src
+    assert not replayed and "c" not in restored and "d" not in restored
+    assert "save c[" not in src and "save d[" not in src and "save cp" in src
     _check(thomas_batched_private, thomas_batched_shaped(np.random.default_rng(4), 5, 6))
 
 
