@@ -37,8 +37,8 @@ def differentiate(kernel=None, wrt=None, checkpoints=None, gather=None, parallel
     adjoint, each adjoint element collected once (on CUDA: no atomics on neighbour
     arrays, when the launch allows it; default True; on a CPU: a loop over the elements
     that vectorises).  On a CPU the default takes it where it is expected to be faster:
-    a parallel stencil, or a serial one whose iterations compute only sums and
-    products (each element's pass recomputes its neighbours' iteration adjoints);
+    a parallel stencil, or a serial 1-D or 2-D one whose iterations compute only sums
+    and products (each element's pass recomputes its neighbours' iteration adjoints);
     True takes it wherever the kernel qualifies, False never.  ``parallel`` (CPU kernels): by default the reversed ``prange`` loops whose
     iterations are independent and write only their own adjoint elements (or sum into
     scalars) run in parallel; True also plain ``for`` loops of that kind; False keeps

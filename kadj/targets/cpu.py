@@ -121,8 +121,8 @@ def _write(prepared, facts, plan, options):
     nest, _why = gather_form(kernel, facts, options)
     in_parallel = nest is not None and bool(wanted & {level.uid for level in nest.levels})
     if nest is not None and not in_parallel and options.get("gather") is None and \
-            not gather_plan.cheap(nest):
-        nest = None     # serial, with divisions or functions: the scatter form is faster
+            not gather_plan.faster_serial(nest):
+        nest = None     # serial, 3-D or with divisions or functions: scatter is faster
     if nest is not None:
         fn, w = cpu_gather.build_gather_adjoint(kernel, facts, slot_names,
                                                 plan.returns_value, nest,
