@@ -98,7 +98,7 @@ def cases(n, rng):
         "diffusion_2d": (diffusion_2d_parallel, d2),
         "diffusion_2d, parallel=False": (diffusion_2d_parallel, d2, {"parallel": False}),
         "stencil_3d": (stencil_3d, d3),
-        "stencil_3d, parallel=False": (stencil_3d, d3, {"parallel": False}),
+        "stencil_3d, parallel=False": (stencil_3d, d3, {"parallel": False, "gather": True}),
     }
 
 
