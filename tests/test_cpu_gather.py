@@ -357,6 +357,21 @@ def test_nested_nest_with_divisions_keeps_the_scatter_form():
     fd_check(k, args)
 
 
+def _scatter_by_default(fn, args, seed):
+    """``fn``'s default adjoint is the scatter form, ``gather=True`` the gather form;
+    both against finite differences and each other."""
+    default = kadj.differentiate(fn)
+    forced = kadj.differentiate(fn, gather=True)
+    assert "gather form" not in default.adjoint_source(*args)
+    assert "gather form" in forced.adjoint_source(*args)
+    for k in (default, forced):
+        fd_check(k, args)
+    g, s = (_adjoint(k, [a.copy() if isinstance(a, np.ndarray) else a for a in args],
+                     seed) for k in (forced, default))
+    for a, b in zip(g, s):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
 @njit
 def sixth_laplacian(u, out, c):
     """A 9-point stencil whose iterations divide (``/ 6.0``)."""
@@ -384,16 +399,7 @@ def test_default_keeps_the_scatter_form_where_iterations_divide():
     race).  Gradients against finite differences and equal to each other."""
     r = _rng(6)
     args = [r.standard_normal((7, 9)), np.zeros((7, 9)), 0.8]
-    default = kadj.differentiate(sixth_laplacian)
-    forced = kadj.differentiate(sixth_laplacian, gather=True)
-    assert "gather form" not in default.adjoint_source(*args)
-    assert "gather form" in forced.adjoint_source(*args)
-    for k in (default, forced):
-        fd_check(k, args)
-    g = _adjoint(forced, [a.copy() if isinstance(a, np.ndarray) else a for a in args], 3)
-    s = _adjoint(default, [a.copy() if isinstance(a, np.ndarray) else a for a in args], 3)
-    for a, b in zip(g, s):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    _scatter_by_default(sixth_laplacian, args, seed=3)
     par = kadj.differentiate(sixth_laplacian_parallel)
     src = par.adjoint_source(*args)
     assert "gather form" in src and "numba.prange" in src
@@ -416,13 +422,4 @@ def test_default_keeps_the_scatter_form_of_a_serial_3d_stencil():
     against finite differences and each other."""
     r = _rng(7)
     args = [r.standard_normal((4, 5, 6)), np.zeros((4, 5, 6)), 0.6]
-    default = kadj.differentiate(seven_point)
-    forced = kadj.differentiate(seven_point, gather=True)
-    assert "gather form" not in default.adjoint_source(*args)
-    assert "gather form" in forced.adjoint_source(*args)
-    for k in (default, forced):
-        fd_check(k, args)
-    g = _adjoint(forced, [a.copy() if isinstance(a, np.ndarray) else a for a in args], 5)
-    s = _adjoint(default, [a.copy() if isinstance(a, np.ndarray) else a for a in args], 5)
-    for a, b in zip(g, s):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    _scatter_by_default(seven_point, args, seed=5)
