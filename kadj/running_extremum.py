@@ -238,20 +238,7 @@ class _State:
         ``run`` (only assignments read ``m`` there, by the forms' conditions)."""
         if not isinstance(s, ir.Assign) or m not in ir.stmt_reads(s):
             return s
-
-        def sub(x):
-            return ir.Var(run) if x == ir.Var(m) else x
-        e = s.expr
-        if isinstance(e, ir.Copy):
-            e = ir.Copy(sub(e.src))
-        elif isinstance(e, ir.Op):
-            e = replace(e, args=tuple(map(sub, e.args)),
-                        kws=tuple((k, sub(v)) for k, v in e.kws))
-        elif isinstance(e, ir.Load):
-            e = ir.Load(e.array, tuple(map(sub, e.index)))
-        else:
-            return s
-        return replace(s, expr=e)
+        return replace(s, expr=_renamed(s.expr, {m: run}))
 
     def _form_if(self, body, m):
         """``if c: m = v`` at the top level of ``body``, ``m`` read only before it to
@@ -322,31 +309,30 @@ class _State:
         """``stmts`` (and ``value``) again with the counter at ``at``: (statements,
         the value's operand)."""
         names = {counter: at}
-
-        def sub(x):
-            if isinstance(x, ir.Var) and x.name in names:
-                return ir.Var(names[x.name])
-            return x
-
-        def sub_expr(e):
-            if isinstance(e, ir.Copy):
-                return ir.Copy(sub(e.src))
-            if isinstance(e, ir.Op):
-                return replace(e, args=tuple(map(sub, e.args)),
-                               kws=tuple((k, sub(v)) for k, v in e.kws))
-            if isinstance(e, ir.Load):
-                return ir.Load(e.array, tuple(map(sub, e.index)))
-            if isinstance(e, ir.Item):
-                return ir.Item(sub(e.value), e.index)
-            raise TypeError(e)
-
         out = []
         for s in stmts:
             new = self.fresh(f"${s.target.lstrip('$')}_at", self.types[s.target])
-            out.append(ir.Assign(new, sub_expr(s.expr), loc=s.loc))
+            out.append(ir.Assign(new, _renamed(s.expr, names), loc=s.loc))
             names[s.target] = new
         if isinstance(value, ir.Load):
             vk = self.fresh("$value_at", self.types[value.array.name].dtype)
-            out.append(ir.Assign(vk, sub_expr(value), loc=loc))
+            out.append(ir.Assign(vk, _renamed(value, names), loc=loc))
             return out, ir.Var(vk)
-        return out, sub(value)
+        return out, ir.Var(names.get(value.name, value.name))
+
+
+def _renamed(e, names):
+    """Expression ``e`` reading ``names[v]`` wherever it reads a variable ``v`` of
+    ``names``."""
+    def sub(x):
+        return ir.Var(names[x.name]) if isinstance(x, ir.Var) and x.name in names else x
+    if isinstance(e, ir.Copy):
+        return ir.Copy(sub(e.src))
+    if isinstance(e, ir.Op):
+        return replace(e, args=tuple(map(sub, e.args)),
+                       kws=tuple((k, sub(v)) for k, v in e.kws))
+    if isinstance(e, ir.Load):
+        return ir.Load(e.array, tuple(map(sub, e.index)))
+    if isinstance(e, ir.Item):
+        return ir.Item(sub(e.value), e.index)
+    raise TypeError(e)
