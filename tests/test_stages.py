@@ -896,6 +896,21 @@ def rows_transposed_read(a, b, out):
             out[s, i] = c[i, s] * c[i, s] * b[s, i]
 
 
+@numba.njit
+def rows_from_minus_one(a, b, out):
+    """Rows s = -1 and s = ns - 1 are one row (numba wraps -1 around): system ns - 1
+    overwrites what system -1 read."""
+    ns, n = a.shape
+    c = np.empty((ns, n))
+    r = 0.0
+    for s in range(-1, ns):
+        for i in range(n):
+            c[s, i] = a[s, i] * a[s, i] + 0.1 * s
+        for i in range(n):
+            r += c[s, i] * c[s, i] * b[s, i]
+    return r
+
+
 def test_rows_each_iteration_owns_are_not_restored():
     rng = np.random.default_rng(8)
     args = (rng.uniform(-1, 1, (3, 5)), rng.uniform(-1, 1, (3, 5)), np.zeros((3, 5)))
@@ -907,7 +922,8 @@ def test_rows_each_iteration_owns_are_not_restored():
                        np.zeros(shape)))
 
 
-@pytest.mark.parametrize("fn", [rows_previous_row_written, rows_transposed_read])
+@pytest.mark.parametrize("fn", [rows_previous_row_written, rows_transposed_read,
+                                rows_from_minus_one])
 def test_rows_other_iterations_write_are_restored(fn):
     """(Both give wrong gradients when c is not restored.)"""
     rng = np.random.default_rng(9)

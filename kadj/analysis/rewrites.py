@@ -67,7 +67,7 @@ def own_rows(a, loop, arr):
         # (a loop run several times finds the rows as its earlier runs left them)
         return False
     t = kernel.types.get(arr)
-    if not isinstance(t, types.Array) or t.ndim < 2 or not _never_negative(loop):
+    if not isinstance(t, types.Array) or t.ndim < 2 or not never_negative(loop):
         return False
     defs = _single_defs(kernel)
     inside = set(map(id, ir.walk(loop.body)))
@@ -96,7 +96,7 @@ def own_rows(a, loop, arr):
     return True
 
 
-def _never_negative(loop):
+def never_negative(loop):
     """Does ``loop``'s index stay at 0 or above (a negative row index wraps around onto
     a row another iteration may own)?  A unit step up from a constant at least 0, or
     down to a constant stop at least -1."""
