@@ -130,6 +130,21 @@ class ForRange:
     parallel: bool = field(compare=False, default=False)   # written with prange()
 
 
+def never_negative(loop):
+    """Does ``loop``'s counter stay at 0 or above?  (A negative index wraps around onto
+    the end of the array, an element another iteration may own; a counter of -1 is no
+    "no iteration" mark.)  A constant step up from a constant start at least 0, or a
+    constant step down to a constant stop at least -1."""
+    def const(x):
+        return isinstance(x, Const) and isinstance(x.value, int) and \
+            not isinstance(x.value, bool)
+    if not const(loop.step) or loop.step.value == 0:
+        return False
+    if loop.step.value > 0:
+        return const(loop.start) and loop.start.value >= 0
+    return const(loop.stop) and loop.stop.value >= -1
+
+
 @dataclass(frozen=True)
 class Loop:
     body: tuple

@@ -25,7 +25,8 @@ The adjoint then adds ``m``'s adjoint to one element, as kadj's rule for ``max``
 has no reverse code.  For ``if c: m = v`` the last assignment is the value itself, so
 ``m = v_at`` always.
 
-It applies where the loop has no ``break``, ``continue`` or ``return``; ``m`` is a real
+It applies where the loop has no ``break``, ``continue`` or ``return`` and its counter
+is never negative (-1 marks "no iteration set it"; ``x[-1]`` is the last element); ``m`` is a real
 scalar assigned once in the loop (at its top level, or alone in an ``if`` there) and
 read in it only by that ``max``/``min`` or by the statements before the ``if`` that
 compute non-real values (the condition); and the value is a variable or a load whose
@@ -109,8 +110,9 @@ class _State:
     def loop(self, loop):
         """The statements replacing ``loop``: itself, or the rewritten loop with what
         comes before and after it."""
-        if loop.parallel or any(isinstance(x, (ir.Break, ir.Continue, ir.Return))
-                                for x in ir.walk(loop.body)):
+        if loop.parallel or not ir.never_negative(loop) or any(
+                isinstance(x, (ir.Break, ir.Continue, ir.Return))
+                for x in ir.walk(loop.body)):
             return [loop]
         before, after = [], []
         for m in sorted(self._candidates(loop)):

@@ -179,12 +179,33 @@ def assigned_twice(x):
     return m
 
 
+@njit
+def counter_from_minus_one(x):
+    m = -1e300
+    for i in range(-1, x.shape[0] - 1):   # x[-1] is the last element
+        m = max(m, x[i])             # (a winner at i = -1 is no "none set it" mark)
+    return m
+
+
+@njit
+def branch_counter_from_minus_two(x):
+    m = x[0]
+    for i in range(-2, x.shape[0] - 2):
+        v = x[i] * 2.0
+        if v > m:
+            m = v
+    return m
+
+
 @pytest.mark.parametrize("fn, make", [
     (read_in_loop, lambda r, n: (r.standard_normal(n),)),
+    (counter_from_minus_one, lambda r, n: (r.standard_normal(n),)),
+    (branch_counter_from_minus_two, lambda r, n: (1.0 + r.random(max(n, 2)),)),
     (value_stored_in_loop, lambda r, n: (r.standard_normal(n), r.standard_normal(n))),
     (leaves_early, lambda r, n: (r.standard_normal(n),)),
     (assigned_twice, lambda r, n: (r.standard_normal(n),)),
-], ids=["read_in_loop", "value_stored_in_loop", "leaves_early", "assigned_twice"])
+], ids=["read_in_loop", "counter_from_minus_one", "branch_counter_from_minus_two",
+        "value_stored_in_loop", "leaves_early", "assigned_twice"])
 def test_loops_that_do_not_qualify_keep_the_recorded_form(fn, make):
     k = kadj.differentiate(fn)
     for n in (1, 2, 9, 300):

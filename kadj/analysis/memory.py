@@ -3,7 +3,7 @@ loop rewrites at each iteration, arrays stored after a loop."""
 from __future__ import annotations
 
 from .. import ir
-from .rewrites import never_negative, own_rows, rewritten_before_read
+from .rewrites import own_rows, rewritten_before_read
 
 def rewritten_each_iteration(loop, arr):
     """Does every iteration of ``loop`` write shared array ``arr`` (a statement of the
@@ -88,7 +88,7 @@ def _own_rows(a, loop, arr, index):
     counter, bound by no other loop nor assignment, at one position of the index, and
     is the counter never negative (row -1 is the last row, which a later iteration may
     own)?"""
-    if index is None or not isinstance(loop, ir.ForRange) or not never_negative(loop):
+    if index is None or not isinstance(loop, ir.ForRange) or not ir.never_negative(loop):
         return False
     s = ir.Var(loop.index)
     binds = [x for x in ir.walk(a.kernel.body)

@@ -67,7 +67,7 @@ def own_rows(a, loop, arr):
         # (a loop run several times finds the rows as its earlier runs left them)
         return False
     t = kernel.types.get(arr)
-    if not isinstance(t, types.Array) or t.ndim < 2 or not never_negative(loop):
+    if not isinstance(t, types.Array) or t.ndim < 2 or not ir.never_negative(loop):
         return False
     defs = _single_defs(kernel)
     inside = set(map(id, ir.walk(loop.body)))
@@ -94,20 +94,6 @@ def own_rows(a, loop, arr):
         if not ok:
             return False
     return True
-
-
-def never_negative(loop):
-    """Does ``loop``'s index stay at 0 or above (a negative row index wraps around onto
-    a row another iteration may own)?  A unit step up from a constant at least 0, or
-    down to a constant stop at least -1."""
-    def const(x):
-        return isinstance(x, ir.Const) and isinstance(x.value, int) and \
-            not isinstance(x.value, bool)
-    if loop.step == ir.Const(1):
-        return const(loop.start) and loop.start.value >= 0
-    if loop.step == ir.Const(-1):
-        return const(loop.stop) and loop.stop.value >= -1
-    return False
 
 
 def _in_a_loop(stmts, loop, inside=False):
