@@ -143,7 +143,7 @@ def analyse(fn, rl, loop, block, k):
             return None
     var = loop.var
     rng = _range(loop.iter)
-    if rng is None:
+    if rng is None or not _never_negative(rng):
         return None
     inner_vars = {x.var for x in nodes if isinstance(x, A.For)}
     adj_bases = {x.target.base for x in A.walk(fn.prologue + fn.body)
@@ -257,6 +257,17 @@ def analyse(fn, rl, loop, block, k):
         p.all_names |= _mentions(x)
     p.all_names |= set(fn.params)
     return p
+
+
+def _never_negative(rng):
+    """Is the counter of ``range`` texts (start, stop, step) a constant 0 or more at its
+    lowest?  (``y[-1]`` is ``y[n - 1]``: lanes at -1 and n - 1 would touch one element.)"""
+    start, stop, step = rng
+    try:
+        lowest = int(start) if step == 1 else int(stop) + 1
+    except ValueError:
+        return False
+    return lowest >= 0
 
 
 def _enclosing_conds(seq, outer=()):

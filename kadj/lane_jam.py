@@ -40,7 +40,8 @@ so a loop qualifies only when that order cannot matter:
   with no assignment before that loop, is back at its initial value after the loop;
   the adjoints it only adds into (``adj_b += ...``) are shared by the lanes;
 * an adjoint array that the iteration reads or consumes is not added into by it, and
-  each element read is indexed by the loop counter (iterations touch distinct ones);
+  each element read is indexed by the loop counter, which starts at a constant 0 or
+  more (iterations touch distinct ones: ``y[-1]`` would be ``y[n - 1]``);
   adjoint arrays it only adds into are added to in another order (exact up to the
   rounding of the sums, as any reordering of commutative sums).
 """

@@ -174,9 +174,15 @@ def _range_bounds(loop):
     if not isinstance(step, int) or isinstance(step, bool) or step not in (1, -1):
         return None
     a, b = (ast.unparse(x) for x in call.args[:2])
-    if step == 1:
-        return a, b
-    return _plus_one(b), _plus_one(a)  # range(a, b, -1): the values of range(b+1, a+1)
+    lo, hi = (a, b) if step == 1 else (_plus_one(b), _plus_one(a))
+    # (range(a, b, -1): the values of range(b+1, a+1))
+    try:
+        lowest = int(lo)
+    except ValueError:
+        return None
+    # a negative value indexes from the end (y[-1] is y[n - 1]): two iterations could
+    # write one element, so the counter must start at a constant 0 or above
+    return (lo, hi) if lowest >= 0 else None
 
 
 def _plus_one(text):

@@ -15,11 +15,12 @@ def order_free(loop, a):
     """True when the reversed iterations of ``loop`` may run in forward order: nothing
     is recorded on a tape inside it, no active value is carried from one iteration to
     the next, every store into an array with an adjoint hits an element indexed by the
-    loop variable (distinct per iteration), and no array the loop stores is also loaded
-    in it.  Then each iteration's adjoint reads only adjoints of its own stored elements
-    and only adds (commutatively) into others."""
+    loop variable (distinct per iteration: the variable is never negative, since
+    ``y[-1]`` is ``y[n - 1]``), and no array the loop stores is also loaded in it.  Then
+    each iteration's adjoint reads only adjoints of its own stored elements and only
+    adds (commutatively) into others."""
     inner = list(ir.walk(loop.body))
-    if loop.uid in a.index_saved:
+    if loop.uid in a.index_saved or not ir.never_negative(loop):
         return False
     stored = ir.stored_arrays(loop.body)
     if stored & ir.loaded_arrays(loop.body):
