@@ -15,8 +15,9 @@ def order_free(loop, a):
     """True when the reversed iterations of ``loop`` may run in forward order: nothing
     is recorded on a tape inside it, no active value is carried from one iteration to
     the next, every store into an array with an adjoint hits an element indexed by the
-    loop variable (distinct per iteration: the variable is never negative, since
-    ``y[-1]`` is ``y[n - 1]``), and no array the loop stores is also loaded in it.  Then
+    loop variable at one position of the index, the same in every store into that
+    array (distinct per iteration: the variable is never negative, since ``y[-1]`` is
+    ``y[n - 1]``), and no array the loop stores is also loaded in it.  Then
     each iteration's adjoint reads only adjoints of its own stored elements and only
     adds (commutatively) into others."""
     inner = list(ir.walk(loop.body))
@@ -28,6 +29,8 @@ def order_free(loop, a):
     if stored & a.restore_arrays or _rewrites_row(loop, a):
         return False
     active_assigned = set()
+    positions = {}     # array -> index positions holding the loop variable in every store
+    counter = ir.Var(loop.index)
     for s in inner:
         if isinstance(s, (ir.Loop, ir.Break, ir.Continue, ir.Return, ir.Barrier)):
             return False
@@ -37,8 +40,10 @@ def order_free(loop, a):
             if s.target in a.varied:
                 active_assigned.add(s.target)
         if isinstance(s, ir.Store) and s.array.name in a.varied_arrays:
-            if ir.Var(loop.index) not in s.index:
-                return False
+            at = {p for p, x in enumerate(s.index) if x == counter}
+            positions[s.array.name] = positions.get(s.array.name, at) & at
+            if not positions[s.array.name]:
+                return False    # (y[i, j] and y[j, i]: iterations i and j share one)
     # an active value carried from one iteration into the next orders the adjoints
     if active_assigned & upward_exposed(loop):
         return False

@@ -1,10 +1,17 @@
-"""Loops whose counter can be negative: numba wraps ``y[-1]`` around to ``y[n - 1]``, so
-``for i in range(-1, n)`` touches one element at two iterations, and the analyses that
-take ``y[i]`` to be a different element at every iteration (iterations reversed in
-forward order, in parallel, side by side; rows an iteration owns; a running extremum's
-"no winner" mark) must not apply.  Every kernel here gave a wrong gradient before they
-were restricted to counters that start at a constant 0 or more (or, going down, stop
-at a constant -1 or more)."""
+"""Loops whose iterations write one element twice, where the analyses that take ``y[i]``
+to be a different element at every iteration (iterations reversed in forward order, in
+parallel, side by side; rows an iteration owns; a running extremum's "no winner" mark)
+must not apply:
+
+* a counter that can be negative: numba wraps ``y[-1]`` around to ``y[n - 1]``, so
+  ``for i in range(-1, n)`` touches one element at two iterations.  These analyses
+  now need a counter that starts at a constant 0 or more (or, going down, stops at a
+  constant -1 or more);
+* the counter at different positions of the index, ``y[i, j]`` and ``y[j, i]``:
+  iteration i writes ``y[1, 0]`` as ``y[j, i]`` at i = 0 and as ``y[i, j]`` at i = 1.
+
+Every kernel here but ``max_from_minus_one`` (fixed with the running extremum's rule)
+gave a wrong gradient before."""
 import math
 
 import numpy as np
@@ -72,6 +79,15 @@ def max_from_minus_one(x):
     return m * m
 
 
+@njit
+def transposed_stores(x, y):
+    n = x.shape[0]
+    for i in range(n):
+        for j in range(n):
+            y[i, j] = x[i, j] * x[i, j] * 2.0
+            y[j, i] = math.sin(x[j, i]) * 3.0
+
+
 def _vec(r, n):
     return (r.standard_normal(n), np.zeros(n))
 
@@ -88,13 +104,16 @@ CASES = {
     "replayed_start_given": (replayed_start_given,
                              lambda r, n: (r.standard_normal(5),) + _vec(r, n) + (-1,)),
     "max_from_minus_one": (max_from_minus_one, lambda r, n: (r.standard_normal(n),)),
+    "transposed_stores": (transposed_stores,
+                          lambda r, n: (r.standard_normal((n, n)), np.zeros((n, n)))),
 }
 
 
+@pytest.mark.parametrize("parallel", [None, True])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_negative_counter(name):
+def test_one_element_at_two_iterations(name, parallel):
     fn, make = CASES[name]
-    k = kadj.differentiate(fn)
+    k = kadj.differentiate(fn, parallel=parallel)
     for n in (2, 3, 4, 5, 7, 40):
         check_grad(k, make(np.random.default_rng(n), n))
 
