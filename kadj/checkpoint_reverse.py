@@ -69,6 +69,10 @@ class CheckpointedLoops:
         self.put(depth + 1, A.Assign(cnt, "1", "+="))
         with self.mode(nopush=True):
             self.fwd(s.body, depth + 1, loop_depth + 1)
+        if loop_depth > 0:
+            # (inside another loop: this run's trip count, for its reverse; the next
+            # run of the loop reassigns the counter)
+            self.push(depth, cnt, types.int64)
 
     def _rev_for(self, s, depth, loop_depth):
         with self._shared_replays(s, depth):
@@ -255,9 +259,9 @@ class CheckpointedLoops:
         self.put(depth, A.Comment(f"# reversed from checkpoints ({S} slots, recursive "
                                   f"bisection): {header}"))
         scratch = self._scratch(s)
-        if isinstance(s, ir.ForRange) and self._counted(s) and loop_depth > 0 and \
+        if (not isinstance(s, ir.ForRange) or self._counted(s)) and loop_depth > 0 and \
                 id(s) in self.kept:
-            # (the forward recorded the trip count after the loop: fwd_for)
+            # (the forward recorded the trip count after the loop: fwd_for, fwd_loop)
             self.pop(depth, self._count_name(s), types.int64)
         if id(s) in self.kept:
             for v in reversed(saved_vars):

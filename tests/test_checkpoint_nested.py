@@ -99,3 +99,29 @@ KERNELS = {k.__name__: k for k in (inner_reads_state, inner_while_reads_state,
 def test_nested_replay_reads_outer_values(name, checkpoints):
     k = kadj.differentiate(KERNELS[name], checkpoints=checkpoints)
     fd_check(k, _args(name))
+
+
+@njit
+def while_in_recorded_loop(x, y, a):
+    """A while loop reversed from checkpoints inside a loop that is recorded, not
+    replayed (``y[i]`` read in the loop and overwritten after it): each outer iteration's
+    trip count is recorded after its while loop (a regression: the reverse used the
+    last iteration's count for every iteration, a wrong gradient without an error)."""
+    c = 0.5
+    for i in range(x.shape[0]):
+        w = 0
+        while w < 3 and c < 4.0:
+            c = c + 0.5 * math.tanh(x[i - 1] + y[i]) + 0.6
+            w += 1
+        y[i] = y[i] * 0.5 + max(a, c)
+
+
+@pytest.mark.parametrize("checkpoints", [None, 1, 2, 3])
+def test_while_trip_counts_in_a_recorded_loop(checkpoints):
+    k = kadj.differentiate(while_in_recorded_loop, checkpoints=checkpoints)
+    assert "reversed from checkpoints" in k.adjoint_source(
+        np.zeros(3), np.zeros(3), 0.6) or checkpoints is None
+    for n in (1, 2, 3, 5, 9, 40):
+        for seed in range(3):
+            g = np.random.default_rng(100 * n + seed)
+            fd_check(k, (g.uniform(-1, 1, n), g.uniform(-1, 1, n), 0.6))
