@@ -125,3 +125,28 @@ def test_while_trip_counts_in_a_recorded_loop(checkpoints):
         for seed in range(3):
             g = np.random.default_rng(100 * n + seed)
             fd_check(k, (g.uniform(-1, 1, n), g.uniform(-1, 1, n), 0.6))
+
+
+@njit
+def while_reads_iteration_value(x, a):
+    """The while loop, replayed from checkpoints in the reverse sweep, reads ``s``,
+    which each iteration of the recorded loop around it assigns: ``s`` is recorded per
+    iteration (a regression: it was saved once around the loop, as if only read after
+    it, and every replay read the last iteration's ``s``)."""
+    c = 0.5
+    s = 0.0
+    for i in range(1, x.shape[0]):
+        x[i] += x[i - 1]
+        s = x[i]
+        while c < 4.0:
+            c = c + 0.5 * math.tanh(a + s) + 0.6
+    return s + c
+
+
+@pytest.mark.parametrize("checkpoints", [None, 2])
+def test_while_replay_reads_values_of_its_iteration(checkpoints):
+    k = kadj.differentiate(while_reads_iteration_value, checkpoints=checkpoints)
+    for n in (1, 2, 3, 5, 9, 40):
+        for seed in range(3):
+            g = np.random.default_rng(100 * n + seed)
+            fd_check(k, (g.uniform(-1, 1, n), 0.6))

@@ -301,9 +301,10 @@ def reverse_reads(stmts, a):
                 out |= ir.var_names((s.start, s.stop, s.step))
             for r in ir.walk(a.recompute.get(s.uid, ())):
                 out |= ir.stmt_reads(r)
-            if s.uid in a.replay:
-                for r in ir.walk(s.body):
-                    out |= ir.stmt_reads(r)
+        if isinstance(s, (ir.ForRange, ir.Loop)) and s.uid in a.replay:
+            # (a while loop replayed from checkpoints too)
+            for r in ir.walk(s.body):
+                out |= ir.stmt_reads(r)
     return out
 
 
