@@ -397,14 +397,17 @@ class ReverseSweep:
         """The recomputable statements whose values the reversed body reads."""
         reads = set()
         for x in ir.walk(loop.body):
+            if isinstance(x, ir.If):
+                # (re-decided in reverse also when it only pops: needs_reverse)
+                if self.needs_reverse(x):
+                    reads |= ir.var_names((x.cond,))
+                continue
             if not self.a.has_rev.get(id(x)):
                 continue
             if isinstance(x, ir.Assign) and x.target in self.a.varied:
                 reads |= partial_reads(x, self.a)
             elif isinstance(x, ir.Store):
                 reads |= ir.var_names(x.index)
-            elif isinstance(x, ir.If):
-                reads |= ir.var_names((x.cond,))
             elif isinstance(x, ir.ForRange):
                 reads |= ir.var_names((x.start, x.stop, x.step))
         for x in ir.walk(loop.body):

@@ -45,3 +45,4 @@ X = np.array([0.9, 0.8, 0.7, 0.2, 0.9, 0.6, 0.75])
 def test_ternary_while_conditions(n, flag):
     check_grad(kadj.differentiate(ternary_whiles), (X.copy(), n, flag, np.zeros(1)))
 
+

@@ -69,6 +69,7 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
     # reverse sweep); needing more values may record more and replay more loops
     extra = set()
     while True:
+        a.loop_saved = {}
         _needed.needed(body, a, extra)
         restored = set(a.restore_arrays)
         _pushed(kernel, a)
@@ -86,9 +87,13 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
             continue
         more = _loops.replay_reads(body, a) - a.needed
         if not more and not a.restore_arrays - restored - a.varied_arrays:
-            break   # (an array without adjoint restored anew: its stores pop)
+            # the values saved once around loops; the ifs around such a loop are
+            # re-decided in the reverse sweep to pop them: their conditions are needed
+            _loops.find_loop_saved(body, a, frozenset(), False)
+            more = _loops.conditions_around_saves(body, a) - a.needed
+            if not more:
+                break   # (an array without adjoint restored anew: its stores pop)
         extra |= more
-    _loops.find_loop_saved(body, a, frozenset(), False)
     for v in a.pushed:
         t = T.get(v)
         if not isinstance(t, (types.Number, types.Boolean)):

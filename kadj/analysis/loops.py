@@ -7,7 +7,7 @@ from numba.core import types
 
 from .. import ir
 from .memory import rewriting_loop, rewritten_each_iteration, stored_during_or_after
-from .needed import partial_reads, records_in_branches
+from .needed import partial_reads, records_in_branches, walk_reversed
 from .rewrites import own_rows, rewritten_before_read
 from .recompute import reads_outside
 
@@ -293,8 +293,10 @@ def reverse_reads(stmts, a):
             if s.array.name in a.varied_arrays:
                 out |= ir.var_names(s.index)
         elif isinstance(s, ir.If):
-            # (re-decided in reverse also to pop the values its branches recorded)
-            if a.has_rev.get(id(s)) or records_in_branches(s, a):
+            # (re-decided in reverse also to pop the values its branches recorded, or
+            # saved around a loop inside them: conditions_around_saves)
+            if a.has_rev.get(id(s)) or records_in_branches(s, a) or \
+                    _saves_around_loops(s, a):
                 out |= ir.var_names((s.cond,))
         elif isinstance(s, ir.ForRange):
             if a.has_rev.get(id(s)):
@@ -357,3 +359,29 @@ def find_loop_saved(stmts, a, suppressed, inside_replay):
                     a.loop_saved[s.uid] = tuple(sorted(cand))
                     inner_supp = suppressed | cand
             find_loop_saved(s.body, a, inner_supp, inside_replay or is_replay)
+
+
+def conditions_around_saves(stmts, a):
+    """The conditions of the ifs that the reverse sweep enters only to pop what the
+    forward saved around a loop inside them (:func:`find_loop_saved`, a saved loop
+    index): without reverse code of their own they would be decided in reverse by
+    values of another iteration (a ``while`` loop's entry test around a value saved
+    once around the loop)."""
+    out = set()
+    for s in walk_reversed(stmts, a):
+        if isinstance(s, ir.If) and _saves_around_loops(s, a):
+            out |= ir.var_names((s.cond,))
+    return out
+
+
+def _saves_around_loops(s, a):
+    """Does If ``s`` hold (where the reverse sweep goes) a loop around which values are
+    saved: a saved loop index, values :func:`find_loop_saved` saved, or a loop without
+    reverse code that assigns a recorded value (which it will save, also before
+    :func:`find_loop_saved` has run)?"""
+    for x in walk_reversed(s.then + s.orelse, a):
+        if isinstance(x, (ir.ForRange, ir.Loop)) and (
+                x.uid in a.loop_saved or x.uid in a.index_saved or
+                (not a.has_rev.get(id(x)) and a.pushed & ir.assigned(x.body))):
+            return True
+    return False
