@@ -81,6 +81,38 @@ def inactive_while_after_branch(x, y):
         y[i] = y[i] * 0.8 + x[i] * c
 
 
+@njit
+def counted_factor(x, y):
+    cnt = 0
+    for i in range(x.shape[0]):
+        if x[i] > 0.0:
+            cnt += 1                    # an integer counter
+        y[i] = y[i] * (cnt + 1) + x[i] * cnt
+
+
+@njit
+def last_positive_index(x, y):
+    k = 0
+    for i in range(x.shape[0]):
+        y[i] = y[i] * x[k]              # an index the test moves
+        if x[i] > 0.0:
+            k = i
+
+
+@njit
+def adaptive_step(x, y):
+    h = 0.1
+    s = 0.0
+    for i in range(x.shape[0]):
+        s = s + h * x[i] * s + x[i]
+        if abs(s) > 1.0:
+            h = h * 0.5
+        else:
+            h = min(h * 1.5, 0.2)
+        y[i] = s * h
+    return s
+
+
 def _vec(r, n):
     return (r.uniform(-1, 1, n), r.uniform(-1, 1, n))
 
@@ -91,6 +123,9 @@ CASES = {
     "capped_counter": (capped_counter, _vec),
     "rows_with_state": (rows_with_state,
                         lambda r, n: (r.uniform(-1, 1, (n, 3)), r.uniform(-1, 1, (n, 3)))),
+    "counted_factor": (counted_factor, _vec),
+    "last_positive_index": (last_positive_index, _vec),
+    "adaptive_step": (adaptive_step, _vec),
     "inactive_while_in_loop": (inactive_while_in_loop, _vec),
     "inactive_while_after_branch": (inactive_while_after_branch, _vec),
 }
