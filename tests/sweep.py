@@ -251,6 +251,26 @@ def check_many(kernel, cases, wrt=None, **tolerances):
     return count
 
 
+#: what check_grad says when finite differences straddle a jump of the function (a
+#: trip count or a test's outcome that changed within the step), not a wrong adjoint
+TIE = ("looks non-differentiable", "agrees with finite differences")
+
+
+def check_redrawing_ties(kernel, label, data, note, attempts=3):
+    """:func:`check_many` of ``kernel`` at ``data(0)``; where check_grad names a kink or
+    tie (or finds every element's gradient right), again at ``data(1)``, ...: continuous
+    data put a jump within the finite-difference step only rarely, and a wrong adjoint
+    fails on any data.  ``note`` (Hypothesis') records each redraw."""
+    for attempt in range(attempts):
+        try:
+            check_many(kernel, [(label, data(attempt))])
+            return
+        except AssertionError as exc:
+            if attempt == attempts - 1 or not any(t in str(exc) for t in TIE):
+                raise
+            note(f"{label}: data redrawn after a tie: {str(exc)[:200]}")
+
+
 def _non_empty(kernel, args, wrt):
     """``wrt`` without the arguments that are empty arrays (``wrt`` itself when none
     is)."""

@@ -97,9 +97,6 @@ def state_source(draw):
 
 
 SIZES = (1, 2, 5, 13)
-#: what check_grad says when finite differences straddle a jump (a test whose outcome
-#: changed within the step), not a wrong adjoint
-TIE = ("looks non-differentiable", "agrees with finite differences")
 
 
 def _data(seed, n):
@@ -113,15 +110,9 @@ def _check(lines, seed):
     for checkpoints in (None, 2):
         k = kadj.differentiate(fn, checkpoints=checkpoints)
         for n in SIZES:
-            for attempt in range(3):
-                try:
-                    sweep.check_many(k, [(f"n={n}, checkpoints={checkpoints}",
-                                          _data(seed + n + 1000 * attempt, n))])
-                    break
-                except AssertionError as exc:
-                    if attempt == 2 or not any(t in str(exc) for t in TIE):
-                        raise
-                    note(f"n={n}: data redrawn after a tie: {str(exc)[:200]}")
+            sweep.check_redrawing_ties(
+                k, f"n={n}, checkpoints={checkpoints}",
+                lambda attempt, n=n: _data(seed + n + 1000 * attempt, n), note)
 
 
 @settings(max_examples=12, **SETTINGS)

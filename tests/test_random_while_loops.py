@@ -87,11 +87,6 @@ def _data(seed, n):
             float(rng.uniform(0.2, 0.6)), float(rng.uniform(3.0, 6.0)))
 
 
-#: what check_grad says when finite differences straddle a jump of the function (a
-#: trip count that changed within the step), not a wrong adjoint
-TIE = ("looks non-differentiable", "agrees with finite differences")
-
-
 def _check(lines, seed):
     """Every size checked; a case whose data put a trip count's change within the
     finite-difference step (check_grad names a kink or tie, or finds every element's
@@ -99,14 +94,8 @@ def _check(lines, seed):
     k, src = _compile(lines)
     note(src)
     for n in SIZES:
-        for attempt in range(3):
-            try:
-                sweep.check_many(k, [(f"n={n}", _data(seed + n + 1000 * attempt, n))])
-                break
-            except AssertionError as exc:
-                if attempt == 2 or not any(t in str(exc) for t in TIE):
-                    raise
-                note(f"n={n}: data redrawn after a tie: {str(exc)[:200]}")
+        sweep.check_redrawing_ties(
+            k, f"n={n}", lambda attempt, n=n: _data(seed + n + 1000 * attempt, n), note)
 
 
 @settings(max_examples=8, **SETTINGS)
