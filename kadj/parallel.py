@@ -135,6 +135,48 @@ def _visit(fn, ns, pick):
     return done
 
 
+def serial_where_numba_refuses(fn):
+    """Turn back into serial loops the ``prange`` loops left in ``fn`` (not moved into
+    a function by :mod:`kadj.row_outline`) whose body updates one of its sums over the
+    threads in two statements (``_acc += a`` then ``_acc += b``): numba refuses such a
+    reduction ("Use of reduction variable ... other than in a supported reduction
+    function").  Returns the number turned back."""
+    from .adj_refs import lists
+    turned = 0
+    for seq in lists(fn):
+        for x in [x for x in seq if is_parallel_for(x) and _updated_twice(x.body)]:
+            call = ast.parse(x.iter, mode="eval").body
+            x.iter = f"range({', '.join(ast.unparse(a) for a in call.args)})"
+            k = next(j for j, y in enumerate(seq) if y is x)
+            first = k
+            while first > 0 and isinstance(seq[first - 1], A.Comment):
+                first -= 1      # (the comments right above the loop)
+            notes = [j for j in range(first, k) if seq[j].text == _NOTE or
+                     seq[j].text.startswith("# (summed over")]
+            for j in reversed(notes):
+                del seq[j]
+            seq.insert(k - len(notes), A.Comment(
+                "# (serial: numba refuses a sum over the threads updated twice)"))
+            turned += 1
+    return turned
+
+
+def _updated_twice(body):
+    """Does a scalar that the statements ``body`` only add into get two updates?"""
+    counts = {}
+    for y in A.walk(body):
+        name = None
+        if isinstance(y, A.Accumulate) and isinstance(y.target, (A.AdjVar, A.Local)):
+            name = y.target.name
+        elif isinstance(y, A.Assign) and isinstance(y.target, str) and \
+                y.target.isidentifier() and (y.op == "+=" or (
+                    y.op == "=" and _adds_to(y.target, y.value))):
+            name = y.target
+        if name is not None:
+            counts[name] = counts.get(name, 0) + 1
+    return any(c > 1 for c in counts.values())
+
+
 def is_parallel_for(x):
     """Is ``x`` a loop made parallel (a ``for`` over ``numba.prange``)?"""
     return isinstance(x, A.For) and x.iter.startswith(f"{PRANGE}(")

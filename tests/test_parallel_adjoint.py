@@ -352,3 +352,27 @@ def test_two_parallel_loops_get_a_function_each():
     gp, gs = _both_adjoints(par, ser, args)
     for a, b in zip(gp, gs):
         np.testing.assert_array_equal(a, b)
+
+
+@njit
+def sum_added_twice(x, y):
+    """The reversed j loop adds three contributions to x[0, i] (fixed in the loop): a
+    sum over the threads updated in three statements, which numba refuses in a prange
+    body; its zero is set inside the i loop, so the body is not moved into a function
+    that returns its sums."""
+    n = x.shape[0]
+    for t in range(2):
+        for i in range(n):
+            for j in range(1, n - 2):
+                y[0, j] = 0.5 * (x[0, i] * x[0, i] + x[0, j] * x[0, i])
+
+
+def test_a_sum_updated_twice_keeps_its_loop_serial():
+    """(It raised numba's "Use of reduction variable ... other than in a supported
+    reduction function" when the adjoint was compiled.)"""
+    k = kadj.differentiate(sum_added_twice, parallel=True)
+    args = (rng.uniform(-1, 1, (5, 5)), np.zeros((5, 5)))
+    src = k.adjoint_source(*args)
+    assert "numba refuses a sum over the threads updated twice" in src
+    for n in (3, 4, 6):
+        fd_check(k, (rng.uniform(-1, 1, (n, n)), np.zeros((n, n))))

@@ -160,6 +160,7 @@ def _outline_rows(fn, w, options):
     outline_rows(fn, w.ns, options["jit_options"])
     for _decorator, helper in fn.helpers:
         vector_sums(helper, w)
+    parallel.serial_where_numba_refuses(fn)
 
 
 def _jit_options(source, request):
