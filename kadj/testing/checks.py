@@ -31,6 +31,8 @@ def _direction(problem, point, s, ct, g, rng, tol):
                          f"argument '{s.name}'")
     if verdict.agrees[0] and verdict.undecidable[0]:
         raise AssertionError(_undecidable_text(problem, s, verdict, tol))
+    if verdict.absorbed[0]:
+        raise AssertionError(_absorbed_text(problem, s, verdict, tol))
     return verdict
 
 
@@ -51,6 +53,19 @@ def _undecidable_text(problem, s, verdict, tol):
             "outputs are not large next to their changes, or with a larger relative "
             f"step eps (now {tol.eps:.3g}) if the kernel is smooth over it; or leave "
             f"'{s.name}' out with wrt.")
+
+
+def _absorbed_text(problem, s, verdict, tol):
+    probe = verdict.second
+    return (f"Finite differences cannot check the gradient of kernel "
+            f"'{problem.name}' for argument '{s.name}' at these arguments: "
+            f"<adjoint(ct), d> = {float(probe.ad[0])!r} against "
+            f"{float(probe.fd[0])!r} from finite differences, a difference within the "
+            f"rounding of outputs that the steps left unchanged (of size up to "
+            f"{float(probe.s_abs[0]):.3g}): an output large next to its change rounds "
+            "to the same value on both sides of the step, and the differences miss "
+            "the change.  Check it at a point where the outputs are not large next to "
+            f"their changes, or leave '{s.name}' out with wrt.")
 
 
 def _inner_product_test(problem, point, ct, g, rng, tol, explain_max, directions,

@@ -68,6 +68,7 @@ class _Probe:
     f_abs: np.ndarray   # root-sum-square of C_k max(|F_k(x+)|, |F_k(x-)|), F_k changed
     g_abs: np.ndarray   # root-sum-square of G_i (x+ - x-)_i
     o_abs: np.ndarray   # root-sum-square of C_k (F_k(x+) - F_k(x-))
+    s_abs: np.ndarray   # root-sum-square of C_k max(|F_k(x+)|, |F_k(x-)|), F_k unchanged
     tol: _Tol
 
     @property
@@ -96,6 +97,15 @@ class _Probe:
     def allowed(self):
         t = self.tol
         return t.atol + t.rtol * self.magnitude + self.noise
+
+    @property
+    def absorbed(self):
+        """Rows whose disagreement fits in the rounding of the outputs the step left
+        unchanged: an output large next to its change (a returned total of 1e48 that a
+        change of 10 does not move) rounds to the same value on both sides, and the
+        differences then miss its change altogether."""
+        hidden = _NOISE_FACTOR * self.tol.unit * self.s_abs / (self.sp + self.sm)
+        return ~self.agrees & (np.abs(self.fd - self.ad) <= self.allowed + hidden)
 
     @property
     def agrees(self):
@@ -138,9 +148,12 @@ def _probe(problem, point, d, t, cts, rows, tol, what):
         raise AssertionError(_zero_step(problem, what))
     yp, ym = _run_forward(problem, plus), _run_forward(problem, minus)
     dy = yp - ym
-    moved = np.where(yp != ym, np.maximum(np.abs(yp), np.abs(ym)), 0.0)
+    size = np.maximum(np.abs(yp), np.abs(ym))
+    moved = np.where(yp != ym, size, 0.0)
+    still = np.where(yp != ym, 0.0, size)
     return _Probe(sp, sm, cts @ yp, cts @ ym, cts @ dy, rows @ dp, rows @ dm,
-                  _rss(cts, moved), _rss(rows, dp + dm), _rss(cts, dy), tol)
+                  _rss(cts, moved), _rss(rows, dp + dm), _rss(cts, dy), _rss(cts, still),
+                  tol)
 
 
 def _rss(rows, v):
@@ -222,6 +235,14 @@ class _Verdict:
     @property
     def undecidable(self):
         return self._pick("undecidable")
+
+    @property
+    def absorbed(self):
+        """Rows that disagree at both steps only within the rounding of outputs the
+        steps left unchanged: finite differences cannot decide them."""
+        if self.second is None:
+            return np.zeros(self.first.cp.shape, dtype=bool)
+        return ~self.agrees & self.first.absorbed & self.second.absorbed
 
     def kinks(self, c0, f0_abs):
         """Rows where the one-sided differences disagree with each other by more than
