@@ -5,7 +5,11 @@ a counter, a running state that carries no derivative), and the entry tests of a
 condition changes from one iteration to the next, so the reverse sweep must decide
 with each iteration's own value, recomputed or restored (a regression: it used the
 last iteration's, skipped restores, and read the tape out of step: wrong gradients
-without an error).  Checked against float64 central differences at sizes 1..40, with
+without an error).  An ``if`` whose arms only set constants the adjoint reads, on a
+test of an element the iteration overwrites afterwards (``if y[i] > 0: w = 0.5``, then
+``y[i] = w * x[i]``), is recomputed in reverse from the test's value of that iteration,
+recorded (a regression: the test was saved once around the loop, and every iteration
+was reversed with the last one's outcome).  Checked against float64 central differences at sizes 1..40, with
 and without checkpoints."""
 import math
 
@@ -113,6 +117,42 @@ def adaptive_step(x, y):
     return s
 
 
+@njit
+def constant_arms_on_overwritten(x, y):
+    for i in range(x.shape[0]):
+        if y[i] > 0.0:
+            w = 0.5
+        else:
+            w = 1.3
+        y[i] = w * x[i]
+
+
+@njit
+def _pick(u, v):
+    if u > v:
+        w = 0.5
+    else:
+        w = 1.3
+    return w * u
+
+
+@njit
+def constant_arms_in_a_helper(x, y):
+    for i in range(x.shape[0]):
+        y[i] += _pick(x[i], y[i])
+
+
+@njit
+def offset_chosen_by_overwritten(x, y):
+    n = x.shape[0]
+    for i in range(n):
+        if y[i] > 0.0:
+            k = 1
+        else:
+            k = 0
+        y[i] = x[i] * x[(i + k) % n]
+
+
 def _vec(r, n):
     return (r.uniform(-1, 1, n), r.uniform(-1, 1, n))
 
@@ -128,6 +168,9 @@ CASES = {
     "adaptive_step": (adaptive_step, _vec),
     "inactive_while_in_loop": (inactive_while_in_loop, _vec),
     "inactive_while_after_branch": (inactive_while_after_branch, _vec),
+    "constant_arms_on_overwritten": (constant_arms_on_overwritten, _vec),
+    "constant_arms_in_a_helper": (constant_arms_in_a_helper, _vec),
+    "offset_chosen_by_overwritten": (offset_chosen_by_overwritten, _vec),
 }
 
 

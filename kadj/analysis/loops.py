@@ -352,7 +352,9 @@ def find_loop_saved(stmts, a, suppressed, inside_replay):
                 assigned_in = ir.assigned(s.body)
                 cand = {v for v in a.pushed if v in assigned_in} - suppressed
                 if not no_reverse:
-                    cand -= reverse_reads(s.body, a)
+                    # (the loop itself too: what its reverse recomputes at each
+                    # iteration, ``if t3: w = 0.5``, reads that iteration's values)
+                    cand -= reverse_reads([s], a)
                 if isinstance(s, ir.ForRange):
                     cand.discard(s.index)
                 if cand:
