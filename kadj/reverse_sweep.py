@@ -414,6 +414,11 @@ class ReverseSweep:
             if isinstance(x, ir.ForRange):
                 for r in ir.walk(self.a.recompute.get(x.uid, ())):
                     reads |= ir.stmt_reads(r)
+            if isinstance(x, (ir.ForRange, ir.Loop)) and x.uid in self.a.replay:
+                # (a replayed loop re-executes its body in reverse: ``w += u / ...``
+                # from checkpoints reads this iteration's ``u``)
+                for r in ir.walk(x.body):
+                    reads |= ir.stmt_reads(r)
         keep = []
         for x in reversed(rec):
             defs = {y.target for y in ir.walk((x,)) if isinstance(y, ir.Assign)}

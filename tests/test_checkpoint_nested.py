@@ -150,3 +150,46 @@ def test_while_replay_reads_values_of_its_iteration(checkpoints):
         for seed in range(3):
             g = np.random.default_rng(100 * n + seed)
             fd_check(k, (g.uniform(-1, 1, n), 0.6))
+
+
+@njit
+def exit_reads_recomputed_value(x, y):
+    """The inner loop, left by ``break`` and replayed from checkpoints in the reverse
+    sweep, reads ``u = x[i]``, which the reverse of each outer iteration recomputes
+    rather than records: the recomputation is emitted for what the replay reads (a
+    regression: it was not, and every replay read the last iteration's ``u``)."""
+    for i in range(x.shape[0]):
+        u = x[i]
+        v = y[i]
+        w = u
+        for k in range(3):
+            if w > 0.8:
+                break
+            w = w + u / (1.5 + v * w * v * w)
+        y[i] = w
+
+
+@njit
+def _settle(u, v):
+    w = u
+    for k in range(3):
+        if w > 0.8:
+            return w
+        w = w + u / (1.5 + v * w * v * w)
+    return w
+
+
+@njit
+def exit_in_a_helper(x, y):
+    for i in range(x.shape[0]):
+        y[i] = _settle(x[i], y[i])
+
+
+@pytest.mark.parametrize("checkpoints", [None, 1, 2])
+@pytest.mark.parametrize("fn", [exit_reads_recomputed_value, exit_in_a_helper])
+def test_replay_reads_recomputed_values_of_its_iteration(fn, checkpoints):
+    k = kadj.differentiate(fn, checkpoints=checkpoints)
+    for n in (1, 2, 3, 5, 9, 40):
+        for seed in range(3):
+            g = np.random.default_rng(100 * n + seed)
+            fd_check(k, (g.uniform(-1, 1, n), g.uniform(-1, 1, n)))
