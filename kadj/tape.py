@@ -75,6 +75,8 @@ import threading
 from contextlib import ExitStack
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import arrays
 from . import tape_report
 from . import tape_threads
@@ -103,12 +105,18 @@ def _serialized(method):
 
 @dataclass(frozen=True)
 class ScalarGrad:
-    """The gradient with respect to one scalar argument of one launch."""
+    """The gradient with respect to one scalar argument of one launch: a ``float``, or
+    for a complex argument ``z = x + iy`` the ``complex`` dL/dx + i dL/dy."""
 
     launch: int
     kernel_name: str
     arg_name: str
-    value: float
+    value: float | complex
+
+
+def _scalar(value):
+    """A scalar gradient as a Python number: complex for a complex argument."""
+    return complex(value) if np.iscomplexobj(value) else float(value)
 
 
 class Tape(Versions, Checks, Backward):
@@ -321,7 +329,7 @@ class Tape(Versions, Checks, Backward):
             self._raise_known(wait=True)
         return tuple(
             ScalarGrad(index, self._launches[index].plan.kernel_name,
-                       self._launches[index].arg_name(i), float(value))
+                       self._launches[index].arg_name(i), _scalar(value))
             for (index, i), value in sorted(self._scalar_grads.items()))
 
     @_serialized

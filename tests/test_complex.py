@@ -331,3 +331,30 @@ def test_real_loss_of_complex_kernels_through_the_tape():
 
     fd_v = np.array([(run_v(v + h * e) - run_v(v - h * e)) / (2 * h) for e in np.eye(6)])
     _close(gv, fd_v)
+
+
+def test_complex_scalar_gradients_through_the_tape():
+    # tape.scalar_grads() / scalar_grad() of a complex scalar keep its imaginary part
+    # (a regression: they were converted with float(), which dropped it with only a
+    # ComplexWarning)
+    rng = np.random.default_rng(8)
+    u, c = _rc(rng, 7), 0.3 + 0.4j
+
+    def run(cc):
+        out, loss = np.zeros(7, np.complex128), np.zeros(1)
+        wave(u, cc, out)
+        weighted_norm(out, loss)
+        return loss[0]
+
+    out, loss = np.zeros(7, np.complex128), np.zeros(1)
+    with kadj.Tape() as tape:
+        wave(u, c, out)
+        weighted_norm(out, loss)
+    tape.backward(loss)
+    h = 1e-6
+    fd = ((run(c + h) - run(c - h)) / (2 * h)
+          + 1j * (run(c + 1j * h) - run(c - 1j * h)) / (2 * h))
+    (entry,) = [g for g in tape.scalar_grads() if g.arg_name == "c"]
+    assert isinstance(entry.value, complex) and abs(entry.value.imag) > 1e-3
+    assert abs(entry.value - fd) <= 1e-6 * max(1.0, abs(fd))
+    assert tape.scalar_grad("c") == entry.value
