@@ -126,7 +126,10 @@ def _is_copy(y):
 
 def _sink_past_copies(seq, j, memo):
     """Move the definition ``adj_v = e`` at ``j`` below the last later read of a copy
-    of ``adj_v``, if every statement it passes leaves it and ``e`` alone."""
+    of ``adj_v``, if every statement it passes leaves it and ``e`` alone; and further
+    down past the statements that use what those reads computed (``_acc_x +=
+    adj_x_i`` after ``adj_x_i = adj_t * p``), as long as they too leave it alone, so
+    that such single-use values can be folded into their use."""
     x = seq[j]
     v = x.target.name
     if not pure(x.value):
@@ -135,18 +138,28 @@ def _sink_past_copies(seq, j, memo):
     if not copies:
         return
     reads = set(names(x.value))
-    last = None
+    last = further = None
+    tainted = set(copies)
     for k in range(j + 1, len(seq)):
         m = _mentions(seq[k], memo)
-        if copies & {n for n, roles in m.items() if USE in roles}:
+        used = {n for n, roles in m.items() if USE in roles}
+        if copies & used:
             last = k
+        if tainted & used:
+            further = k
+            tainted |= {n for n, roles in m.items() if roles & {DEF, FIXED}}
     if last is None:
         return
-    for k in range(j + 1, last + 1):
-        y = seq[k]
-        m = _mentions(y, memo)
-        if isinstance(y, A.Comment) or _jumps(y, memo) or v in m or any(
-                m.get(n, set()) & {DEF, FIXED} for n in reads):
-            return
-    seq.insert(last + 1, seq.pop(j))
 
+    def passes(y):
+        m = _mentions(y, memo)
+        return not (isinstance(y, A.Comment) or _jumps(y, memo) or v in m or any(
+            m.get(n, set()) & {DEF, FIXED} for n in reads))
+
+    if not all(passes(seq[k]) for k in range(j + 1, last + 1)):
+        return
+    while further is not None and last < further and passes(seq[last + 1]):
+        last += 1
+    # (popping it moves the statements after it up by one: it goes right after the
+    # last statement it passes, now at ``last - 1``)
+    seq.insert(last, seq.pop(j))

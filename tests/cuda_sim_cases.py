@@ -128,6 +128,16 @@ def nested_carry(x, out, n):
 
 @kadj.differentiate
 @cuda.jit
+def relax_own_element(y, s):
+    """The thread's own element read twice, linearly and inside sin, then overwritten
+    (a regression: the adjoint lost the 0.5)."""
+    i = cuda.grid(1)
+    if i < y.shape[0]:
+        y[i] = 0.5 * y[i] + math.sin(s * y[i])
+
+
+@kadj.differentiate
+@cuda.jit
 def push_inplace(x, v, f, dt):
     i = cuda.grid(1)
     if i < x.shape[0]:
@@ -465,6 +475,8 @@ def main(names):
             [np.random.default_rng(5).uniform(-1.0, 1.0, 7), np.zeros(7), 0.2]),
         "in_place_update": lambda: fd_check(
             push_inplace, (2, 4), [rng.random(9), rng.random(9), rng.random(9), 0.1]),
+        "own_element_read_twice": lambda: fd_check(
+            relax_own_element, (2, 4), [rng.uniform(-1.0, 1.0, 9), 0.6]),
         "local_array_state": lambda: fd_check(
             rk2_local_state, (2, 4), [rng.random(5), rng.random(5), np.zeros(5), 0.1, 6]),
         "hostile_names": lambda: fd_check(

@@ -3,16 +3,19 @@
 Hypothesis draws a loop over elements whose body mixes values that carry a derivative
 (``c``, the arrays) with state that carries none but decides what the loop does: a
 step size ``h`` scaled under a test, an integer counter ``k`` that also indexes, a
-flag ``on``, and a ``while`` loop that advances ``h`` (its entry tests change from one
+flag ``on``, a value ``w2`` set to constants, and a ``while`` loop that advances ``h`` (its entry tests change from one
 iteration to the next), nested in ``if``/``else`` up to two deep, optionally with an
-inner ``for`` loop.  The reverse sweep must re-decide every test with each
+inner ``for`` loop (possibly left by ``break``) that reads ``u = x[i]`` of its
+iteration.  The reverse sweep must re-decide every test with each
 iteration's own values and restore the state each iteration saw; ``checkpoints=2``
 reverses the ``while`` loops and the carried state from checkpoints instead.  Each
 kernel is checked with :func:`kadj.testing.check_grad` (float64 central differences,
 adjoint compiled with bounds checking) at several sizes, with and without
 checkpoints.  (The families of wrong gradients this found, fixed: tests decided in
 reverse with the last iteration's value, a ``while`` loop's trip count and the values
-it reads taken from the last iteration.)
+it reads taken from the last iteration, a test that only sets constants on an element
+the iteration overwrites saved once around the loop, a value recomputed for an inner
+loop's replay from checkpoints not recomputed.)
 
 Derandomized (the same examples on every run); on failure the drawn source is printed
 (Hypothesis ``note``).  The default run draws a few kernels; ``-m slow`` many more.
@@ -33,12 +36,12 @@ from random_source import compile_source  # noqa: E402
 from test_random_kernels import SETTINGS  # noqa: E402
 
 VALUES = ("x[i]", "y[i]", "x[k]", "a", "c", "h", "h", "float(k)", "z[i]", "x[i - 1]",
-          "x[i] * h", "y[i] * float(k + 1)")
+          "x[i] * h", "y[i] * float(k + 1)", "w2", "x[i] * w2", "u")
 TESTS = ("x[i] > 0.0", "x[i] > 0.3", "x[i] > -0.4", "h < 0.7", "k < 2", "on",
          "y[i] < 0.0", "c > 0.2", "i % 2 == 0")
 STATE = ("h = h * 0.9", "h = h + 0.25", "h = min(h * 1.5, 2.0)", "h = 0.5 * h + 0.1",
          "k = min(k + 1, n - 1)", "k = i", "k = 0", "on = True", "on = False",
-         "on = not on")
+         "on = not on", "w2 = 0.5", "w2 = 1.3")
 TARGETS = ("y[i]", "z[i]", "z[k]", "y[i - 1]")
 
 
@@ -58,7 +61,7 @@ def block(draw, indent, depth, state_only=False):
     lines = []
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(("state", "state", "state", "active", "store", "store",
-                                     "store", "if", "if", "while")))
+                                     "store", "if", "if", "while", "pick")))
         if kind in ("if", "while") and depth >= 2:
             kind = "store"
         if state_only and kind in ("active", "store"):
@@ -77,6 +80,11 @@ def block(draw, indent, depth, state_only=False):
             if draw(st.booleans()):
                 lines.append(f"{indent}else:")
                 lines += draw(block(indent + "    ", depth + 1, only))
+        elif kind == "pick":
+            # constants chosen by a test, read by what follows (the test may read an
+            # element the iteration overwrites afterwards)
+            lines += [f"{indent}if {draw(st.sampled_from(TESTS + ('z[i] > 0.0',)))}:",
+                      f"{indent}    w2 = 0.5", f"{indent}else:", f"{indent}    w2 = 1.3"]
         else:
             lines += [f"{indent}w = 0", f"{indent}while w < 2 and h < 3.0:",
                       f"{indent}    h = h + 0.4", f"{indent}    w += 1"]
@@ -86,11 +94,17 @@ def block(draw, indent, depth, state_only=False):
 @st.composite
 def state_source(draw):
     """Source lines of ``def k(x, y, z, a)``."""
-    lines = ["n = x.shape[0]", "h = 1.0", "k = 0", "c = 0.0", "on = False",
-             "for i in range(n):"]
+    lines = ["n = x.shape[0]", "h = 1.0", "k = 0", "c = 0.0", "on = False", "w2 = 1.0",
+             "for i in range(n):", "    u = x[i]"]
+    if draw(st.booleans()):
+        lines += [f"    if {draw(st.sampled_from(('y[i] < 0.0', 'z[i] > 0.0', 'h < 0.7')))}:",
+                  "        w2 = 0.5", "    else:", "        w2 = 1.3"]
     lines += draw(block("    ", 0))
     if draw(st.booleans()):
-        lines.append("    for j in range(2):")
+        lines.append(f"    for j in range({draw(st.sampled_from((2, 3)))}):")
+        if draw(st.booleans()):
+            lines += [f"        if {draw(st.sampled_from(('c > 0.5', 'h < 0.8', 'c < -0.3')))}:",
+                      "            break"]
         lines += draw(block("        ", 1))
     lines.append("return c * a + h")
     return lines

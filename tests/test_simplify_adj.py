@@ -55,6 +55,37 @@ def test_definition_does_not_move_past_what_changes_its_operands():
     assert body[1].op == "=" and body[1].value == "adj_t * x"
 
 
+def test_definition_stops_right_after_the_last_read_of_a_copy():
+    # the statement after the last read of a copy adds to adj_v itself: the definition
+    # goes between them (a regression: it went one statement too far, past that
+    # addition, which it then overwrote: a CUDA thread's own element updated in place,
+    # ``y[i] = 0.5 * y[i] + math.sin(s * y[i])``, lost its 0.5)
+    body = [A.Accumulate(_v("adj_t"), "=", "adj_p"),
+            A.Assign(_v("adj_p"), "0.0"),
+            A.Accumulate(_v("adj_p"), "+=", "adj_u * s"),
+            A.Accumulate(_v("adj_w"), "=", "adj_t * 0.5"),
+            A.Accumulate(_v("adj_p"), "+=", "adj_w")]
+    sink_resets(_fn(body))
+    assert [(s.target.name, s.op, s.value) for s in body] == [
+        ("adj_t", "=", "adj_p"), ("adj_w", "=", "adj_t * 0.5"),
+        ("adj_p", "=", "adj_u * s"), ("adj_p", "+=", "adj_w")]
+
+
+def test_definition_moves_past_the_uses_of_what_copy_reads_computed():
+    # ``adj_w`` computed from a copy is added into an accumulator after it: the
+    # definition moves past that too (then ``adj_w`` folds into its use), but stops
+    # before a statement that reads adj_p
+    body = [A.Accumulate(_v("adj_t"), "=", "adj_p"),
+            A.Assign(_v("adj_p"), "0.0"),
+            A.Accumulate(_v("adj_p"), "+=", "adj_t * x"),
+            A.Accumulate(_v("adj_w"), "=", "adj_t * p"),
+            A.Accumulate(A.Local("acc"), "+=", "adj_w"),
+            A.Accumulate(A.Local("acc2"), "+=", "adj_w * adj_p")]
+    sink_resets(_fn(body))
+    assert [s.value for s in body] == ["adj_p", "adj_t * p", "adj_w", "adj_t * x",
+                                       "adj_w * adj_p"]
+
+
 def test_reset_and_readding_a_copy_cancel():
     body = [A.Accumulate(_v("adj_t"), "=", "adj_p"),
             A.Assign(_v("adj_p"), "0.0"),
