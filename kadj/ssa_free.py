@@ -57,7 +57,10 @@ def _rhs_type(value, state):
 def _untyped_expr_type(expr, state):
     """The type of an expression that numba types without a call signature (a tuple's
     constant element, an attribute, a cast), or None."""
-    operand = getattr(expr, "value", None)
+    try:        # (numba's ir.Expr raises KeyError for an argument it does not have)
+        operand = expr.value
+    except (AttributeError, KeyError):
+        return None
     ty = state.typemap.get(operand.name) if isinstance(operand, ir.Var) else None
     if ty is None:
         return None

@@ -191,3 +191,34 @@ def test_gallery_adjoint_bit_identical_with_ssa(ex):
         if isinstance(a, np.ndarray):
             np.testing.assert_array_equal(a, b, err_msg=ex.name)
     assert repr(ret_a) == repr(ret_b)
+
+
+@numba.njit
+def _scale_row(a, v):
+    for j in range(a.shape[0]):
+        a[j] = a[j] * v
+
+
+@numba.njit
+def rows_scaled_through_a_helper(y, M):
+    for i in range(M.shape[0]):
+        _scale_row(M[i], y[i])
+
+
+@numba.njit
+def rows_scaled_through_a_view(y, M):
+    for i in range(M.shape[0]):
+        a = M[i]
+        for j in range(a.shape[0]):
+            a[j] = a[j] * y[i]
+
+
+@pytest.mark.parametrize("fn", [rows_scaled_through_a_helper, rows_scaled_through_a_view])
+def test_an_expression_without_an_operand_is_checked_not_crashed_on(fn):
+    # the check after typing asked every value for its operand: numba's ir.Expr
+    # raises KeyError, not AttributeError, for one it does not have (a regression:
+    # KeyError: 'value' instead of an adjoint)
+    k = kadj.differentiate(fn)
+    for n in (1, 2, 5):
+        rng = np.random.default_rng(n)
+        fd_check(k, (rng.uniform(-1, 1, n), rng.uniform(-1, 1, (n, 3))))
