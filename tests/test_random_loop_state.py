@@ -13,9 +13,11 @@ kernel is checked with :func:`kadj.testing.check_grad` (float64 central differen
 adjoint compiled with bounds checking) at several sizes, with and without
 checkpoints.  (The families of wrong gradients this found, fixed: tests decided in
 reverse with the last iteration's value, a ``while`` loop's trip count and the values
-it reads taken from the last iteration, a test that only sets constants on an element
-the iteration overwrites saved once around the loop, a value recomputed for an inner
-loop's replay from checkpoints not recomputed.)
+it reads taken from the last iteration.)  It also draws a test that only sets
+constants (``w2``) on an element the iteration overwrites, and an inner loop left by
+``break`` that reads ``u``, recomputed for its replay from checkpoints: the two wrong
+gradients found there are pinned by tests/test_reverse_decisions.py and
+tests/test_checkpoint_nested.py, which these draws did not reproduce on the old code.
 
 Derandomized (the same examples on every run); on failure the drawn source is printed
 (Hypothesis ``note``).  The default run draws a few kernels; ``-m slow`` many more.
