@@ -242,6 +242,16 @@ class Backward:
                 self._scalar_grads[slot] = self._scalar_grads.get(slot, 0.0) + buffer[0]
             else:
                 self._pending_scalars.append((slot, buffer))
+        if requested is not None:
+            # a requested scalar of a launch that does not lead to the seeds (left out
+            # of this backward) has a zero gradient, as in a full backward
+            for launch in self._launches:
+                for i in launch.plan.adjoint_args:
+                    if launch.keys[i] is None and tape_report.scalar_arg_name(
+                            launch.arg_name(i)) in requested[1]:
+                        zero = 0j if isinstance(launch.args[i], (complex, np.complexfloating)) \
+                            else 0.0
+                        self._scalar_grads.setdefault((launch.index, i), zero)
         self._has_gradients = True
 
     def _fold_scalars(self):

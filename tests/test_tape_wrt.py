@@ -112,6 +112,28 @@ def test_wrt_scalar_name_and_arrays_together(monkeypatch):
         tape.grad(us2[0])
 
 
+def test_a_requested_scalar_off_the_path_to_the_seeds_has_a_zero_gradient():
+    # beta is requested, but the launch that takes it does not lead to the seeded
+    # array: 0.0 as from a full backward, not "no recorded launch has a differentiable
+    # scalar argument 'beta'" (a regression)
+    def run():
+        u, w = U0.copy(), W0.copy()
+        u1, w1, diag = np.zeros(N), np.zeros(N), np.zeros(N)
+        with kadj.Tape() as tape:
+            adv(u, u1, 0.2)
+            adv_w(w, w1, 0.3)
+            square(u1, diag)
+        return tape, u, diag
+
+    tape, u, diag = run()
+    tape.backward(seeds=[(diag, np.ones(N))], wrt=["beta", u])
+    assert tape.scalar_grad("beta") == 0.0
+    full, u_f, diag_f = run()
+    full.backward(seeds=[(diag_f, np.ones(N))])
+    assert full.scalar_grad("beta") == 0.0
+    np.testing.assert_allclose(tape.grad(u), full.grad(u_f), rtol=1e-12)
+
+
 def test_overwritten_array_keeps_the_adjoint_that_consumes_it(monkeypatch):
     """k = x^2; y = k^2; k = z^2 (overwrites k, independent of x); loss of k and y.
     wrt=[x]: the overwrite must still run its adjoint (it consumes k's later
