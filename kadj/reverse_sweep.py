@@ -100,7 +100,7 @@ class ReverseSweep:
                 return
             contribs = self.contributions(s)
             reset = v not in self.single_use and (
-                a.assign_count.get(v, 0) > 1 or v in a.in_loop or any(
+                self._reassigned(v) or v in a.in_loop or any(
                     isinstance(x, ir.Var) and x.name == v for x in ir.operands(s.expr)))
             if contribs:
                 self._g = adjv.name
@@ -160,6 +160,12 @@ class ReverseSweep:
     def accumulate(self, depth, target, op, text):
         """``target op text``: ``op`` is "=" (a single-use adjoint) or "+="."""
         self.put(depth, A.Accumulate(target, op, text))
+
+    def _reassigned(self, v):
+        """Does ``v`` hold more than one value in the kernel: assigned more than once,
+        or an argument assigned (``s = 2.0 * s`` on a parameter: its adjoint must be
+        consumed at the assignment, before the old value's contributions)."""
+        return self.a.assign_count.get(v, 0) + (v in self.k.args) > 1
 
     def _is_single_adj(self, target):
         """Is ``target`` the adjoint of a variable used once (assigned, not added to)?"""
@@ -231,7 +237,7 @@ class ReverseSweep:
                 arr = e.array.name
                 if arr not in a.varied_arrays or arr in a.stored or any(
                         not isinstance(v, (ir.Var, ir.Const)) or
-                        (isinstance(v, ir.Var) and a.assign_count.get(v.name, 0) > 1)
+                        (isinstance(v, ir.Var) and self._reassigned(v.name))
                         for v in e.index):
                     continue
                 key = (arr, tuple(e.index))

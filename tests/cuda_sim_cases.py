@@ -138,6 +138,16 @@ def relax_own_element(y, s):
 
 @kadj.differentiate
 @cuda.jit
+def rebound_scalar(y, s):
+    """A scalar argument rebound before its use (a regression: 3x its gradient)."""
+    i = cuda.grid(1)
+    if i < y.shape[0]:
+        s = 2.0 * s
+        y[i] = s * y[i]
+
+
+@kadj.differentiate
+@cuda.jit
 def push_inplace(x, v, f, dt):
     i = cuda.grid(1)
     if i < x.shape[0]:
@@ -477,6 +487,8 @@ def main(names):
             push_inplace, (2, 4), [rng.random(9), rng.random(9), rng.random(9), 0.1]),
         "own_element_read_twice": lambda: fd_check(
             relax_own_element, (2, 4), [rng.uniform(-1.0, 1.0, 9), 0.6]),
+        "rebound_scalar": lambda: fd_check(
+            rebound_scalar, (2, 4), [rng.uniform(-1.0, 1.0, 9), 0.6]),
         "local_array_state": lambda: fd_check(
             rk2_local_state, (2, 4), [rng.random(5), rng.random(5), np.zeros(5), 0.1, 6]),
         "hostile_names": lambda: fd_check(

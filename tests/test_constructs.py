@@ -406,3 +406,37 @@ def test_return_reached_once_after_nested_branches():
     args = (rng.uniform(0.35, 1.0, 5), rng.uniform(-0.5, 0.5, 5))
     fd_check(kadj.differentiate(return_after_nested_if_with_loop), args, rtol=1e-6,
              atol=1e-9)
+
+
+@njit
+def rebind_scalar(y, s):
+    s = 2.0 * s
+    y[0] = s * s
+
+
+@njit
+def rebind_in_branch(y, s):
+    if y.shape[0] > 1:
+        s = 2.0 * s + y[1]
+    y[0] = s
+
+
+@njit
+def rebind_index(x, y, i):
+    a = x[i] * x[i]
+    i = i + 1
+    b = x[i] * x[i]
+    y[0] = a + 2.0 * b
+
+
+@pytest.mark.parametrize("kernel, make", [
+    (rebind_scalar, lambda: (np.zeros(3), 0.6)),
+    (rebind_in_branch, lambda: (np.array([0.0, 0.3, 0.1]), 0.6)),
+    (rebind_in_branch, lambda: (np.array([0.0]), 0.6)),
+    (rebind_index, lambda: (np.array([0.2, 0.5, -0.7]), np.zeros(2), 0)),
+])
+def test_an_argument_assigned_once_holds_two_values(kernel, make):
+    # an argument assigned in the body holds its caller's value before and the new one
+    # after: the adjoint of the new value is consumed at the assignment (a regression:
+    # assigned once under an if, it was not, and 's = 2.0 * s' gave 3x the gradient)
+    fd_check(kadj.differentiate(kernel), make())
