@@ -138,6 +138,17 @@ def relax_own_element(y, s):
 
 @kadj.differentiate
 @cuda.jit
+def overwritten_store(x, y, a):
+    """A store the thread overwrites later: the gather form is not used (a regression:
+    the neighbour x[i - 1] got y[i]'s adjoint too)."""
+    i = cuda.grid(1)
+    if 0 < i < x.shape[0]:
+        y[i] = x[i - 1]
+        y[i] = x[i] * a
+
+
+@kadj.differentiate
+@cuda.jit
 def rebound_scalar(y, s):
     """A scalar argument rebound before its use (a regression: 3x its gradient)."""
     i = cuda.grid(1)
@@ -487,6 +498,8 @@ def main(names):
             push_inplace, (2, 4), [rng.random(9), rng.random(9), rng.random(9), 0.1]),
         "own_element_read_twice": lambda: fd_check(
             relax_own_element, (2, 4), [rng.uniform(-1.0, 1.0, 9), 0.6]),
+        "gather_store_overwritten": lambda: fd_check(
+            overwritten_store, (2, 8), [rng.uniform(-1.0, 1.0, 16), np.zeros(16), 0.6]),
         "rebound_scalar": lambda: fd_check(
             rebound_scalar, (2, 4), [rng.uniform(-1.0, 1.0, 9), 0.6]),
         "local_array_state": lambda: fd_check(

@@ -62,6 +62,9 @@ def gather_plan(kernel, an, writer):
                 st.classes[s.array.name].cls != "private"):
             if s.array.name in an.varied_arrays:
                 return None, f"'{s.array.name}' is not written at the thread's own element"
+    twice = _stored_twice(kernel.body, an.varied_arrays, index)
+    if twice:
+        return None, f"an element of '{twice}' may be written twice by its thread"
     plan = {}
     for name, c in st.classes.items():
         if c.cls != "neighbour" or name in an.stored:
@@ -88,6 +91,32 @@ def gather_plan(kernel, an, writer):
     if not plan:
         return None, "no neighbour array to gather"
     return plan, ""
+
+
+def _stored_twice(body, arrays, index):
+    """An array of ``arrays`` one of whose elements a thread may store twice (one
+    store after another on a path, or a store in a loop), else None.  The gather form
+    reads a stored element's incoming adjoint in every pass and consumes it only
+    afterwards, so each element must carry the adjoint of one store: a store that a
+    later one overwrites contributes nothing."""
+    def count(seq):
+        n = {}
+        for s in seq:
+            if isinstance(s, ir.Store) and s.array.name in arrays:
+                key = (s.array.name, index.owned_key(tuple(s.index)))
+                n[key] = n.get(key, 0) + 1
+            elif isinstance(s, ir.If):
+                a, b = count(s.then), count(s.orelse)
+                for key in a.keys() | b.keys():
+                    n[key] = n.get(key, 0) + max(a.get(key, 0), b.get(key, 0))
+            elif isinstance(s, (ir.ForRange, ir.Loop)):
+                for key in count(s.body):
+                    n[key] = n.get(key, 0) + 2
+        return n
+    for (name, _), k in sorted(count(body).items(), key=lambda kv: repr(kv[0])):
+        if k > 1:
+            return name
+    return None
 
 
 def _thread_ids_elsewhere(kernel, index):
