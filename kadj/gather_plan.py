@@ -285,8 +285,13 @@ def nest_plan(kernel, an, top, defs):
         sh = _shifted(s.index, counters, defs, ndim)
         if sh is None:
             return None, f"'{s.array.name}' is not written at the iteration's own element"
-        if stored.setdefault(s.array.name, sh) != sh:
-            return None, f"'{s.array.name}' is written at two elements per iteration"
+        if s.array.name in stored:
+            # (the gather reads an element's incoming adjoint for each store into it,
+            # and a store that a later one overwrites must get none)
+            if stored[s.array.name] != sh:
+                return None, f"'{s.array.name}' is written at two elements per iteration"
+            return None, f"'{s.array.name}' is written twice per iteration"
+        stored[s.array.name] = sh
     if not stored:
         return None, "the nest writes no array with an adjoint"
     gathered, layouts = {}, {}

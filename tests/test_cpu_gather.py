@@ -205,6 +205,14 @@ def conditional(x, y):
             y[i] = x[i - 1] * x[i + 1]
 
 
+@njit
+def overwritten(x, y, a):
+    # (a regression: the gather form sent y[i]'s adjoint to x[i - 1] as well)
+    for i in range(1, x.shape[0]):
+        y[i] = x[i - 1]
+        y[i] = x[i] * a
+
+
 @njit(parallel=True)
 def parallel_stencil(x, y):
     for i in prange(1, x.shape[0] - 1):
@@ -216,7 +224,9 @@ def parallel_stencil(x, y):
     (wraps, lambda r: [r.standard_normal(6), r.standard_normal(6)], "below index 0"),
     (conditional, lambda r: [r.standard_normal(6), r.standard_normal(6)],
      "written under a condition"),
-], ids=["in_place", "wraps", "conditional"])
+    (overwritten, lambda r: [r.standard_normal(6), r.standard_normal(6), 0.6],
+     "written twice per iteration"),
+], ids=["in_place", "wraps", "conditional", "overwritten"])
 def test_kernels_that_do_not_qualify_keep_the_scatter_form(fn, args, why):
     k = kadj.differentiate(fn)
     a = args(_rng(0))
