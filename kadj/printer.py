@@ -53,6 +53,14 @@ class _Printer:
         for x in nodes:
             getattr(self, "p_" + type(x).__name__)(x, depth)
 
+    def suite(self, nodes, depth):
+        """The body of a compound statement: ``pass`` where it prints no statement (its
+        nodes all print nothing: an empty reservation, a declaration block, comments)."""
+        start = len(self.lines)
+        self.block(nodes, depth)
+        if all(line.lstrip().startswith("#") for line in self.lines[start:]):
+            self.emit(depth, "pass")
+
     def p_Comment(self, x, d):
         self.emit(d, x.text)
 
@@ -65,18 +73,18 @@ class _Printer:
 
     def p_If(self, x, d):
         self.emit(d, f"if {x.cond}:")
-        self.block(x.then, d + 1)
+        self.suite(x.then, d + 1)
         if x.orelse:
             self.emit(d, "else:")
-            self.block(x.orelse, d + 1)
+            self.suite(x.orelse, d + 1)
 
     def p_For(self, x, d):
         self.emit(d, f"for {x.var} in {x.iter}:")
-        self.block(x.body, d + 1)
+        self.suite(x.body, d + 1)
 
     def p_While(self, x, d):
         self.emit(d, f"while {x.cond}:")
-        self.block(x.body, d + 1)
+        self.suite(x.body, d + 1)
 
     def p_Break(self, x, d):
         self.emit(d, "break")

@@ -149,6 +149,19 @@ def overwritten_store(x, y, a):
 
 @kadj.differentiate
 @cuda.jit
+def dead_neighbour_read(x, y, s):
+    """A neighbour read whose value is never used: the gather form's pass for that
+    offset prints no statement (a regression: an empty ``if``, IndentationError)."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        g = 0.0
+        if i > 0:
+            g = x[i - 1]
+        y[i] = x[i] * s
+
+
+@kadj.differentiate
+@cuda.jit
 def rebound_scalar(y, s):
     """A scalar argument rebound before its use (a regression: 3x its gradient)."""
     i = cuda.grid(1)
@@ -500,6 +513,8 @@ def main(names):
             relax_own_element, (2, 4), [rng.uniform(-1.0, 1.0, 9), 0.6]),
         "gather_store_overwritten": lambda: fd_check(
             overwritten_store, (2, 8), [rng.uniform(-1.0, 1.0, 16), np.zeros(16), 0.6]),
+        "gather_dead_neighbour_read": lambda: fd_check(
+            dead_neighbour_read, (2, 8), [rng.uniform(-1.0, 1.0, 16), np.zeros(16), 0.6]),
         "rebound_scalar": lambda: fd_check(
             rebound_scalar, (2, 4), [rng.uniform(-1.0, 1.0, 9), 0.6]),
         "local_array_state": lambda: fd_check(
