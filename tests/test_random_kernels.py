@@ -80,6 +80,7 @@ def kernel_source(draw):
     use_branch = draw(st.booleans())
     use_rec = draw(st.booleans())
     use_acc = draw(st.booleans())
+    rebind = draw(st.sampled_from([None, None, "a * 1.5 + 0.25", "2.0 * a", "math.tanh(a)"]))
     out_op = draw(st.sampled_from(["=", "+="]))
     leaves = list(BASE)
     body = []
@@ -113,6 +114,8 @@ def kernel_source(draw):
     if use_acc:
         body.append(f"s += {draw(expr(leaves, 2))}")
     pre = []
+    if rebind:   # the scalar argument rebound before the loop, on some sizes only
+        pre += ["if x.shape[0] > 2:", f"    a = {rebind}"]
     if use_rec:
         pre.append("acc = 0.0")
     if use_acc:
