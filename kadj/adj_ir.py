@@ -195,11 +195,14 @@ class Pop(Node):
 @dataclass(eq=False)
 class PushArray(Node):
     """Push ``size`` elements: ``elem`` (the text of element ``var``) for ``var`` in
-    range(size)."""
+    range(size).  ``key`` names what is saved (the loop and the array), shared with the
+    :class:`PopArray` that restores it: a target that gives each save a buffer of its
+    own pairs them by key (the reverse sweep visits branches in their forward order)."""
     kind: str
     size: int
     var: str
     elem: str
+    key: object = None
 
 
 @dataclass(eq=False)
@@ -208,6 +211,7 @@ class PopArray(Node):
     size: int
     var: str
     elem: str
+    key: object = None
 
 
 @dataclass(eq=False)

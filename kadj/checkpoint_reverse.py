@@ -210,13 +210,15 @@ class CheckpointedLoops:
         for name, dims, size, dt in self._scratch(s):
             kind = self.tape_of(dt)
             z = self.fresh("z")
-            self.put(depth, A.PushArray(kind, size, z, f"{self.n(name)}[{unravel(z, dims)}]"))
+            self.put(depth, A.PushArray(kind, size, z, f"{self.n(name)}[{unravel(z, dims)}]",
+                                        key=(s.uid, name)))
 
     def _pop_arrays(self, s, depth):
         for name, dims, size, dt in reversed(self._scratch(s)):
             kind = self.tape_of(dt)
             z = self.fresh("z")
-            self.put(depth, A.PopArray(kind, size, z, f"{self.n(name)}[{unravel(z, dims)}]"))
+            self.put(depth, A.PopArray(kind, size, z, f"{self.n(name)}[{unravel(z, dims)}]",
+                                       key=(s.uid, name)))
         self._pop_owned(s, depth)
 
     # ---- the reversed loop ----------------------------------------------------------

@@ -162,6 +162,22 @@ def dead_neighbour_read(x, y, s):
 
 @kadj.differentiate
 @cuda.jit
+def rows_rewritten_in_each_branch(x, Y):
+    """The thread's own row rewritten by a loop in each arm of an if: each arm's
+    reverse restores the row its own forward saved (a regression: the then-arm
+    restored the else-arm's save, and the row's gradient was lost)."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        if x[i] < 0.2:
+            for j in range(Y.shape[1]):
+                Y[i, j] = 0.5 * Y[i, j] * Y[i, j]
+        else:
+            for j in range(Y.shape[1]):
+                Y[i, j] = Y[i, j] * Y[i, j] + x[i]
+
+
+@kadj.differentiate
+@cuda.jit
 def rebound_scalar(y, s):
     """A scalar argument rebound before its use (a regression: 3x its gradient)."""
     i = cuda.grid(1)
@@ -515,6 +531,9 @@ def main(names):
             overwritten_store, (2, 8), [rng.uniform(-1.0, 1.0, 16), np.zeros(16), 0.6]),
         "gather_dead_neighbour_read": lambda: fd_check(
             dead_neighbour_read, (2, 8), [rng.uniform(-1.0, 1.0, 16), np.zeros(16), 0.6]),
+        "own_rows_in_each_branch": lambda: fd_check(
+            rows_rewritten_in_each_branch, (2, 4),
+            [rng.uniform(-0.3, 0.7, 7), rng.uniform(-1.0, 1.0, (7, 3))]),
         "rebound_scalar": lambda: fd_check(
             rebound_scalar, (2, 4), [rng.uniform(-1.0, 1.0, 9), 0.6]),
         "local_array_state": lambda: fd_check(

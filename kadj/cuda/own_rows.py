@@ -232,7 +232,7 @@ class RowState:
     """Per build: the own-row arrays and the rows of their buffers handed out."""
     arrays: tuple                                   # own-row arrays (user's names)
     used: dict = dataclasses.field(default_factory=dict)     # array -> rows handed out
-    entries: dict = dataclasses.field(default_factory=dict)  # array -> [entry names]
+    entries: dict = dataclasses.field(default_factory=dict)  # (array, key) -> [entry names]
     thread: object = None                           # name of the row index variable
 
 
@@ -319,7 +319,10 @@ def lower_saves(w, node):
     if arr is None:
         return node
     rs = w.state.rows
-    stack = rs.entries.setdefault(arr, [])
+    # (paired by what is saved, last in first out per key: the reverse sweep visits
+    # an if's branches in their forward order, so one stack for all would pair the
+    # then-branch's restore with the else-branch's save)
+    stack = rs.entries.setdefault((arr, node.key), [])
     if isinstance(node, A.PushArray):
         name = w.fresh(f"entry_{arr}")
         w.slot_arrays.append(A.LocalArray(name, (1, node.size), None, "local"))
@@ -338,7 +341,7 @@ def report(w, arg_names):
     rs = w.state.rows
     if rs is None:
         return []
-    left = {a: names for a, names in rs.entries.items() if names}
+    left = {a: names for (a, _), names in rs.entries.items() if names}
     if left:    # every row saved on entry to a loop is restored after its reverse
         raise AssertionError(f"rows saved but never restored: {left}")
     return [{"array": a, "arg": arg_names.index(a), "param": buffer_name(a),
