@@ -176,6 +176,26 @@ def rows_rewritten_in_each_branch(x, Y):
                 Y[i, j] = Y[i, j] * Y[i, j] + x[i]
 
 
+@cuda.jit(device=True)
+def _halve(a, i):
+    a[i] = 0.5 * a[i]
+
+
+@kadj.differentiate
+@cuda.jit
+def helper_after_nested_return(x, y):
+    """An early return nested in two ifs, then a helper that updates the thread's own
+    element: the helper's index, copied on each path after the return, is still the
+    thread's coordinate (a regression: refused as elements other threads may touch)."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        if x[i] > 0.1:
+            if x[i] > 0.2:
+                return
+        _halve(y, i)
+        y[i] = y[i] * x[i]
+
+
 @kadj.differentiate
 @cuda.jit
 def rebound_scalar(y, s):
@@ -534,6 +554,9 @@ def main(names):
         "own_rows_in_each_branch": lambda: fd_check(
             rows_rewritten_in_each_branch, (2, 4),
             [rng.uniform(-0.3, 0.7, 7), rng.uniform(-1.0, 1.0, (7, 3))]),
+        "helper_after_nested_return": lambda: fd_check(
+            helper_after_nested_return, (2, 4),
+            [np.array([0.0, 0.15, 0.3, 0.05, 0.5, -0.4, 0.12]), rng.uniform(-1.0, 1.0, 7)]),
         "rebound_scalar": lambda: fd_check(
             rebound_scalar, (2, 4), [rng.uniform(-1.0, 1.0, 9), 0.6]),
         "local_array_state": lambda: fd_check(

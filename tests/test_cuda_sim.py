@@ -13,7 +13,7 @@ CASES = ["heat_step", "laplace2d", "with_device_helper", "checkpointed_loop",
          "newton_while", "gridstride_time_loop", "in_place_update",
          "own_element_read_twice", "rebound_scalar",
          "gather_store_overwritten", "gather_dead_neighbour_read",
-         "own_rows_in_each_branch", "tape_numpy",
+         "own_rows_in_each_branch", "helper_after_nested_return", "tape_numpy",
          "tape_device_arrays", "scatter_form", "gather_2d_blocks",
          "uniform_elements_block_reduced", "hostile_names"]
 SLOW_CASES = ["scaled_sin", "pointwise", "checkpointed_loop_2_slots",

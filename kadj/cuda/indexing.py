@@ -72,6 +72,20 @@ class ThreadIndex:
         for s in ir.walk(kernel.body):
             if isinstance(s, ir.Assign) and s.target in self.once:
                 self.defs[s.target] = s.expr
+        # a copy of a variable assigned once, made in several places (the statements
+        # after an early return, duplicated on each path: an inlined helper's index
+        # parameter) holds that one value wherever it is defined
+        copies = {}
+        for s in ir.walk(kernel.body):
+            if isinstance(s, ir.Assign) and s.target not in self.once:
+                src = s.expr.src if isinstance(s.expr, ir.Copy) else None
+                copies.setdefault(s.target, set()).add(
+                    src.name if isinstance(src, ir.Var) and src.name in self.once
+                    else None)
+        for v, srcs in copies.items():
+            if len(srcs) == 1 and None not in srcs:
+                self.once.add(v)
+                self.defs[v] = ir.Copy(ir.Var(next(iter(srcs))))
         self.loops = {}
         loop_count = {}
         for s in ir.walk(kernel.body):
