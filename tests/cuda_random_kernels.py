@@ -5,8 +5,9 @@ index from ``cuda.grid``) guarded by the margins of the stencil writes ``out`` a
 own element from a sum of terms over neighbours ``u[i + o]`` (constant or scalar
 coefficients, squares, products, ``tanh``, a variable coefficient ``c``), with ``=``,
 ``+=`` or a step ``u + a * (...)``, some also adding a product of neighbours into a
-total ``loss[0]`` with ``cuda.atomic.add``; and a launch configuration whose last
-block is partial.  :func:`build` compiles it (as a CUDA kernel: real, or simulated under
+total ``loss[0]`` with ``cuda.atomic.add``; around that write, statements that update
+the own element in place, rebind ``a`` or read a neighbour that nothing uses
+(:func:`_own_element_extras`); and a launch configuration whose last block is partial.  :func:`build` compiles it (as a CUDA kernel: real, or simulated under
 ``NUMBA_ENABLE_CUDASIM=1``) and differentiates it with kadj.
 """
 import hashlib
@@ -72,9 +73,34 @@ def draw(seed):
         shape = (int(rng.integers(lo[0] + hi[0] + 1, 11)),
                  int(rng.integers(lo[1] + hi[1] + 1, 19)))
         config = (((shape[0] + 3) // 4, (shape[1] + 7) // 8), block)
+    lines = _own_element_extras(np.random.default_rng(seed + 7919), lines, counters, own,
+                                nb)
     tag = hashlib.sha1("\n".join(lines).encode()).hexdigest()[:10]
     src = f"def cr_{tag}(u, c, out, a, loss):\n" + "".join(f"    {ln}\n" for ln in lines)
     return src, shape, config
+
+
+def _own_element_extras(rng, lines, counters, own, nb):
+    """Statements around the stencil's write (each drawn with probability 1/4; a second
+    generator, so the stencil drawn from a seed stays the same): the scalar ``a``
+    rebound first, a store into the own element that the stencil's write follows, a
+    neighbour read guarded by the thread's coordinate and then unused or only tested,
+    and the own element updated in place after the write, read linearly and inside a
+    function.  (Each once had a wrong adjoint or a crash in one of the two forms.)"""
+    head, stmt, tail = lines[:2], lines[2:3], lines[3:]
+    pre, post = [], []
+    if rng.random() < 0.25:
+        pre.append("    a = 2.0 * a")
+    if rng.random() < 0.25:
+        pre.append(f"    {own} = {nb()}")
+    if rng.random() < 0.25:
+        back = _at("u", counters, (-1,) + (0,) * (len(counters) - 1))
+        pre += ["    g = 0.0", f"    if {counters[0]} > 0:", f"        g = {back}"]
+        if rng.random() < 0.5:
+            post += ["    if g > 0.0:", f"        {own} = 0.5 * {own}"]
+    if rng.random() < 0.25:
+        post.append(f"    {own} = 0.5 * {own} + math.sin(a * {own})")
+    return head + pre + stmt + post + tail
 
 
 def args_for(shape, seed):

@@ -62,6 +62,12 @@ def gather_plan(kernel, an, writer):
                 st.classes[s.array.name].cls != "private"):
             if s.array.name in an.varied_arrays:
                 return None, f"'{s.array.name}' is not written at the thread's own element"
+    rebound = sorted(v for v in kernel.args if v in an.varied and
+                     not isinstance(kernel.types.get(v), types.Array) and
+                     v in ir.assigned(kernel.body))
+    if rebound:
+        # (each pass would reset its adjoint, which the passes share)
+        return None, f"the scalar argument '{rebound[0]}' is assigned in the kernel"
     twice = _stored_twice(kernel.body, an.varied_arrays, index)
     if twice:
         return None, f"an element of '{twice}' may be written twice by its thread"
