@@ -183,6 +183,12 @@ def _sim_cases_args(m, r):
         "tile_read_after_loop": [r.random(16), np.zeros(8)],
         "hostile_names": [r.random(7), np.zeros(7), r.random(7), 0.3, r.random(7),
                           np.zeros(7)],
+        "relax_own_element": [r.random(9), 0.6],
+        "overwritten_store": [r.random(16), np.zeros(16), 0.6],
+        "dead_neighbour_read": [r.random(16), np.zeros(16), 0.6],
+        "rows_rewritten_in_each_branch": [r.random(7), r.random((7, 3))],
+        "helper_after_nested_return": [r.random(7), r.random(7)],
+        "rebound_scalar": [r.random(9), 0.6],
     }
 
 
