@@ -1240,4 +1240,6 @@ def structurize(tk, extra_callee_ok=None):
     """Typed kernel -> :class:`kadj.ir.Kernel` (scratch arrays allocated inside loops
     hoisted before them: :mod:`kadj.scratch_loops`)."""
     from . import scratch_loops
-    return scratch_loops.hoist(run_structurizer(Structurizer, tk, extra_callee_ok))
+    from .if_conditions import copy_self_assigned_conditions
+    return copy_self_assigned_conditions(
+        scratch_loops.hoist(run_structurizer(Structurizer, tk, extra_callee_ok)))

@@ -198,6 +198,25 @@ def helper_after_nested_return(x, y):
 
 @kadj.differentiate
 @cuda.jit
+def two_loops_with_returns(x, y, s, nt):
+    """Two loops in a row, each left by an early return: the second runs under the
+    first's return flag and sets it again (a regression: the reverse decided with the
+    flag's final value and skipped the second loop's reverse)."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        for k in range(nt):
+            y[i] = s * float(k + 1)
+            if y[i] > x[i]:
+                return
+        for t in range(nt):
+            if y[i] * x[i] > 0.1:
+                y[i] = -1.3 * y[i] + s
+                return
+            y[i] = s
+
+
+@kadj.differentiate
+@cuda.jit
 def rebound_scalar(y, s):
     """A scalar argument rebound before its use (a regression: 3x its gradient)."""
     i = cuda.grid(1)
@@ -557,6 +576,9 @@ def main(names):
         "helper_after_nested_return": lambda: fd_check(
             helper_after_nested_return, (2, 4),
             [np.array([0.0, 0.15, 0.3, 0.05, 0.5, -0.4, 0.12]), rng.uniform(-1.0, 1.0, 7)]),
+        "two_loops_with_returns": lambda: fd_check(
+            two_loops_with_returns, (2, 32),
+            [rng.uniform(-1.0, 2.0, 37), rng.uniform(-1.0, 1.0, 37), 0.6, 2]),
         "rebound_scalar": lambda: fd_check(
             rebound_scalar, (2, 4), [rng.uniform(-1.0, 1.0, 9), 0.6]),
         "local_array_state": lambda: fd_check(

@@ -189,6 +189,7 @@ def _sim_cases_args(m, r):
         "rows_rewritten_in_each_branch": [r.random(7), r.random((7, 3))],
         "helper_after_nested_return": [r.random(7), r.random(7)],
         "rebound_scalar": [r.random(9), 0.6],
+        "two_loops_with_returns": [r.random(37), r.random(37), 0.6, 2],
     }
 
 
