@@ -1226,20 +1226,21 @@ def _rename_loop_indices(stmts):
 def run_structurizer(cls, *args):
     """``cls(*args).run()``; when the control flow copies some block too often (a loop
     with several ``if a and b: break``), structured again with short-circuit
-    conditions computed into flags (:mod:`kadj.condition_flags`)."""
+    conditions computed into flags (:mod:`kadj.condition_flags`).  An ``if`` whose
+    condition variable its own arms assign is then decided by a copy of it
+    (:mod:`kadj.if_conditions`)."""
+    from .if_conditions import copy_self_assigned_conditions
     try:
-        return cls(*args).run()
+        return copy_self_assigned_conditions(cls(*args).run())
     except _Tangled:
         pass
     st = cls(*args)
     st.flag_conditions = True
-    return st.run()
+    return copy_self_assigned_conditions(st.run())
 
 
 def structurize(tk, extra_callee_ok=None):
     """Typed kernel -> :class:`kadj.ir.Kernel` (scratch arrays allocated inside loops
     hoisted before them: :mod:`kadj.scratch_loops`)."""
     from . import scratch_loops
-    from .if_conditions import copy_self_assigned_conditions
-    return copy_self_assigned_conditions(
-        scratch_loops.hoist(run_structurizer(Structurizer, tk, extra_callee_ok)))
+    return scratch_loops.hoist(run_structurizer(Structurizer, tk, extra_callee_ok))

@@ -449,6 +449,46 @@ def test_a_zero_gradient_is_checkable_under_noise(rng):
         check_grad(_ignores_v(0.01), args64, wrt="v")
 
 
+def _log_of(factor):
+    """y = log(x), with an adjoint ``factor`` times the true one (exact for 1)."""
+
+    @fake(("x", "y"), written={1}, read={0})
+    def log_of(x, y):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            y[:] = np.log(x)
+
+    @log_of
+    def log_of(fwd, adj):
+        (x, y), (adj_x, adj_y) = fwd, adj
+        adj_x += factor * adj_y / x
+        adj_y[:] = 0.0
+
+    return log_of
+
+
+@pytest.mark.parametrize("factor", [1.0, 1.5])
+def test_outputs_that_are_not_finite_are_named_not_compared(factor):
+    # log(-1) is NaN: no finite difference says anything there, right adjoint or wrong
+    args = (np.array([1.0, -1.0, 2.0]), np.zeros(3))
+    with pytest.raises(AssertionError) as info:
+        check_grad(_log_of(factor), args)
+    text = str(info.value)
+    assert "cannot check the gradient of kernel 'log_of'" in text
+    assert "not finite (y[1] = nan)" in text and "nan > tolerance" not in text
+    # a step that reaches across the pole at 0 makes the differences NaN
+    args = (np.array([1.0, 1e-9, 2.0]), np.zeros(3))
+    with pytest.raises(AssertionError,
+                       match="not finite at the points the finite differences step"):
+        check_grad(_log_of(factor), args, eps=2.0)
+    # where everything is finite the right adjoint passes and the wrong one fails
+    args = (np.array([1.0, 0.5, 2.0]), np.zeros(3))
+    if factor == 1.0:
+        check_grad(_log_of(factor), args)
+    else:
+        with pytest.raises(AssertionError, match="inner-product test for argument 'x'"):
+            check_grad(_log_of(factor), args)
+
+
 # ------------------------------------------------------------ misuse
 
 

@@ -179,9 +179,7 @@ def ir_var(name, loc):
 
 def structurize_cuda(tk):
     from .. import scratch_loops        # thread-local arrays allocated inside loops
-    from ..if_conditions import copy_self_assigned_conditions
     kernel = scratch_loops.hoist(run_structurizer(CudaStructurizer, tk), _thread_local)
-    kernel = copy_self_assigned_conditions(kernel)
     return atomic_extrema.attach(warp.check_convergent(kernel))
 
 

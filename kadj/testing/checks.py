@@ -14,7 +14,7 @@ import numpy as np
 from .adjoint import _round_to_outputs, _vjp
 from .probes import _REFINE, _confirmed, _unit
 from .problem import _element_name
-from .report import _jacobian_failure, _mismatch_text
+from .report import _jacobian_failure, _mismatch_text, _row_name
 
 _RANDOM_ROWS = 8
 
@@ -29,11 +29,40 @@ def _direction(problem, point, s, ct, g, rng, tol):
     d[part] = point.steps[part] / tol.eps * rng.standard_normal(s.stop - s.start)
     verdict = _confirmed(problem, point, d, tol.eps, ct[None, :], g[None, :], tol,
                          f"argument '{s.name}'")
+    if not np.all(np.isfinite(verdict.fd)):
+        raise AssertionError(_cannot_check(
+            problem, s, "the outputs are not finite at the points the finite "
+            f"differences step to (<ct, J d> = {float(verdict.fd[0])!r})",
+            "Check it at a point farther from where the kernel's outputs become "
+            f"infinite or NaN, or with a smaller relative step eps (now {tol.eps:.3g})"))
     if verdict.agrees[0] and verdict.undecidable[0]:
         raise AssertionError(_undecidable_text(problem, s, verdict, tol))
     if verdict.absorbed[0]:
         raise AssertionError(_absorbed_text(problem, s, verdict, tol))
     return verdict
+
+
+def _cannot_check(problem, s, why, advice):
+    """The message of a check that finite differences cannot decide: ``why``, then
+    ``advice`` (a sentence without its full stop)."""
+    return (f"Finite differences cannot check the gradient of kernel "
+            f"'{problem.name}' for argument '{s.name}' at these arguments: {why}. "
+            f"{advice}; or leave '{s.name}' out with wrt.")
+
+
+def _finite_outputs(problem, point):
+    """Raise when the kernel's outputs at the check's point are not all finite: no
+    difference of them tells anything about the gradient."""
+    y0 = point.y0
+    bad = np.flatnonzero(~np.isfinite(y0))
+    if not bad.size:
+        return
+    shown = ", ".join(f"{_row_name(problem, int(r), True)} = {float(y0[r])!r}" for r in bad[:4])
+    more = f", ... ({bad.size} of {y0.size} elements)" if bad.size > 4 else ""
+    raise AssertionError(
+        f"Finite differences cannot check the gradient of kernel '{problem.name}': "
+        f"its outputs at these arguments are not finite ({shown}{more}). Check it at "
+        "arguments where the kernel's outputs are finite.")
 
 
 def _undecidable_text(problem, s, verdict, tol):
@@ -44,28 +73,26 @@ def _undecidable_text(problem, s, verdict, tol):
         where = (f" (at the {_REFINE:g}x smaller step that was to confirm a "
                  f"disagreement at eps: <adjoint(ct), d> = {float(first.ad[0])!r} "
                  f"against {float(first.fd[0])!r} from finite differences)")
-    return (f"Finite differences cannot check the gradient of kernel "
-            f"'{problem.name}' for argument '{s.name}' at these arguments: the "
-            f"rounding noise of the {tol.precision} finite differences ({noise:.3g}) "
-            f"exceeds half the size of the inner product <ct, J d> ({size:.3g})"
-            f"{where}, so a gradient wrong by half would pass as well. Check it in "
-            "float64 (with float64 copies of the arguments), at a point where the "
-            "outputs are not large next to their changes, or with a larger relative "
-            f"step eps (now {tol.eps:.3g}) if the kernel is smooth over it; or leave "
-            f"'{s.name}' out with wrt.")
+    return _cannot_check(
+        problem, s,
+        f"the rounding noise of the {tol.precision} finite differences ({noise:.3g}) "
+        f"exceeds half the size of the inner product <ct, J d> ({size:.3g}){where}, "
+        "so a gradient wrong by half would pass as well",
+        "Check it in float64 (with float64 copies of the arguments), at a point where "
+        "the outputs are not large next to their changes, or with a larger relative "
+        f"step eps (now {tol.eps:.3g}) if the kernel is smooth over it")
 
 
 def _absorbed_text(problem, s, verdict, tol):
     probe = verdict.second
-    return (f"Finite differences cannot check the gradient of kernel "
-            f"'{problem.name}' for argument '{s.name}' at these arguments: "
-            f"<adjoint(ct), d> = {float(probe.ad[0])!r} against "
-            f"{float(probe.fd[0])!r} from finite differences, a difference within the "
-            f"rounding of outputs that the steps left unchanged (of size up to "
-            f"{float(probe.s_abs[0]):.3g}): an output large next to its change rounds "
-            "to the same value on both sides of the step, and the differences miss "
-            "the change.  Check it at a point where the outputs are not large next to "
-            f"their changes, or leave '{s.name}' out with wrt.")
+    return _cannot_check(
+        problem, s,
+        f"<adjoint(ct), d> = {float(probe.ad[0])!r} against {float(probe.fd[0])!r} "
+        "from finite differences, a difference within the rounding of outputs that "
+        f"the steps left unchanged (of size up to {float(probe.s_abs[0]):.3g}): an "
+        "output large next to its change rounds to the same value on both sides of "
+        "the step, and the differences miss the change",
+        "Check it at a point where the outputs are not large next to their changes")
 
 
 def _inner_product_test(problem, point, ct, g, rng, tol, explain_max, directions,
@@ -78,6 +105,7 @@ def _inner_product_test(problem, point, ct, g, rng, tol, explain_max, directions
     argument whose gradient is wrong.  ``heading(s, k)`` opens the failure message
     for argument ``s`` and direction ``k``.
     """
+    _finite_outputs(problem, point)
     total_fd = total_ad = 0.0
     worst = (0.0, 0.0)
     for s in problem.inputs:
@@ -113,6 +141,14 @@ def _jacobian_test(problem, point, rng, tol, rows_max):
     for j in range(problem.n_in):
         verdict = _confirmed(problem, point, _unit(problem, j), point.steps[j], cts,
                              rows, tol, _element_name(problem, j))
+        if not np.all(np.isfinite(verdict.fd)):
+            raise AssertionError(
+                f"Finite differences cannot check the gradient of kernel "
+                f"'{problem.name}' at these arguments: the outputs are not finite at "
+                f"the points the finite differences step to along "
+                f"{_element_name(problem, j)}. Check it at a point farther from where "
+                "the kernel's outputs become infinite or NaN, or with a smaller "
+                f"relative step eps (now {tol.eps:.3g}).")
         fd[:, j], ad[:, j] = verdict.fd, verdict.ad
         if not np.all(verdict.agrees):
             failures.append((j, verdict))
