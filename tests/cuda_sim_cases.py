@@ -328,6 +328,23 @@ def tile_read_after_loop(x, y):
     y[tid] = acc + tl[(tid + 3) % 8] * tl[tid]
 
 
+@kadj.differentiate
+@cuda.jit
+def strided_elements(z, p, v, out, pairs, dt):
+    # interleaved complex numbers and 3-vectors in flat arrays: each thread's elements
+    # by strides (2 * i, 2 * i + 1; 3 * i + k), its adjoints added without atomics
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        re = z[2 * i]
+        im = z[2 * i + 1]
+        acc = re * re - im * im
+        for k in range(3):
+            acc += p[3 * i + k] * math.sin(v[3 * i + k] * dt)
+        out[i] = acc
+        pairs[2 * i] = re * acc
+        pairs[2 * i + 1] = im * dt
+
+
 def ptx_under_simulator_case():
     """adjoint_ptx() under the simulator compiles in a child process without it."""
     from kernels.cuda import by_name
@@ -579,6 +596,10 @@ def main(names):
         "two_loops_with_returns": lambda: fd_check(
             two_loops_with_returns, (2, 32),
             [rng.uniform(-1.0, 2.0, 37), rng.uniform(-1.0, 1.0, 37), 0.6, 2]),
+        "strided_elements": lambda: fd_check(
+            strided_elements, (2, 4),
+            [rng.uniform(-1.0, 1.0, 14), rng.uniform(-1.0, 1.0, 21),
+             rng.uniform(-1.0, 1.0, 21), np.zeros(7), np.zeros(14), 0.7]),
         "rebound_scalar": lambda: fd_check(
             rebound_scalar, (2, 4), [rng.uniform(-1.0, 1.0, 9), 0.6]),
         "local_array_state": lambda: fd_check(

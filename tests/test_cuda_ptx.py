@@ -63,6 +63,35 @@ def with_device_helper(x, y, s):
         y[i] = _scaled_tanh(s, x[i])
 
 
+@kadj.differentiate
+@cuda.jit
+def strided(z, p, v, out, dt):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        acc = z[2 * i] * z[2 * i + 1]
+        for k in range(3):
+            acc += p[3 * i + k] * math.sin(v[3 * i + k] * dt)
+        out[i] = acc
+
+
+@kadj.differentiate
+@cuda.jit
+def strides_that_meet(x, w, y):
+    # 2 * i + 2 is thread i + 1's 2 * i, 3 * i + 4 thread i + 1's 3 * i + 1: atomics
+    i = cuda.grid(1)
+    if i < y.shape[0]:
+        y[i] = x[2 * i] * x[2 * i + 2] + w[3 * i + 1] * w[3 * i + 4]
+
+
+@kadj.differentiate
+@cuda.jit
+def stride_below_zero(x, y):
+    # thread 0's x[2 * i - 1] is x[-1], the last element: another thread's
+    i = cuda.grid(1)
+    if i < y.shape[0]:
+        y[i] = x[2 * i] * x[2 * i - 1]
+
+
 def _atomics(ptx, space="global"):
     return [ln for ln in ptx.splitlines() if re.search(rf"\b(atom|red)\.{space}\.", ln)]
 
@@ -81,6 +110,13 @@ CASES = {
     # the helper is inlined into the adjoint (no device call, so compile_ptx never asks
     # the driver for the compute capability); x[i] private, only adj_s is atomic
     "with_device_helper": (with_device_helper, (np.zeros(8), np.zeros(8), 0.3), 1),
+    # each thread's own elements by strides (z[2 * i], z[2 * i + 1], p[3 * i + k] for k
+    # in range(3)): no atomics but adj_dt's
+    "strided": (strided, (np.zeros(8), np.zeros(12), np.zeros(12), np.zeros(4), 0.5), 1),
+    # x: 2 loads (x[2 * i] and x[2 * i + 2] meet across threads); w: 2
+    "strides_that_meet": (strides_that_meet, (np.zeros(12), np.zeros(16), np.zeros(4)),
+                          4),
+    "stride_below_zero": (stride_below_zero, (np.zeros(8), np.zeros(4)), 2),
 }
 
 
@@ -182,3 +218,13 @@ def test_names_like_generated_ones_compile(form):
     assert len(params) == len(set(params)), src
     ptx = hostile_names.adjoint_ptx(*args, cc=(9, 0), form=form)
     assert ".entry" in ptx
+
+
+def test_strided_classes_in_the_report():
+    args = CASES["strided"][1]
+    arrays = strided.adjoint_report(*args)["arrays"]
+    assert {n: arrays[n]["class"] for n in ("z", "p", "v")} == dict.fromkeys(
+        ("z", "p", "v"), "private")
+    assert "by strides" in arrays["p"]["why"]
+    arrays = strides_that_meet.adjoint_report(*CASES["strides_that_meet"][1])["arrays"]
+    assert arrays["x"]["class"] != "private" and arrays["w"]["class"] != "private"

@@ -11,7 +11,7 @@ from cudatools import run_sim_cases
 # gather and block-reduced forms).  The variants run with -m slow (as CI does).
 CASES = ["heat_step", "laplace2d", "with_device_helper", "checkpointed_loop",
          "newton_while", "gridstride_time_loop", "in_place_update",
-         "own_element_read_twice", "rebound_scalar",
+         "own_element_read_twice", "rebound_scalar", "strided_elements",
          "gather_store_overwritten", "gather_dead_neighbour_read",
          "own_rows_in_each_branch", "helper_after_nested_return",
          "two_loops_with_returns", "tape_numpy",

@@ -92,6 +92,9 @@ class ThreadIndex:
             if isinstance(s, ir.ForRange):
                 loop_count[s.index] = loop_count.get(s.index, 0) + 1
                 self.loops[s.index] = s
+        # counters of loops that bind them once and nothing else assigns
+        self.counters = {v for v, c in loop_count.items()
+                         if c == 1 and not assign_count.get(v, 0)}
         self.coord = {}       # var -> dimension
         self.size = {}        # var -> dimension (total threads along it)
         self.ndim = 0
@@ -311,6 +314,105 @@ class ThreadIndex:
                     return inner[0], inner[1] + ca
         return None
 
+    def affine(self, x, coord=None, _depth=0):
+        """(dimension, a, lo, hi) when ``x`` is ``a * c + b`` for a thread coordinate
+        ``c`` of that dimension, an integer constant ``a > 0`` and an integer ``b`` in
+        ``[lo, hi]`` with ``lo >= 0`` (constants, and counters of loops over constant
+        ranges: ``3 * i + k`` for ``k in range(3)``), else None.  Such an index is never
+        negative (a negative index would wrap around onto another thread's element)."""
+        coord = self.coord if coord is None else coord
+        if not isinstance(x, ir.Var) or _depth > 8:
+            return None
+        if x.name in coord:
+            return coord[x.name], 1, 0, 0
+        e = self.defs.get(x.name)
+        if isinstance(e, ir.Copy):
+            return self.affine(e.src, coord, _depth + 1)
+        if not (_op(e, operator.add) or _op(e, operator.sub) or _op(e, operator.mul)):
+            return None
+        a, b = e.args
+        if e.fn is operator.mul:
+            for f, g in ((a, b), (b, a)):
+                k = self._bounds(g)
+                inner = self.affine(f, coord, _depth + 1)
+                if inner is not None and k is not None and k[0] == k[1] and k[0] > 0:
+                    d, m, lo, hi = inner
+                    return d, m * k[0], lo * k[0], hi * k[0]
+            return None
+        inner, k = self.affine(a, coord, _depth + 1), self._bounds(b)
+        if inner is None and e.fn is operator.add:
+            inner, k = self.affine(b, coord, _depth + 1), self._bounds(a)
+        if inner is None or k is None:
+            return None
+        d, m, lo, hi = inner
+        lo, hi = (lo + k[0], hi + k[1]) if e.fn is operator.add else (lo - k[1], hi - k[0])
+        return (d, m, lo, hi) if lo >= 0 else None
+
+    def _bounds(self, x, _depth=0):
+        """[lo, hi] of an integer that does not depend on the thread: a constant, a
+        counter of a loop over a constant range, or sums and differences of them."""
+        if isinstance(x, ir.Const):
+            v = x.value
+            return (v, v) if isinstance(v, int) and not isinstance(v, bool) else None
+        if not isinstance(x, ir.Var) or _depth > 8:
+            return None
+        if x.name in self.consts:
+            return self.consts[x.name], self.consts[x.name]
+        loop = self.loops.get(x.name)
+        if x.name in self.counters and loop is not None:
+            ends = [self._bounds(y, _depth + 1) for y in (loop.start, loop.stop, loop.step)]
+            if None in ends or any(lo != hi for lo, hi in ends) or ends[2][0] == 0:
+                return None
+            start, stop, step = (lo for lo, _ in ends)
+            vals = range(start, stop, step)
+            return (min(vals), max(vals)) if len(vals) else (0, 0)
+        e = self.defs.get(x.name)
+        if isinstance(e, ir.Copy):
+            return self._bounds(e.src, _depth + 1)
+        if _op(e, operator.add) or _op(e, operator.sub):
+            p, q = (self._bounds(y, _depth + 1) for y in e.args)
+            if p is None or q is None:
+                return None
+            return ((p[0] + q[0], p[1] + q[1]) if e.fn is operator.add else
+                    (p[0] - q[1], p[1] - q[0]))
+        return None
+
+    def strided_key(self, indices, coord=None, ndim=None):
+        """Do the index tuples ``indices`` (every access of one array) give each thread
+        elements no other thread touches, by strides?  Each position holds an integer
+        constant in every access, or in every access ``a * c + b`` (:meth:`affine`) with
+        one and the same coordinate ``c`` and stride ``a``, the offsets ``b`` spanning
+        less than ``a`` (``x[3 * i]``, ``x[3 * i + 1]``, ``x[3 * i + k]``); each launch
+        dimension at one position.  Two threads differ in some coordinate, and there
+        their elements differ by at least ``a`` minus the offsets' span.  Returns a
+        description of the element pattern, or None."""
+        if (coord is None or coord is self.coord) and not self.coords_cover:
+            return None
+        coord = self.coord if coord is None else coord
+        ndim = self.ndim if ndim is None else ndim
+        if not indices or not ndim or len({len(idx) for idx in indices}) != 1:
+            return None
+        shown = []
+        dims = []
+        for pos in range(len(indices[0])):
+            forms = [self.affine(idx[pos], coord) for idx in indices]
+            if all(f is None for f in forms):
+                if any(self._bounds(idx[pos]) is None for idx in indices):
+                    return None
+                shown.append("const")
+                continue
+            if None in forms or len({(d, a) for d, a, _, _ in forms}) != 1:
+                return None
+            d, a = forms[0][:2]
+            lo, hi = min(f[2] for f in forms), max(f[3] for f in forms)
+            if hi - lo >= a:
+                return None
+            dims.append(d)
+            shown.append(f"{a} * c{d} + ({lo}..{hi})" if a != 1 else f"c{d} + ({lo}..{hi})")
+        if sorted(dims) != list(range(ndim)):
+            return None
+        return ", ".join(shown)
+
     def offset_coord(self, x):
         """(dimension) when x is a coordinate, or a coordinate plus/minus a constant."""
         co = self.coord_offset(x)
@@ -339,6 +441,11 @@ class ThreadIndex:
             shown = ", ".join(k if k is not None else "const" for k in next(iter(keys)))
             return ArrayClass(name, "private", "every access uses the thread's own "
                               f"element(s) {name}[{shown}]")
+        if space == "global" and not (private and len(keys) == 1):
+            strided = self.strided_key(list(indices))
+            if strided is not None:
+                return ArrayClass(name, "private", "every access uses elements of the "
+                                  f"thread alone, by strides: {name}[{strided}]")
         if private and len(keys) > 1:
             return ArrayClass(name, "arbitrary", "accessed with different thread indices")
         names = set()
