@@ -57,6 +57,7 @@ from .adj_refs import free_name, names
 from .counter_hint import _at_least
 
 PRANGE = "numba.prange"
+SLOTS = "_slots_"           # a loop's rows of the tape (kadj.iteration_slots)
 AT_LEAST = "_at_least"     # the loop counter's bound (kadj.counter_hint)
 BLOCK = 4096               # iterations per block of a parallel loop (kadj.row_outline)
 # reversed loops that may run in parallel when their body is race-free (replayed and
@@ -333,10 +334,13 @@ def race_free(fn, rl, loop, in_loop):
     writes, reads, accesses = _occurrences(nodes)
     if var in writes:
         return None
+    bounds = _range_bounds(loop)
+    lowest = int(bounds[0]) if bounds is not None else 0
     # arrays: every element written is the iteration's own
     for base in {b for b, kind in writes.items() if kind == "elem"} | _elem_bases(nodes):
         idx = accesses.get(base, [])
-        if not idx or not _shared_position(idx, var):
+        if not idx or not _shared_position(idx, var, lowest if base.startswith(SLOTS)
+                                           else 0):
             return None
     scalars = {n for n, kind in writes.items() if kind != "elem"}
     reductions = sorted(n for n in scalars if _is_reduction(n, nodes, reads) or
@@ -422,13 +426,22 @@ def _occurrences(nodes):
     return writes, reads, accesses
 
 
-def _shared_position(indices, var):
-    """Is there one index position holding ``var`` in every access?"""
+def _shared_position(indices, var, shift=0):
+    """Is there one index position holding ``var`` in every access, or ``var - c``
+    with one constant ``0 < c <= shift`` in every access (a tape's rows of a loop from
+    ``shift``, :mod:`kadj.iteration_slots`: ``var - c`` is never negative there)?"""
     if "?" in indices:
         return False
     n = len(indices[0])
-    return any(all(len(ix) == n and ix[p].strip() == var for ix in indices)
-               for p in range(n))
+    for p in range(n):
+        texts = {ix[p].strip() if len(ix) == n else None for ix in indices}
+        if texts == {var}:
+            return True
+        if shift and len(texts) == 1 and None not in texts:
+            head, _, c = next(iter(texts)).partition(" - ")
+            if head == var and c.isdigit() and 0 < int(c) <= shift:
+                return True
+    return False
 
 
 def _is_reduction(name, nodes, reads):

@@ -60,6 +60,16 @@ def weighted_sum(x, w):
 
 
 @njit(parallel=True)
+def sin_in_place(x, y):
+    # records t and the test's outcome per iteration (rows of the tape)
+    for i in prange(x.shape[0]):
+        t = y[i]
+        y[i] = math.sin(t) * x[i]
+        if y[i] > 0:
+            y[i] = y[i] * 2.0
+
+
+@njit(parallel=True)
 def heat_stencil(u, out, alpha):
     for i in prange(1, u.shape[0] - 1):
         out[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
@@ -85,12 +95,15 @@ def cases(n, rng):
     d3 = (rng.standard_normal((s3, s3 + 2, s3 + 4)), 0.5 + rng.random((s3, s3 + 2, s3 + 4)),
           np.zeros((s3, s3 + 2, s3 + 4)), 0.1)
     heat = (rng.standard_normal(n), np.zeros(n), 0.3)
+    inplace = (rng.uniform(0.5, 1.0, n), rng.standard_normal(n))
     return {
         "damped_map": (damped_map, (rng.standard_normal(n), rng.random(n), np.zeros(n),
                                     0.8)),
         "row_scale": (row_scale, (rng.standard_normal((m, 64)), rng.standard_normal(m),
                                   np.zeros((m, 64)))),
         "weighted_sum": (weighted_sum, (rng.standard_normal(n), rng.standard_normal(n))),
+        "sin_in_place": (sin_in_place, inplace),
+        "sin_in_place, parallel=False": (sin_in_place, inplace, {"parallel": False}),
         "heat_stencil": (heat_stencil, heat),
         "heat_stencil, parallel=False": (heat_stencil, heat, {"parallel": False}),
         "diffusion_1d": (diffusion_1d_parallel, d1),

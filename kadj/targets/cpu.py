@@ -34,6 +34,7 @@ from __future__ import annotations
 from .. import codegen, cpu_gather, frontend, gather_plan, parallel, reverse, structurize
 from .. import call_memory, running_extremum
 from ..kept_memory import keep_memory
+from ..iteration_slots import index_fresh_saves
 from ..lane_jam import jam_replayed
 from ..row_outline import outline_rows
 from ..vector_sums import vector_sums
@@ -110,8 +111,10 @@ def _write(prepared, facts, plan, options):
     if wanted:
         fn, w = reverse.build_adjoint(kernel, facts, slot_names, plan.returns_value,
                                       slots=options.get("checkpoints"))
-        # the reversed loops, and the forward sweep's own loops (a loss summed over
-        # prange before the reverse sweep)
+        # values recorded per iteration at the iteration's own row of the tape
+        # (kadj.iteration_slots); the reversed loops, and the forward sweep's own
+        # loops (a loss summed over prange before the reverse sweep)
+        index_fresh_saves(fn, wanted)
         made = len(parallel.parallelise(fn, w.ns, wanted))
         made += parallel.parallelise_primal(fn, w.ns, wanted)
         if made:

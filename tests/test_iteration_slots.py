@@ -1,0 +1,134 @@
+"""Loops asked to run in parallel whose iterations record values (kadj.iteration_slots):
+each iteration stores its values at its own row of the tape and its reversed iteration
+loads them there, so both the forward sweep's loop and the reversed one may run as
+numba.prange.  Gradients against float64 finite differences (bounds-checked adjoints)
+at sizes from 0 up, and bit for bit against the serial adjoint (parallel=False), whose
+stack form is unchanged."""
+import math
+
+import numpy as np
+import pytest
+from numba import njit, prange
+
+import kadj
+from kadj.testing import check_grad
+
+
+@njit(parallel=True)
+def sin_in_place(x, y):
+    # t = y[i] is read before the iteration overwrites y[i]; the test of y[i] after
+    for i in prange(x.shape[0]):
+        t = y[i]
+        y[i] = np.sin(t) * x[i]
+        if y[i] > 0:
+            y[i] = y[i] * 2.0
+
+
+@njit(parallel=True)
+def weight_by_sign(x, y):
+    # the constants chosen by a test on the element the iteration overwrites
+    for i in prange(x.shape[0]):
+        if y[i] > 0:
+            w = 0.5
+        else:
+            w = 1.3
+        y[i] = w * x[i]
+
+
+@njit(parallel=True)
+def from_one(x, y):
+    # a loop from 1: row i - 1 of the tape; the reverse adds into adj_x[i - 1] and
+    # stays serial, the forward sweep's loop runs in parallel
+    for i in prange(1, x.shape[0]):
+        if y[i] > 0:
+            w = 0.5
+        else:
+            w = 1.3
+        y[i] = w * x[i] * x[i - 1]
+
+
+@njit
+def plain_loop(x, y, a):
+    # a plain for loop: parallel only with differentiate(..., parallel=True)
+    for i in range(x.shape[0]):
+        t = y[i] * a
+        y[i] = math.tanh(t) + x[i]
+
+
+@njit(parallel=True)
+def saved_twice(x, y):
+    # t is assigned twice in an iteration: its first value goes on the stack inside
+    # the iteration, which keeps the stack form (serial, exact)
+    for i in prange(x.shape[0]):
+        t = y[i] * x[i]
+        y[i] = np.sin(t)
+        t = y[i] * y[i]
+        y[i] = np.cos(t) * x[i]
+
+
+def _prange_loops(src):
+    return sum(1 for ln in src.splitlines()
+               if ln.strip().startswith("for ") and "numba.prange(" in ln)
+
+
+def _args(kernel, n, rng):
+    args = [rng.uniform(-1.0, 1.0, n) + 0.05, rng.uniform(-1.0, 1.0, n) + 0.05]
+    if kernel is plain_loop:
+        args.append(0.7)
+    return tuple(args)
+
+
+def _buffers(k, args, seed):
+    plan = k.adjoint_plan(*args)
+    r = np.random.default_rng(seed)
+    bufs = [r.standard_normal(args[i].shape) if isinstance(args[i], np.ndarray)
+            else np.zeros(1) for i in plan.adjoint_args]
+    k.adjoint(*[a.copy() if isinstance(a, np.ndarray) else a for a in args], *bufs)
+    return bufs
+
+
+CASES = [(sin_in_place, {}, 2), (weight_by_sign, {}, 2), (from_one, {}, 1),
+         (plain_loop, {"parallel": True}, 2)]
+
+
+@pytest.mark.parametrize("kernel, opts, parallel_loops", CASES,
+                         ids=[c[0].__name__ for c in CASES])
+def test_recorded_values_in_rows_of_the_tape(kernel, opts, parallel_loops):
+    rng = np.random.default_rng(3)
+    par = kadj.differentiate(kernel, **opts)
+    ser = kadj.differentiate(kernel, **{**opts, "parallel": False})
+    args = _args(kernel, 50, rng)
+    src = par.adjoint_source(*args)
+    assert _prange_loops(src) == parallel_loops, src
+    assert "_slots_" in src and "_sp_i64 += 1" not in src
+    assert "_slots_" not in ser.adjoint_source(*args)
+    for n in (1, 2, 3, 17, 200):
+        check_grad(par, _args(kernel, n, rng))
+    for n in (0, 5, 100_003):
+        args = _args(kernel, n, rng)
+        for a, b, arg in zip(_buffers(par, args, n), _buffers(ser, args, n), args):
+            if isinstance(arg, np.ndarray):
+                np.testing.assert_array_equal(a, b)
+            else:   # a sum over the threads: equal to rounding
+                np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_a_value_saved_inside_the_iteration_keeps_the_stack():
+    rng = np.random.default_rng(5)
+    par = kadj.differentiate(saved_twice)
+    args = _args(saved_twice, 30, rng)
+    src = par.adjoint_source(*args)
+    assert "_slots_" not in src and _prange_loops(src) == 0
+    for n in (1, 2, 40):
+        check_grad(par, _args(saved_twice, n, rng))
+
+
+def test_the_users_arrays_are_left_alone():
+    rng = np.random.default_rng(9)
+    par = kadj.differentiate(sin_in_place)
+    x, y = _args(sin_in_place, 1000, rng)
+    x0, y0 = x.copy(), y.copy()
+    gx, gy = np.zeros_like(x), rng.standard_normal(1000)
+    par.adjoint(x, y, gx, gy)
+    np.testing.assert_array_equal(x, x0)
+    np.testing.assert_array_equal(y, y0)
