@@ -17,10 +17,16 @@ one's included, go to the tape: the reservation already counted one save per ite
 Each iteration then touches only its own row, and :func:`kadj.parallel.race_free` may
 make both the forward sweep's loop and the reversed one ``numba.prange`` loops.
 
+A value saved inside the iteration (a variable assigned twice in one iteration: its
+first value is pushed before the second assignment and popped back at that
+assignment's reverse) gets a place of its own in the row too, written and read where
+the push and the pop were.
+
 Handled: a loop at the adjoint's top level, over ``range(lo, hi)`` with a constant
-``lo >= 0``, whose only tape traffic is that block of pushes (mirrored by one block of
-pops at the end of the reversed body), with no ``break``, ``continue`` or ``return``.
-Anything else keeps the stack; both forms are exact.  A tape too short for the rows
+``lo >= 0``, whose tape traffic is that block of pushes and pushes among the body's own
+statements (not in a branch nor an inner loop), mirrored by pops at the same places of
+the reversed body, with no ``break``, ``continue`` or ``return``.  Anything else keeps
+the stack; both forms are exact.  A tape too short for the rows
 would make the view's ``reshape`` fail loudly, never write past the reservation.
 """
 from __future__ import annotations
@@ -66,17 +72,22 @@ def _index(fn, f, rl):
         return False
     r = found[0]
     lo, hi = bounds
-    pushes = _block(f.body[:1], f"{f.var} > {lo}", A.Push)
-    pops = _block(r.body[-1:], f"{r.var} > {lo}", A.Pop)
-    if not pushes or pops is None or len(pops) != len(pushes):
+    fresh = _block(f.body[:1], f"{f.var} > {lo}", A.Push)
+    rest_f = f.body if fresh is None else f.body[1:]
+    back = _block(r.body[-1:], f"{r.var} > {lo}", A.Pop)
+    rest_r = r.body if back is None else r.body[:-1]
+    fresh, back = fresh or [], back or []
+    inner = _top_level(rest_f, A.Push)
+    inner_back = _top_level(rest_r, A.Pop)
+    if inner is None or inner_back is None or len(fresh) != len(back):
+        return False    # other tape traffic (in a branch, a nested loop), exits
+    pushes, pops = fresh + inner, inner_back + back
+    if not pushes or len(pops) != len(pushes):
         return False
     if any(p.kind != q.kind or q.cond is not None or p.once
            for p, q in zip(pushes, reversed(pops))):
         return False
-    rest_f, rest_r = f.body[1:], r.body[:-1]
-    if any(not isinstance(x, _SCALAR_NODES) for x in A.walk(rest_f + rest_r)):
-        return False    # other tape traffic, exits
-    if any(f.var in names(p.value) for p in pushes):
+    if any(f.var in names(p.value) for p in fresh):
         return False    # (values of the previous iteration's counter: never written so)
     # each push's place in its kind's row; pops mirror the pushes
     column, per_kind = {}, {}
@@ -98,16 +109,30 @@ def _index(fn, f, rl):
                                    f".reshape(({trips}, {n}))")
                 for k, n in sorted(per_kind.items())]
 
-    stores = [A.Comment("# this iteration's values, for its reverse (its own row of "
-                        "the tape)")]
-    for p in pushes:
-        stores.append(A.Assign(f"{slots[p.kind]}[{row}, {column[id(p)]}]", p.value))
-    loads = [A.Comment("# this iteration's values (its row of the tape)")]
-    for q in pops:
+    def store(p):
+        return A.Assign(f"{slots[p.kind]}[{row}, {column[id(p)]}]", p.value)
+
+    def load(q):
         value = f"{slots[q.kind]}[{rrow}, {column[id(q)]}]"
-        loads.append(A.Assign(q.target, value + (" != 0" if q.boolean else "")))
-    f.body[:] = rest_f + stores
-    r.body[:] = loads + rest_r
+        return A.Assign(q.target, value + (" != 0" if q.boolean else ""))
+
+    def placed(seq, kind, write):
+        out = []
+        for x in seq:
+            if isinstance(x, kind):
+                if x.note:
+                    out.append(A.Comment(f"# {x.note}"))
+                out.append(write(x))
+            elif not isinstance(x, A.CapacityCheck):
+                out.append(x)
+        return out
+
+    stores = [A.Comment("# this iteration's values, for its reverse (its own row of "
+                        "the tape)")] + [store(p) for p in fresh] if fresh else []
+    loads = [A.Comment("# this iteration's values (its row of the tape)")] + [
+        load(q) for q in back] if back else []
+    f.body[:] = placed(rest_f, A.Push, store) + stores
+    r.body[:] = loads + placed(rest_r, A.Pop, load)
     at = next(k for k, x in enumerate(fn.body) if x is f)
     fn.body[at:at + 1] = [A.Assign(trips, count)] + views() + [f] + [
         A.Assign(f"_sp_{k}", _times(n, trips), "+=") for k, n in sorted(per_kind.items())]
@@ -115,6 +140,21 @@ def _index(fn, f, rl):
     fn.body[at:at] = [A.Assign(f"_sp_{k}", _times(n, trips), "-=")
                       for k, n in sorted(per_kind.items())] + views()
     return True
+
+
+def _top_level(seq, kind):
+    """The ``kind`` nodes (pushes or pops) among the statements ``seq`` themselves, or
+    None when other tape traffic (or a push or pop inside a compound statement), a
+    ``break``, ``continue`` or ``return`` is anywhere in ``seq``."""
+    out = []
+    for x in seq:
+        if isinstance(x, kind):
+            out.append(x)
+        elif isinstance(x, A.CapacityCheck) and not x.needed:
+            continue
+        elif any(not isinstance(y, _SCALAR_NODES) for y in A.walk([x])):
+            return None
+    return out
 
 
 def _block(seq, cond, kind):

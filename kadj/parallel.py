@@ -163,11 +163,13 @@ def serial_where_numba_refuses(fn):
 
 
 def _updated_twice(body):
-    """Does a scalar that the statements ``body`` only add into get two updates?"""
+    """Does a scalar that the statements ``body`` add into, and may read before
+    assigning it, get two updates?"""
     counts = {}
     for y in A.walk(body):
         name = None
-        if isinstance(y, A.Accumulate) and isinstance(y.target, (A.AdjVar, A.Local)):
+        if isinstance(y, A.Accumulate) and isinstance(y.target, (A.AdjVar, A.Local)) \
+                and y.op in ("+=", "-="):
             name = y.target.name
         elif isinstance(y, A.Assign) and isinstance(y.target, str) and \
                 y.target.isidentifier() and (y.op == "+=" or (
@@ -175,7 +177,10 @@ def _updated_twice(body):
             name = y.target
         if name is not None:
             counts[name] = counts.get(name, 0) + 1
-    return any(c > 1 for c in counts.values())
+    twice = {n for n, c in counts.items() if c > 1}
+    # (a scalar each iteration assigns before adding into it is the iteration's own,
+    # not a sum over the threads: adj_r = g, then adj_r += g * s)
+    return bool(twice and _read_before_defined(body, twice, set()))
 
 
 def is_parallel_for(x):
@@ -594,26 +599,61 @@ def _read_before_defined(body, tracked, defined):
                 return t
         return None
 
-    def visit(seq, defined):
-        defined = set(defined)
+    def visit(seq, defined, guards):
+        # guards: {condition variable: (names defined at the end of its if's then-arm,
+        # of its else-arm)}, for an earlier ``if c:`` whose ``c`` nothing assigned
+        # since: a later ``if c:`` takes the same arm (``if t6: t8 = 1.0 / r``, then
+        # the reverse's ``if t6: ... t8``)
+        defined, guards = set(defined), dict(guards)
         for x in seq:
             out.update((reads_of(x) & tracked) - defined)
             if isinstance(x, A.If):
-                d1 = visit(x.then, defined)
-                d2 = visit(x.orelse, defined)
+                key = x.cond.strip() if isinstance(x.cond, str) else None
+                key = key if key and key.isidentifier() else None
+                g_then, g_else = guards.get(key, (set(), set()))
+                d1 = visit(x.then, defined | g_then, guards)
+                d2 = visit(x.orelse, defined | g_else, guards)
                 defined |= d1 & d2
+                _forget_assigned(guards, x)
+                if key is not None and key not in _assigned(x):
+                    guards[key] = (d1, d2)
             elif isinstance(x, A.For):
-                visit(x.body, defined | {x.var})
+                visit(x.body, defined | {x.var}, guards)
+                _forget_assigned(guards, x)
             elif isinstance(x, (A.Block, A.ReverseLoop)):
-                defined = visit(x.body, defined)
+                defined = visit(x.body, defined, guards)
+                _forget_assigned(guards, x)
             else:
                 d = defines(x)
                 if d is not None:
                     defined.add(d)
+                    guards.pop(d, None)
         return defined
 
-    visit(body, defined)
+    visit(body, defined, {})
     return out
+
+
+def _assigned(x):
+    """The names assigned by ``x`` or anywhere inside it (plain targets, loop
+    counters)."""
+    out = set()
+    for y in A.walk([x]):
+        if isinstance(y, (A.Assign, A.Accumulate)):
+            t = _plain_target(y.target)
+            if t is not None:
+                out.add(t)
+        elif isinstance(y, A.For):
+            out.add(y.var)
+        elif isinstance(y, A.Pop):
+            out.add(y.target)
+    return out
+
+
+def _forget_assigned(guards, x):
+    """Drop the guards whose condition variable ``x`` may assign."""
+    for name in _assigned(x) & set(guards):
+        del guards[name]
 
 
 def _exposed(seq, tracked):

@@ -57,13 +57,24 @@ def plain_loop(x, y, a):
 
 @njit(parallel=True)
 def saved_twice(x, y):
-    # t is assigned twice in an iteration: its first value goes on the stack inside
-    # the iteration, which keeps the stack form (serial, exact)
+    # t is assigned twice in an iteration: its first value is saved inside the
+    # iteration, at its own place in the row
     for i in prange(x.shape[0]):
         t = y[i] * x[i]
         y[i] = np.sin(t)
         t = y[i] * y[i]
         y[i] = np.cos(t) * x[i]
+
+
+@njit(parallel=True)
+def inner_steps(x, y, dt):
+    # an inner loop records at every step: the iteration's count of values is not
+    # one row's, which keeps the stack form (serial, exact)
+    for i in prange(x.shape[0]):
+        v = y[i]
+        for k in range(3):
+            v = v + dt * math.sin(v) * x[i]
+        y[i] = v
 
 
 def _prange_loops(src):
@@ -73,8 +84,8 @@ def _prange_loops(src):
 
 def _args(kernel, n, rng):
     args = [rng.uniform(-1.0, 1.0, n) + 0.05, rng.uniform(-1.0, 1.0, n) + 0.05]
-    if kernel is plain_loop:
-        args.append(0.7)
+    if kernel in (plain_loop, inner_steps):
+        args.append(0.7 if kernel is plain_loop else 0.1)
     return tuple(args)
 
 
@@ -88,7 +99,7 @@ def _buffers(k, args, seed):
 
 
 CASES = [(sin_in_place, {}, 2), (weight_by_sign, {}, 2), (from_one, {}, 1),
-         (plain_loop, {"parallel": True}, 2)]
+         (plain_loop, {"parallel": True}, 2), (saved_twice, {}, 2)]
 
 
 @pytest.mark.parametrize("kernel, opts, parallel_loops", CASES,
@@ -113,14 +124,14 @@ def test_recorded_values_in_rows_of_the_tape(kernel, opts, parallel_loops):
                 np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
-def test_a_value_saved_inside_the_iteration_keeps_the_stack():
+def test_an_inner_loop_that_records_keeps_the_stack():
     rng = np.random.default_rng(5)
-    par = kadj.differentiate(saved_twice)
-    args = _args(saved_twice, 30, rng)
+    par = kadj.differentiate(inner_steps)
+    args = _args(inner_steps, 30, rng)
     src = par.adjoint_source(*args)
     assert "_slots_" not in src and _prange_loops(src) == 0
     for n in (1, 2, 40):
-        check_grad(par, _args(saved_twice, n, rng))
+        check_grad(par, _args(inner_steps, n, rng))
 
 
 def test_the_users_arrays_are_left_alone():

@@ -74,6 +74,27 @@ def p_rows_fast(x, w, out):
             out[i, j] = math.exp(x[i, j]) * w[i]
 
 
+@njit(parallel=True)
+def p_branch_temp(x, y, out):
+    # the reverse reads 1.0 / r under the test that computed it (if t6: t8 = ...,
+    # later if t6: ... t8): defined on every path that reads it
+    for i in prange(x.shape[0]):
+        r = math.sqrt(x[i] * x[i] + y[i] * y[i])
+        if r > 1.0:
+            out[i] = 1.0 / r
+        else:
+            out[i] = r
+
+
+@njit(parallel=True)
+def p_adjoint_added_twice(x, out):
+    # adj_r = g, then adj_r += g * s twice: the iteration's own, not a sum over threads
+    for i in prange(x.shape[0]):
+        r = x[i] * x[i]
+        s = math.sin(r)
+        out[i] = r + s * r
+
+
 @njit
 def plain_map(x, out, a):
     for i in range(x.shape[0]):
@@ -114,6 +135,9 @@ def _both_adjoints(par, ser, args):
     (p_rows, lambda: (rng.standard_normal((37, 5)), rng.standard_normal(37),
                       np.zeros((37, 5)))),
     (p_sum, lambda: (rng.standard_normal(257), rng.standard_normal(257))),
+    (p_branch_temp, lambda: (rng.uniform(-1, 1, 301), rng.uniform(-1, 1, 301),
+                             np.zeros(301))),
+    (p_adjoint_added_twice, lambda: (rng.uniform(-1, 1, 301), np.zeros(301))),
 ])
 def test_private_writes_run_in_parallel(kernel, args):
     args = args()
@@ -376,3 +400,25 @@ def test_a_sum_updated_twice_keeps_its_loop_serial():
     assert "numba refuses a sum over the threads updated twice" in src
     for n in (3, 4, 6):
         fd_check(k, (rng.uniform(-1, 1, (n, n)), np.zeros((n, n))))
+
+
+def test_a_value_defined_under_a_test_is_defined_under_the_same_test():
+    from kadj import adj_ir as A
+    from kadj.parallel import _read_before_defined
+
+    def body(between):
+        return [A.Assign("t6", "r > 1.0"),
+                A.If("t6", [A.Assign("t8", "1.0 / r")]),
+                *between,
+                A.If("t6", [A.Assign("u", "t8 * 2.0")], [A.Assign("u", "r")])]
+    assert _read_before_defined(body([]), {"t8"}, set()) == set()
+    # the test's variable assigned in between: the second test may go the other way
+    assert _read_before_defined(body([A.Assign("t6", "r > 2.0")]), {"t8"}, set()) == \
+        {"t8"}
+    assert _read_before_defined(
+        body([A.For("k", "range(3)", [A.Assign("t6", "k > 1")])]), {"t8"}, set()) == \
+        {"t8"}
+    # the else arm of the same test does not have it
+    other = [A.Assign("t6", "r > 1.0"), A.If("t6", [A.Assign("t8", "1.0 / r")]),
+             A.If("t6", [A.Assign("u", "r")], [A.Assign("u", "t8")])]
+    assert _read_before_defined(other, {"t8"}, set()) == {"t8"}
