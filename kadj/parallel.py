@@ -600,35 +600,40 @@ def _read_before_defined(body, tracked, defined):
         return None
 
     def visit(seq, defined, guards):
-        # guards: {condition variable: (names defined at the end of its if's then-arm,
-        # of its else-arm)}, for an earlier ``if c:`` whose ``c`` nothing assigned
-        # since: a later ``if c:`` takes the same arm (``if t6: t8 = 1.0 / r``, then
-        # the reverse's ``if t6: ... t8``)
+        # guards: {condition variable: ((names defined at the end of its if's
+        # then-arm, the guards known there), (the same for its else-arm))}, for an
+        # earlier ``if c:`` whose ``c`` nothing assigned since: a later ``if c:``
+        # takes the same arm (``if t6: t8 = 1.0 / r``, then the reverse's ``if t6:
+        # ... t8``), tests nested in its arms included.  Returns (defined, guards)
+        # at the end of ``seq``.
         defined, guards = set(defined), dict(guards)
         for x in seq:
             out.update((reads_of(x) & tracked) - defined)
             if isinstance(x, A.If):
                 key = x.cond.strip() if isinstance(x.cond, str) else None
                 key = key if key and key.isidentifier() else None
-                g_then, g_else = guards.get(key, (set(), set()))
-                d1 = visit(x.then, defined | g_then, guards)
-                d2 = visit(x.orelse, defined | g_else, guards)
+                known = guards.get(key)
+                arms = []
+                for k, arm in enumerate((x.then, x.orelse)):
+                    d0, g0 = known[k] if known else (set(), {})
+                    arms.append(visit(arm, defined | d0, {**guards, **g0}))
+                (d1, g1), (d2, g2) = arms
                 defined |= d1 & d2
-                _forget_assigned(guards, x)
-                if key is not None and key not in _assigned(x):
-                    guards[key] = (d1, d2)
+                assigned = _assigned(x)
+                guards = _purged(guards, assigned)
+                if key is not None and key not in assigned:
+                    guards[key] = ((d1, g1), (d2, g2))
             elif isinstance(x, A.For):
                 visit(x.body, defined | {x.var}, guards)
-                _forget_assigned(guards, x)
+                guards = _purged(guards, _assigned(x))
             elif isinstance(x, (A.Block, A.ReverseLoop)):
-                defined = visit(x.body, defined, guards)
-                _forget_assigned(guards, x)
+                defined, guards = visit(x.body, defined, guards)
             else:
                 d = defines(x)
                 if d is not None:
                     defined.add(d)
-                    guards.pop(d, None)
-        return defined
+                    guards = _purged(guards, {d})
+        return defined, guards
 
     visit(body, defined, {})
     return out
@@ -650,10 +655,15 @@ def _assigned(x):
     return out
 
 
-def _forget_assigned(guards, x):
-    """Drop the guards whose condition variable ``x`` may assign."""
-    for name in _assigned(x) & set(guards):
-        del guards[name]
+def _purged(guards, assigned):
+    """``guards`` (see :func:`_read_before_defined`) without the tests of the variables
+    ``assigned``, also where they are nested in another test's arms: a later test of
+    such a variable may take either arm."""
+    out = {}
+    for key, arms in guards.items():
+        if key not in assigned:
+            out[key] = tuple((d, _purged(g, assigned)) for d, g in arms)
+    return out
 
 
 def _exposed(seq, tracked):

@@ -36,6 +36,7 @@ from .. import call_memory, running_extremum
 from ..kept_memory import keep_memory
 from ..iteration_slots import index_fresh_saves
 from ..lane_jam import jam_replayed
+from ..replay_blocks import parallel_replays
 from ..row_outline import outline_rows
 from ..vector_sums import vector_sums
 from .base import CompiledAdjoint, Prepared, Target, Written, checkpoint_slots
@@ -117,6 +118,7 @@ def _write(prepared, facts, plan, options):
         index_fresh_saves(fn, wanted)
         made = len(parallel.parallelise(fn, w.ns, wanted))
         made += parallel.parallelise_primal(fn, w.ns, wanted)
+        made += parallel_replays(fn, w.ns, wanted)
         if made:
             vector_sums(fn, w)      # (loops made parallel keep their += reductions)
             _outline_rows(fn, w, options)
