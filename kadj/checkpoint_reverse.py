@@ -159,13 +159,21 @@ class CheckpointedLoops:
         out = []
         for name in self.a.checkpoint_owned.get(s.uid, ()):
             for key in _elements(self.ctx.own_element(self, name)):
-                parts = [v if kind == "c" else str(v) for kind, v in key]
-                conds = [f"{v} < {self.n(name)}.shape[{k}]"
+                parts = [self._coordinate(v) if kind == "c" else str(v)
+                         for kind, v in key]
+                conds = [f"{self._coordinate(v)} < {self.n(name)}.shape[{k}]"
                          for k, (kind, v) in enumerate(key) if kind == "c"]
                 elem = f"{self.n(name)}[{', '.join(parts)}]"
                 out.append((name, elem, " and ".join(conds) or "True",
                             self.T[name].dtype))
         return out
+
+    def _coordinate(self, text):
+        """A coordinate of an own element (``tx``, ``tx + 1``: a kernel variable, plus
+        a constant) with the variable named as the source names it (an inlined
+        helper's variable has the helper's suffix there)."""
+        root, plus, rest = text.partition(" + ")
+        return self.n(root) + plus + rest
 
     def _owned_report(self, owned):
         return [f"{elem} (each thread its own)" for _, elem, _, _ in owned]

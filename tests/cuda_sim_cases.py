@@ -345,6 +345,33 @@ def strided_elements(z, p, v, out, pairs, dt):
         pairs[2 * i + 1] = im * dt
 
 
+@cuda.jit(device=True)
+def _block_sum(v, tid):
+    # a tree reduction in shared memory inside a device helper: the loop with
+    # barriers is reversed from checkpoints of each thread's own element, indexed
+    # by the helper's (inlined) variable
+    sm = cuda.shared.array(4, float64)
+    sm[tid] = v
+    cuda.syncthreads()
+    s = 2
+    while s > 0:
+        if tid < s:
+            sm[tid] += sm[tid + s]
+        cuda.syncthreads()
+        s //= 2
+    return sm[0]
+
+
+@kadj.differentiate
+@cuda.jit
+def block_sum_in_helper(x, out):
+    i = cuda.grid(1)
+    tid = cuda.threadIdx.x
+    s = _block_sum(x[i] * x[i], tid)
+    if tid == 0:
+        out[cuda.blockIdx.x] = s
+
+
 def ptx_under_simulator_case():
     """adjoint_ptx() under the simulator compiles in a child process without it."""
     from kernels.cuda import by_name
@@ -600,6 +627,8 @@ def main(names):
             strided_elements, (2, 4),
             [rng.uniform(-1.0, 1.0, 14), rng.uniform(-1.0, 1.0, 21),
              rng.uniform(-1.0, 1.0, 21), np.zeros(7), np.zeros(14), 0.7]),
+        "shared_reduction_in_helper": lambda: fd_check(
+            block_sum_in_helper, (2, 4), [rng.uniform(-1.0, 1.0, 8), np.zeros(2)]),
         "rebound_scalar": lambda: fd_check(
             rebound_scalar, (2, 4), [rng.uniform(-1.0, 1.0, 9), 0.6]),
         "local_array_state": lambda: fd_check(
