@@ -168,8 +168,11 @@ class ArrayLowering(ViewLowering, ReduceLowering, FusionLowering):
         return [self.tmp(out, "n", types.intp, ir.Item(shape, k), loc)
                 for k in range(t.ndim)]
 
-    def element(self, name, index, out, loc):
-        """(array, index) reading element ``index`` of array or view ``name``."""
+    def element(self, name, index, out, loc, wrap=False):
+        """(array, index) reading element ``index`` of array or view ``name``.
+        ``wrap``: ``index`` is the kernel's own (``w[k - 1]``), where a negative value
+        counts from the end of the view, as NumPy reads it; its place in the base array
+        is not the base's element at the same negative offset."""
         view = self.views.get(name)
         if view is None:
             return ir.Var(name), tuple(index)
@@ -178,7 +181,10 @@ class ArrayLowering(ViewLowering, ReduceLowering, FusionLowering):
             if d[0] == "fix":
                 idx.append(d[1])
             else:
-                scaled = self.iop(out, operator.mul, (index[k], d[2]), loc)
+                i = index[k]
+                if wrap and not (isinstance(i, ir.Const) and i.value >= 0):
+                    i = self.wrap_index(i, d[3], out, loc)
+                scaled = self.iop(out, operator.mul, (i, d[2]), loc)
                 idx.append(self.iop(out, operator.add, (d[1], scaled), loc))
                 k += 1
         return ir.Var(view.base), tuple(idx)

@@ -42,7 +42,8 @@ class ViewLowering:
         out = []
         ndim = self.ndim(src)
         if len(parts) == ndim and not any(p[0] == "slice" for p in parts):
-            arr, idx = self.element(src, [p[1] for p in parts], out, loc)   # an element
+            arr, idx = self.element(src, [p[1] for p in parts], out, loc,  # an element
+                                    wrap=True)
             out.append(ir.Assign(tgt, ir.Load(arr, idx), loc=loc))
             return out
         if self.defs.get(tgt, 0) > 1:
@@ -189,7 +190,7 @@ class ViewLowering:
             self.refuse("this array index (fancy or boolean indexing)", loc)
         out = []
         if len(parts) == self.ndim(arr) and not any(p[0] == "slice" for p in parts):
-            dest, idx = self.element(arr, [p[1] for p in parts], out, loc)
+            dest, idx = self.element(arr, [p[1] for p in parts], out, loc, wrap=True)
             return out + [ir.Store(dest, idx, self.st.operand(stmt.value), loc=loc)]
         dest = self.st.fresh("dst", self.st.types[stmt.target.name])
         out += self.getitem(dest, _Index(None, stmt, arr), loc)

@@ -818,6 +818,8 @@ class Structurizer:
 
     def copy_tuple(self, dst, src, loc):
         """Element-wise copies ``dst = src`` of a flattened (possibly nested) tuple."""
+        if isinstance(self.types.get(dst), types.SliceType):
+            return []   # (a slice is read where it indexes an array, never as a value)
         if dst not in self.tuples:
             return [ir.Assign(dst, ir.Copy(ir.Var(src)), loc=loc)]
         if src not in self.tuples:
@@ -832,6 +834,8 @@ class Structurizer:
         if isinstance(val, nir.Expr) and val.op == "build_tuple":
             out = []
             for k, v in enumerate(val.items):
+                if isinstance(self.types.get(v.name), types.SliceType):
+                    continue    # read where the tuple indexes an array (a view)
                 if f"{tgt}__{k}" in self.tuples:
                     out += self.copy_tuple(f"{tgt}__{k}", v.name, loc)
                 else:

@@ -97,6 +97,30 @@ def test_slices_and_views():
 
 
 @njit
+def view_recurrence(m, a, out):
+    """Elements of views at the kernel's own indices: ``w[k - 1]`` at ``k = 0`` is the
+    view's last element (NumPy counts a negative index from the view's end), not the
+    base array's element before the view."""
+    w = m[1:, 2]
+    for k in range(w.shape[0]):
+        w[k] = w[k] + a * w[k - 1]
+    r = m[2, ::2]
+    for k in range(r.shape[0]):
+        out[k] = r[-1 - k] * w[k]
+
+
+def test_negative_indices_of_view_elements():
+    r = _rng()
+    m = r.uniform(0.5, 1.0, (5, 3))
+    expected = m.copy()
+    view_recurrence.py_func(expected, 0.7, np.zeros(2))
+    got = m.copy()
+    view_recurrence(got, 0.7, np.zeros(2))
+    np.testing.assert_allclose(got, expected)
+    check_grad(view_recurrence, (m, 0.7, np.zeros(2)))
+
+
+@njit
 def slice_stores(u, v, steps):
     """Assignments into slices, including a right-hand side that overlaps the
     destination (copied first, as NumPy does), and in-place operators on views."""
