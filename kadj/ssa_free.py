@@ -76,8 +76,11 @@ def _untyped_expr_type(expr, state):
 
 def mixed_assignment(state):
     """``(variable, value)`` of the first assignment whose value's type differs from
-    the variable's single SSA-free type (or is unknown), among variables assigned more
-    than once; None when there is none.
+    the variable's single SSA-free type (or is unknown, for a variable assigned more
+    than once); None when there is none.  A variable assigned once counts too: numba
+    unifies the types of a copy's two sides without SSA, so ``c = x[i]`` (float32),
+    copied into a float64 variable, became float64 itself, and every float32 product of
+    ``c`` a float64 one.
 
     numba's own join temporaries (``$phi<block>.<slot>``: a value left on Python's
     stack at the end of each predecessor of a block, such as the two arms of ``a if c
@@ -91,11 +94,13 @@ def mixed_assignment(state):
         for stmt in block.find_insts(ir.Assign):
             values[stmt.target.name].append(stmt.value)
     for name, defs in values.items():
-        if len(defs) < 2 or name.startswith("$phi"):
+        if name.startswith("$phi"):
             continue
         want = types.unliteral(state.typemap[name])
         for value in defs:
             got = _rhs_type(value, state)
+            if got is None and len(defs) < 2:
+                continue    # (one assignment whose value the typed IR does not type)
             if got is None or types.unliteral(got) != want:
                 return name, value
     return None

@@ -63,6 +63,23 @@ def test_one_type_per_variable_compiles_without_ssa():
     assert _pipeline(f) == "kadj_ssa_free"
 
 
+def _narrow_copied_wide(x):
+    # c is float32, assigned once; copied into s, which the loop makes float64.
+    # Without SSA numba unified c with s (float64), and c * c was a float64 product
+    c = x[0]
+    s = c
+    for k in range(3):
+        s = s * 0.5 + c * c
+    return s
+
+
+def test_a_variable_assigned_once_keeps_its_own_type():
+    x = np.array([0.1234567], np.float32)
+    f = numba.njit(pipeline_class=AdjointCompiler)(_narrow_copied_wide)
+    assert f(x) == numba.njit(_narrow_copied_wide)(x)
+    assert _pipeline(f) == "nopython"
+
+
 def _ternary_mixed(n):
     # the arms (an int, a float) meet in numba's join temporary ($phi...): with SSA a
     # phi of the unified type (float64), without SSA that one type; 2**60 + 1 becomes
