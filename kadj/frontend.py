@@ -23,7 +23,7 @@ import inspect
 import threading
 from dataclasses import dataclass
 
-from numba.core import compiler, ir
+from numba.core import compiler, ir, ir_utils
 from numba.core import typed_passes
 from numba.core.compiler import CompilerBase, DefaultPassBuilder, Flags
 from numba.core.compiler_machinery import FunctionPass, PassManager, register_pass
@@ -194,12 +194,14 @@ class KadjInlineCallees(FunctionPass):
                     _refuse_generator(kernel, fn, instr.loc)
                 if fn is root or fn in chain:
                     _refuse_recursion(kernel, root, chain, fn, instr.loc)
-                if instr.value.kws or instr.value.vararg:
+                if instr.value.vararg or getattr(instr.value, "varkwarg", None):
                     raise DifferentiationError(
-                        "calls with keyword or star arguments to jitted helpers are "
-                        "not supported", kernel=kernel, loc=instr.loc,
+                        "calls with star arguments to jitted helpers are not "
+                        "supported", kernel=kernel, loc=instr.loc,
                         construct=f"call to {fn.__name__}",
-                        remedy="pass the helper's arguments positionally")
+                        remedy="pass the helper's arguments one by one")
+                if instr.value.kws:
+                    i += _keywords_to_positions(kernel, fir, fn, block, i, instr)
                 inlined += 1
                 if inlined > _MAX_INLINED_CALLS:
                     raise DifferentiationError(
@@ -226,6 +228,46 @@ class KadjInlineCallees(FunctionPass):
             postproc.PostProcessor(fir).run()
             fir.blocks = simplify_CFG(fir.blocks)
         return bool(inlined)
+
+
+def _keywords_to_positions(kernel, fir, fn, block, i, instr):
+    """Rewrite the call ``instr`` (statement ``i`` of ``block``) of helper ``fn`` with
+    keyword arguments (``h(v, c=a, m=3)``) as a call with positional ones, each keyword
+    at its parameter's place, the helper's defaults in the places left between
+    (assigned as constants right before the call).  Returns the number of statements
+    inserted before the call."""
+    expr = instr.value
+    params = list(inspect.signature(fn).parameters.values())
+
+    def refuse(why):
+        raise DifferentiationError(
+            f"the call's keyword arguments {why}", kernel=kernel, loc=instr.loc,
+            construct=f"call to {fn.__name__}",
+            remedy="pass the helper's arguments positionally")
+    if any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+        refuse("meet a parameter that is not a plain one (*args, keyword-only)")
+    args, kws = list(expr.args), dict(expr.kws)
+    names = [p.name for p in params]
+    if set(kws) - set(names[len(args):]):
+        refuse(f"name no free parameter of '{fn.__name__}' "
+               f"({', '.join(sorted(set(kws) - set(names[len(args):])))})")
+    last = max(names.index(k) for k in kws)
+    new = []
+    for p in params[len(args):last + 1]:
+        if p.name in kws:
+            args.append(kws[p.name])
+        elif p.default is not p.empty:
+            var = ir.Var(block.scope, ir_utils.mk_unique_var(f"$default_{p.name}"),
+                         instr.loc)
+            const = ir.Const(p.default, instr.loc)
+            new.append(ir.Assign(const, var, instr.loc))
+            fir._definitions[var.name] = [const]
+            args.append(var)
+        else:
+            refuse(f"leave out '{p.name}', which has no default")
+    expr.args, expr.kws = args, ()
+    block.body[i:i] = new
+    return len(new)
 
 
 def _inlinable_callee(func_ir, instr):

@@ -440,3 +440,37 @@ def test_an_argument_assigned_once_holds_two_values(kernel, make):
     # after: the adjoint of the new value is consumed at the assignment (a regression:
     # assigned once under an if, it was not, and 's = 2.0 * s' gave 3x the gradient)
     fd_check(kadj.differentiate(kernel), make())
+
+
+@njit
+def _iterated(v, c=1.5, m=2, s=0.25):
+    r = v
+    for _ in range(m):
+        r = math.sin(r) * c + s * r
+    return r
+
+
+@njit
+def helper_keywords(x, y, a):
+    # keyword arguments in any order, defaults left in the gaps between them
+    for i in range(x.shape[0]):
+        y[i] = _iterated(x[i], c=a, m=3) + _iterated(x[i], s=a) + \
+            _iterated(x[i], a, s=0.5 * a)
+
+
+@njit
+def _keyword_only(v, *, c=1.0):
+    return v * c
+
+
+@njit
+def helper_keyword_only(x, y):
+    for i in range(x.shape[0]):
+        y[i] = _keyword_only(x[i], c=2.0)
+
+
+def test_helpers_called_with_keyword_arguments():
+    x = rng.uniform(-1.0, 1.0, 7)
+    fd_check(kadj.differentiate(helper_keywords), (x, np.zeros(7), 0.8))
+    with pytest.raises(kadj.DifferentiationError, match="not a plain one"):
+        kadj.differentiate(helper_keyword_only).adjoint_source(x, np.zeros(7))
