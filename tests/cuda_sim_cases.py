@@ -372,6 +372,31 @@ def block_sum_in_helper(x, out):
         out[cuda.blockIdx.x] = s
 
 
+@kadj.differentiate
+@cuda.jit
+def tile_in_each_arm(w, x, out):
+    # the tile is rewritten at every chunk in both arms of an if (not provably by one
+    # store): no earlier chunk's contents are needed
+    s = cuda.shared.array(4, float64)
+    tx = cuda.threadIdx.x
+    i = cuda.grid(1)
+    acc = 0.0
+    for c in range((x.shape[0] + 3) // 4):
+        j = c * 4 + tx
+        if j < x.shape[0]:
+            s[tx] = x[j]
+        else:
+            s[tx] = 0.0
+        cuda.syncthreads()
+        if i < w.shape[0]:
+            for k in range(4):
+                if c * 4 + k < x.shape[0]:
+                    acc += w[i, c * 4 + k] * s[k]
+        cuda.syncthreads()
+    if i < w.shape[0]:
+        out[i] = acc * acc
+
+
 def ptx_under_simulator_case():
     """adjoint_ptx() under the simulator compiles in a child process without it."""
     from kernels.cuda import by_name
@@ -629,6 +654,9 @@ def main(names):
              rng.uniform(-1.0, 1.0, 21), np.zeros(7), np.zeros(14), 0.7]),
         "shared_reduction_in_helper": lambda: fd_check(
             block_sum_in_helper, (2, 4), [rng.uniform(-1.0, 1.0, 8), np.zeros(2)]),
+        "tile_in_each_arm": lambda: fd_check(
+            tile_in_each_arm, (2, 4), [rng.uniform(-1.0, 1.0, (6, 7)),
+                                       rng.uniform(-1.0, 1.0, 7), np.zeros(6)]),
         "rebound_scalar": lambda: fd_check(
             rebound_scalar, (2, 4), [rng.uniform(-1.0, 1.0, 9), 0.6]),
         "local_array_state": lambda: fd_check(

@@ -12,7 +12,7 @@ from cudatools import run_sim_cases
 CASES = ["heat_step", "laplace2d", "with_device_helper", "checkpointed_loop",
          "newton_while", "gridstride_time_loop", "in_place_update",
          "own_element_read_twice", "rebound_scalar", "strided_elements",
-         "shared_reduction_in_helper",
+         "shared_reduction_in_helper", "tile_in_each_arm",
          "gather_store_overwritten", "gather_dead_neighbour_read",
          "own_rows_in_each_branch", "helper_after_nested_return",
          "two_loops_with_returns", "tape_numpy",

@@ -190,6 +190,10 @@ def _sim_cases_args(m, r):
         "helper_after_nested_return": [r.random(7), r.random(7)],
         "rebound_scalar": [r.random(9), 0.6],
         "two_loops_with_returns": [r.random(37), r.random(37), 0.6, 2],
+        "strided_elements": [r.random(14), r.random(21), r.random(21), np.zeros(7),
+                             np.zeros(14), 0.7],
+        "block_sum_in_helper": [r.random(8), np.zeros(2)],
+        "tile_in_each_arm": [r.random((6, 7)), r.random(7), np.zeros(6)],
     }
 
 

@@ -6,21 +6,28 @@ from .. import ir
 from .rewrites import own_rows, rewritten_before_read
 
 def rewritten_each_iteration(loop, arr):
-    """Does every iteration of ``loop`` write shared array ``arr`` (a statement of the
-    body itself, not under a branch) before reading it?  Then an iteration reads what
-    it wrote (after a barrier: a tile), never an earlier iteration's contents."""
-    first_store = None
-    for k, x in enumerate(loop.body):
+    """Does every iteration of ``loop`` write shared array ``arr`` before reading it (a
+    statement of the body itself, or an ``if`` both of whose arms write the same element
+    before reading it: ``if j < n: s[tx] = x[j] else: s[tx] = 0.0``)?  Then an
+    iteration reads what it wrote (after a barrier: a tile), never an earlier
+    iteration's contents."""
+    return _stored_first(loop.body, arr) is not None
+
+
+def _stored_first(seq, arr):
+    """The index (as text) of the store into ``arr`` that the statements ``seq`` make
+    on every path before any of them reads ``arr``, or None."""
+    for x in seq:
         if isinstance(x, ir.Store) and x.array.name == arr:
-            first_store = k
-            break
-    if first_store is None:
-        return False
-    for x in ir.walk(loop.body[:first_store]):
-        if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Load) and \
-                x.expr.array.name == arr:
-            return False
-    return True
+            return repr(tuple(x.index))
+        if isinstance(x, ir.If):
+            then, orelse = _stored_first(x.then, arr), _stored_first(x.orelse, arr)
+            if then is not None and then == orelse:
+                return then
+        if any(isinstance(y, ir.Assign) and isinstance(y.expr, ir.Load) and
+               y.expr.array.name == arr for y in ir.walk([x])):
+            return None
+    return None
 
 
 def rewriting_loop(a, uid, arr):
