@@ -38,6 +38,7 @@ kernel's sums, whose rounding the forward decides) are not split.
 from __future__ import annotations
 
 import builtins
+import keyword
 import re
 
 from . import adj_ir as A
@@ -144,8 +145,9 @@ def _parameters(fn, ns, loop, names):
             if name == loop.var or name in params or name in assigned or \
                     name not in outside:
                 continue
-            if name in ns or hasattr(builtins, name):
-                continue        # a module-level name (math, np, _sum_add) or a builtin
+            if name in ns or hasattr(builtins, name) or keyword.iskeyword(name):
+                continue        # a module-level name (math, np, _sum_add), a builtin, or
+                                # a word of the text (x if c else y)
             params.append(name)
     return params, sums
 

@@ -422,3 +422,26 @@ def test_a_value_defined_under_a_test_is_defined_under_the_same_test():
     other = [A.Assign("t6", "r > 1.0"), A.If("t6", [A.Assign("t8", "1.0 / r")]),
              A.If("t6", [A.Assign("u", "r")], [A.Assign("u", "t8")])]
     assert _read_before_defined(other, {"t8"}, set()) == {"t8"}
+
+
+@njit(parallel=True)
+def p_guarded_in_and_out(x, w, y, z, a, b):
+    # the strong-zero guards of 1 / (1 + b * b) and of log (x if c else y) occur in
+    # the row functions' bodies and outside them: no parameter named 'if' or 'else'
+    for i in prange(0, x.shape[0]):
+        y[i] = 0.5 * y[i] + y[i] / (1.0 + b * b)
+    for i in prange(0, x.shape[0]):
+        if z[i] < 0.3:
+            z[i] = math.tanh(math.exp(0.5 * math.tanh(0.5 * a + x[i]))) * 1.5
+        elif x[i] > 0.3:
+            z[i] = math.sin(y[i])
+        else:
+            z[i] = math.log(1.0 + (0.73 + x[i]) * (0.73 + x[i]))
+
+
+def test_words_of_a_conditional_expression_are_no_parameters():
+    args = (rng.random(9), rng.random(9), rng.random(9), rng.random(9), 0.3, 0.4)
+    k = kadj.differentiate(p_guarded_in_and_out)
+    src = k.adjoint_source(*args)
+    assert is_parallel_source(src) and "def _row" in src
+    fd_check(k, args, rtol=1e-6, atol=1e-8)
