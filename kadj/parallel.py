@@ -597,6 +597,8 @@ def _read_before_defined(body, tracked, defined):
                 return t.name
             if isinstance(t, str) and t.isidentifier():
                 return t
+        if isinstance(x, A.Pop) and x.cond is None:
+            return x.target
         return None
 
     def visit(seq, defined, guards):
@@ -624,7 +626,9 @@ def _read_before_defined(body, tracked, defined):
                 if key is not None and key not in assigned:
                     guards[key] = ((d1, g1), (d2, g2))
             elif isinstance(x, A.For):
-                visit(x.body, defined | {x.var}, guards)
+                inner, _ = visit(x.body, defined | {x.var}, guards)
+                if _runs(x):    # (a constant range of at least one trip)
+                    defined |= inner
                 guards = _purged(guards, _assigned(x))
             elif isinstance(x, (A.Block, A.ReverseLoop)):
                 defined, guards = visit(x.body, defined, guards)
@@ -637,6 +641,21 @@ def _read_before_defined(body, tracked, defined):
 
     visit(body, defined, {})
     return out
+
+
+def _runs(loop):
+    """Does the ``for`` loop ``loop`` run its whole body at least once (a range of
+    integer constants that is not empty, no ``break``, ``continue`` or ``return``)?"""
+    if any(isinstance(y, (A.Break, A.Continue, A.Return)) for y in A.walk(loop.body)):
+        return False
+    try:
+        call = ast.parse(loop.iter, mode="eval").body
+        bounds = [ast.literal_eval(a) for a in call.args]
+    except (SyntaxError, ValueError, AttributeError):
+        return False
+    return isinstance(call, ast.Call) and getattr(call.func, "id", None) == "range" \
+        and 1 <= len(bounds) <= 3 and all(type(b) is int for b in bounds) and \
+        len(range(*bounds)) > 0
 
 
 def _assigned(x):

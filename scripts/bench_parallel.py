@@ -70,6 +70,28 @@ def sin_in_place(x, y):
 
 
 @njit(parallel=True)
+def soft_clip(x, out, lo, hi):
+    # replayed iterations (a local reassigned under branches): parallel blocks
+    for i in prange(x.shape[0]):
+        v = x[i]
+        if v > hi:
+            v = hi + math.log(1.0 + v - hi)
+        elif v < lo:
+            v = lo - math.log(1.0 + lo - v)
+        out[i] = v * v
+
+
+@njit(parallel=True)
+def newton_cbrt(a, out):
+    # a per-element Newton iteration, replayed and reversed in each element
+    for i in prange(a.shape[0]):
+        y = 1.0
+        for it in range(8):
+            y = y - (y * y * y - a[i]) / (3.0 * y * y)
+        out[i] = y
+
+
+@njit(parallel=True)
 def heat_stencil(u, out, alpha):
     for i in prange(1, u.shape[0] - 1):
         out[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
@@ -96,6 +118,8 @@ def cases(n, rng):
           np.zeros((s3, s3 + 2, s3 + 4)), 0.1)
     heat = (rng.standard_normal(n), np.zeros(n), 0.3)
     inplace = (rng.uniform(0.5, 1.0, n), rng.standard_normal(n))
+    clip = (rng.uniform(-2.0, 2.0, n), np.zeros(n), -0.5, 0.7)
+    cbrt = (rng.uniform(0.5, 2.0, n), np.zeros(n))
     return {
         "damped_map": (damped_map, (rng.standard_normal(n), rng.random(n), np.zeros(n),
                                     0.8)),
@@ -104,6 +128,10 @@ def cases(n, rng):
         "weighted_sum": (weighted_sum, (rng.standard_normal(n), rng.standard_normal(n))),
         "sin_in_place": (sin_in_place, inplace),
         "sin_in_place, parallel=False": (sin_in_place, inplace, {"parallel": False}),
+        "soft_clip": (soft_clip, clip),
+        "soft_clip, parallel=False": (soft_clip, clip, {"parallel": False}),
+        "newton_cbrt": (newton_cbrt, cbrt),
+        "newton_cbrt, parallel=False": (newton_cbrt, cbrt, {"parallel": False}),
         "heat_stencil": (heat_stencil, heat),
         "heat_stencil, parallel=False": (heat_stencil, heat, {"parallel": False}),
         "diffusion_1d": (diffusion_1d_parallel, d1),

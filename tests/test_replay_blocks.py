@@ -40,9 +40,36 @@ def limited_update(u, g, out, rate):
         out[i] = w * math.exp(-step * step)
 
 
+@njit(parallel=True)
+def newton_cbrt(a, out):
+    # an inner loop of a constant trip count, replayed and reversed in each iteration:
+    # its values are defined by the replay before its reverse reads them
+    for i in prange(a.shape[0]):
+        y = 1.0
+        for it in range(8):
+            y = y - (y * y * y - a[i]) / (3.0 * y * y)
+        out[i] = y
+
+
+@njit(parallel=True)
+def substeps(pos, vel, dt, out):
+    for i in prange(pos.shape[0]):
+        v = vel[i]
+        p = pos[i]
+        for s in range(4):
+            acc = -math.sin(p)
+            v = v + dt * acc
+            p = p + dt * v
+        out[i] = p
+
+
 def _args(kernel, n, rng):
     if kernel is soft_clip:
         return (rng.uniform(-2.0, 2.0, n), np.zeros(n), -0.5, 0.7)
+    if kernel is newton_cbrt:
+        return (rng.uniform(0.5, 2.0, n), np.zeros(n))
+    if kernel is substeps:
+        return (rng.uniform(-1.0, 1.0, n), rng.uniform(-1.0, 1.0, n), 0.1, np.zeros(n))
     return (rng.uniform(-1.0, 1.0, n), rng.uniform(-2.0, 2.0, n), np.zeros(n), 0.9)
 
 
@@ -55,7 +82,7 @@ def _buffers(k, args, seed):
     return bufs
 
 
-@pytest.mark.parametrize("kernel", [soft_clip, limited_update],
+@pytest.mark.parametrize("kernel", [soft_clip, limited_update, newton_cbrt, substeps],
                          ids=lambda k: k.__name__)
 def test_replayed_iterations_in_parallel_blocks(kernel):
     rng = np.random.default_rng(11)
@@ -78,3 +105,22 @@ def test_replayed_iterations_in_parallel_blocks(kernel):
                 np.testing.assert_array_equal(g, w)
             else:       # a sum over the threads, added in another order
                 np.testing.assert_allclose(g, w, rtol=1e-11, atol=1e-12)
+
+
+def test_a_loop_left_early_does_not_define_what_follows():
+    from kadj import adj_ir as A
+    from kadj.parallel import _read_before_defined
+    body = [A.For("k", "range(0, 8, 1)", [A.Assign("t", "k * 2.0")]),
+            A.Assign("u", "t + 1.0")]
+    assert _read_before_defined(body, {"t"}, set()) == set()
+    for exit_ in (A.Break(), A.Continue()):
+        early = [A.For("k", "range(0, 8, 1)", [A.If("k > 2", [exit_]),
+                                               A.Assign("t", "k * 2.0")]),
+                 A.Assign("u", "t + 1.0")]
+        assert _read_before_defined(early, {"t"}, set()) == {"t"}
+    empty = [A.For("k", "range(0, 0, 1)", [A.Assign("t", "k * 2.0")]),
+             A.Assign("u", "t + 1.0")]
+    assert _read_before_defined(empty, {"t"}, set()) == {"t"}
+    assert _read_before_defined(
+        [A.For("k", "range(0, n, 1)", [A.Assign("t", "1.0")]), A.Assign("u", "t")],
+        {"t"}, set()) == {"t"}
