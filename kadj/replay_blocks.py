@@ -148,3 +148,19 @@ def _blocks(fn, rl):
                   "of its own for its replayed iterations"),
         A.For(block, f"{PRANGE}(0, {count})", body)]
     return True
+
+
+def serial_unless_outlined(fn):
+    """Turn back into serial loops the parallel blocks of replayed iterations that
+    :mod:`kadj.row_outline` did not move into a function of their own: their tape and
+    stack pointer are the function's own only there.  Returns the number turned back."""
+    turned = 0
+    for x in A.walk(fn.prologue + fn.body):
+        if isinstance(x, A.For) and x.iter.startswith(f"{PRANGE}(") and any(
+                isinstance(y, A.Assign) and isinstance(y.target, str) and
+                y.target.startswith("_tape_") for y in x.body):
+            x.iter = "range(" + x.iter[len(PRANGE) + 1:]
+            x.body.insert(0, A.Comment("# (serial: the block's tape is not its own "
+                                       "outside a function)"))
+            turned += 1
+    return turned

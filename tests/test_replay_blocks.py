@@ -124,3 +124,15 @@ def test_a_loop_left_early_does_not_define_what_follows():
     assert _read_before_defined(
         [A.For("k", "range(0, n, 1)", [A.Assign("t", "1.0")]), A.Assign("u", "t")],
         {"t"}, set()) == {"t"}
+
+
+def test_blocks_not_moved_into_a_function_run_serially(monkeypatch):
+    # (the block's tape and stack pointer are its own only inside its function)
+    import kadj.targets.cpu as cpu
+    monkeypatch.setenv("KADJ_DISABLE_CACHE", "1")
+    monkeypatch.setattr(cpu, "outline_rows", lambda fn, ns, options: 0)
+    rng = np.random.default_rng(2)
+    k = kadj.differentiate(soft_clip)
+    src = k.adjoint_source(*_args(soft_clip, 20, rng))
+    assert "numba.prange" not in src and "the block's tape is not its own" in src
+    check_grad(k, _args(soft_clip, 40, rng))

@@ -36,7 +36,7 @@ from .. import call_memory, running_extremum
 from ..kept_memory import keep_memory
 from ..iteration_slots import index_fresh_saves
 from ..lane_jam import jam_replayed
-from ..replay_blocks import parallel_replays
+from ..replay_blocks import parallel_replays, serial_unless_outlined
 from ..row_outline import outline_rows
 from ..vector_sums import vector_sums
 from .base import CompiledAdjoint, Prepared, Target, Written, checkpoint_slots
@@ -165,6 +165,7 @@ def _outline_rows(fn, w, options):
     outline_rows(fn, w.ns, options["jit_options"])
     for _decorator, helper in fn.helpers:
         vector_sums(helper, w)
+    serial_unless_outlined(fn)
     parallel.serial_where_numba_refuses(fn)
 
 
