@@ -32,6 +32,7 @@ import numba
 from . import adj_ir as A
 from .adj_refs import free_name, names
 from .parallel import (BLOCK, PRANGE, _SCALAR_NODES, _elem_bases, _exposed,
+                       in_blocks,
                        _is_primal_sum, _is_reduction, _occurrences, _outside_uses,
                        _range_bounds, _read_before_defined, _shared_position,
                        _zero_at_start)
@@ -132,21 +133,14 @@ def _blocks(fn, rl):
     kinds = sorted({x.kind for x in nodes if isinstance(x, (A.Push, A.Pop))})
     if {a.target for a in allocs} != {f"_tape_{k}" for k in kinds}:
         return False
-    block = free_name(fn, "_blk")
-    start = free_name(fn, "_lo", taken={block})
-    first = lo if lo.lstrip("-").isdigit() else f"({lo})"
-    last = hi if hi.isidentifier() or hi.isdigit() else f"({hi})"
-    count = f"({last} + {BLOCK - 1}) // {BLOCK}" if first == "0" else \
-        f"({last} - {first} + {BLOCK - 1}) // {BLOCK}"
-    offset = f"{block} * {BLOCK}" if first == "0" else f"{first} + {block} * {BLOCK}"
-    inner = A.For(var, f"range({start}, min({start} + {BLOCK}, {hi}))", starts + r.body)
-    body = [A.Assign(start, offset)] + allocs + [A.Assign(f"_sp_{k}", "0") for k in kinds]
-    body += firsts + [inner]
+    # the loop over blocks (kadj.parallel.in_blocks), each block with its own tape
+    blocks = in_blocks(fn, A.For(var, f"{PRANGE}({lo}, {hi})", starts + r.body))
+    blocks.body[1:1] = allocs + [A.Assign(f"_sp_{k}", "0") for k in kinds] + firsts
     at = next(k for k, x in enumerate(rl.body) if x is r)
     rl.body[:] = [x for x in rl.body[:at] if isinstance(x, A.Comment)] + [
         A.Comment(f"# in blocks of {BLOCK} iterations run in parallel, each with a tape "
                   "of its own for its replayed iterations"),
-        A.For(block, f"{PRANGE}(0, {count})", body)]
+        blocks]
     return True
 
 

@@ -30,11 +30,8 @@ def _direction(problem, point, s, ct, g, rng, tol):
     verdict = _confirmed(problem, point, d, tol.eps, ct[None, :], g[None, :], tol,
                          f"argument '{s.name}'")
     if not np.all(np.isfinite(verdict.fd)):
-        raise AssertionError(_cannot_check(
-            problem, s, "the outputs are not finite at the points the finite "
-            f"differences step to (<ct, J d> = {float(verdict.fd[0])!r})",
-            "Check it at a point farther from where the kernel's outputs become "
-            f"infinite or NaN, or with a smaller relative step eps (now {tol.eps:.3g})"))
+        raise AssertionError(_not_finite_text(
+            problem, s, tol, f" (<ct, J d> = {float(verdict.fd[0])!r})"))
     if verdict.agrees[0] and verdict.undecidable[0]:
         raise AssertionError(_undecidable_text(problem, s, verdict, tol))
     if verdict.absorbed[0]:
@@ -48,6 +45,14 @@ def _cannot_check(problem, s, why, advice):
     return (f"Finite differences cannot check the gradient of kernel "
             f"'{problem.name}' for argument '{s.name}' at these arguments: {why}. "
             f"{advice}; or leave '{s.name}' out with wrt.")
+
+
+def _not_finite_text(problem, s, tol, where):
+    return _cannot_check(
+        problem, s, "the outputs are not finite at the points the finite differences "
+        f"step to{where}",
+        "Check it at a point farther from where the kernel's outputs become infinite "
+        f"or NaN, or with a smaller relative step eps (now {tol.eps:.3g})")
 
 
 def _finite_outputs(problem, point):
@@ -142,13 +147,9 @@ def _jacobian_test(problem, point, rng, tol, rows_max):
         verdict = _confirmed(problem, point, _unit(problem, j), point.steps[j], cts,
                              rows, tol, _element_name(problem, j))
         if not np.all(np.isfinite(verdict.fd)):
-            raise AssertionError(
-                f"Finite differences cannot check the gradient of kernel "
-                f"'{problem.name}' at these arguments: the outputs are not finite at "
-                f"the points the finite differences step to along "
-                f"{_element_name(problem, j)}. Check it at a point farther from where "
-                "the kernel's outputs become infinite or NaN, or with a smaller "
-                f"relative step eps (now {tol.eps:.3g}).")
+            s = next(s for s in problem.inputs if s.start <= j < s.stop)
+            raise AssertionError(_not_finite_text(
+                problem, s, tol, f" along {_element_name(problem, j)}"))
         fd[:, j], ad[:, j] = verdict.fd, verdict.ad
         if not np.all(verdict.agrees):
             failures.append((j, verdict))
