@@ -55,6 +55,7 @@ from . import adj_ir as A
 from . import ir
 from .adj_refs import free_name, names
 from .counter_hint import _at_least
+from .thread_parts import split_into_parts
 
 PRANGE = "numba.prange"
 SLOTS = "_slots_"           # a loop's rows of the tape (kadj.iteration_slots)
@@ -75,13 +76,15 @@ def parallel_loops(kernel, option):
                      if isinstance(s, ir.ForRange) and (s.parallel or option is True))
 
 
-def parallelise(fn, ns, wanted):
+def parallelise(fn, ns, wanted, array_sums=True):
     """Turn the reversed loops of ``fn`` (an adjoint IR function, simplified) whose
     primal loop is in ``wanted`` and whose body is race-free into ``numba.prange``
-    loops; binds ``numba`` in ``ns``.  Returns the uids of the loops made parallel."""
+    loops; binds ``numba`` in ``ns``.  ``array_sums``: iterations that add into shared
+    elements of arrays run in parts (:mod:`kadj.thread_parts`).  Returns the uids of
+    the loops made parallel."""
     def pick(x, seq, in_loop):
         return isinstance(x, A.ReverseLoop) and x.loop in wanted and \
-            x.strategy in _STRATEGIES and _make_parallel(fn, x, in_loop)
+            x.strategy in _STRATEGIES and _make_parallel(fn, ns, x, in_loop, array_sums)
     return tuple(x.loop for x in _visit(fn, ns, pick))
 
 
@@ -244,27 +247,38 @@ def _plus_one(text):
     return f"{text} + 1" if text.isidentifier() else f"({text}) + 1"
 
 
-def _make_parallel(fn, rl, in_loop):
+def _make_parallel(fn, ns, rl, in_loop, array_sums):
     found = _the_for(rl)
     if found is None:
         return False
     loop, lo, hi = found
-    if not _to_prange(fn, rl, rl.body, loop, (lo, hi), in_loop):
+    if not _to_prange(fn, rl, rl.body, loop, (lo, hi), in_loop,
+                      ns=ns if array_sums else None):
         return False
     rl.parallel = True
     return True
 
 
-def _to_prange(fn, owner, seq, loop, bounds, in_loop):
+def _to_prange(fn, owner, seq, loop, bounds, in_loop, ns=None):
     """Make ``loop`` (in the statement list ``seq``, the outermost statement of it
     being ``owner``: the loop itself or its reversed loop) a ``numba.prange`` loop
-    over ``bounds`` when :func:`race_free` allows it."""
-    verdict = race_free(fn, owner, loop, in_loop)
+    over ``bounds`` when :func:`race_free` allows it.  With ``ns`` (a reversed loop),
+    iterations that add into shared elements of arrays run in parts, each adding into
+    a copy of its own (:mod:`kadj.thread_parts`)."""
+    verdict = race_free(fn, owner, loop, in_loop, array_sums=ns is not None)
     if verdict is None:
         return False
-    reductions, zeroed = verdict
+    reductions, zeroed, summed = verdict
     lo, hi = bounds
     inits = [A.Assign(name, zero) for name, zero in zeroed]
+    if summed:
+        prefix = _counter_from_start(fn, loop, lo) + inits
+        parts = split_into_parts(fn, ns, seq, loop, bounds, summed, prefix)
+        if reductions:
+            at = next(k for k, x in enumerate(seq) if x is parts)
+            seq.insert(at, A.Comment(f"# (summed over the threads: "
+                                     f"{', '.join(reductions)})"))
+        return True
     loop.body[:0] = _counter_from_start(fn, loop, lo) + inits
     at = next(k for k, x in enumerate(seq) if x is loop)
     note = [A.Comment(_NOTE)]
@@ -328,9 +342,12 @@ _SCALAR_NODES = (A.Assign, A.Accumulate, A.Consume, A.If, A.For, A.Comment, A.Pa
                  A.Block, A.ReverseLoop)
 
 
-def race_free(fn, rl, loop, in_loop):
-    """(reduction names, [(name, zero)] to set at the top of each iteration) when the
-    reversed body of ``loop`` may run its iterations in parallel, else None."""
+def race_free(fn, rl, loop, in_loop, array_sums=False):
+    """(reduction names, [(name, zero)] to set at the top of each iteration, {array:
+    rank} of the arrays summed over the iterations) when the reversed body of ``loop``
+    may run its iterations in parallel, else None.  The last is empty unless
+    ``array_sums``: then an array the body only adds into (:func:`_summed_array`) may
+    be written at elements other iterations write too."""
     var = loop.var
     body = loop.body
     nodes = list(A.walk(body))
@@ -342,11 +359,15 @@ def race_free(fn, rl, loop, in_loop):
     bounds = _range_bounds(loop)
     lowest = int(bounds[0]) if bounds is not None else 0
     # arrays: every element written is the iteration's own
+    summed = {}
     for base in {b for b, kind in writes.items() if kind == "elem"} | _elem_bases(nodes):
         idx = accesses.get(base, [])
-        if not idx or not _shared_position(idx, var, lowest if base.startswith(SLOTS)
-                                           else 0):
+        if idx and _shared_position(idx, var, lowest if base.startswith(SLOTS) else 0):
+            continue
+        rank = _summed_array(fn, rl, base, nodes, reads) if array_sums else None
+        if rank is None:
             return None
+        summed[base] = rank
     scalars = {n for n, kind in writes.items() if kind != "elem"}
     reductions = sorted(n for n in scalars if _is_reduction(n, nodes, reads) or
                         _is_primal_sum(n, nodes))
@@ -365,7 +386,35 @@ def race_free(fn, rl, loop, in_loop):
         if zero is None:
             return None
         zeroed.append((name, zero))
-    return reductions, zeroed
+    return reductions, zeroed, dict(sorted(summed.items()))
+
+
+def _summed_array(fn, rl, base, nodes, reads):
+    """The rank of the array ``base`` when the statements ``nodes`` only add into its
+    elements (``base[...] += value``, every index of the same length) and never read it
+    or assign it whole, and it is an argument of ``fn`` or assigned outside ``rl``
+    (so that its copies can be made before the loop); else None."""
+    if reads.get(base, 0) or base == "?":
+        return None
+    ranks = set()
+    for x in nodes:
+        t = getattr(x, "target", None)
+        if isinstance(t, A.AdjElem) and t.base == base:
+            if not (isinstance(x, A.Accumulate) and x.op == "+="):
+                return None
+            ranks.add(len(t.index_texts))
+        elif isinstance(x, (A.Assign, A.Accumulate)) and isinstance(t, str) and \
+                names(t)[:1] == (base,):
+            return None     # a subscripted text target, or the name itself
+        elif isinstance(x, A.For) and x.var == base:
+            return None
+    if len(ranks) != 1:
+        return None
+    inside = {id(y) for y in A.walk([rl])}
+    defined = base in {p.split("=")[0].strip() for p in fn.params} or any(
+        id(y) not in inside and base in _assigned(y)
+        for y in A.walk(fn.prologue + fn.body) if isinstance(y, (A.Assign, A.Accumulate)))
+    return ranks.pop() if defined else None
 
 
 def _elem_bases(nodes):

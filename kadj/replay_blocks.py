@@ -35,7 +35,8 @@ from .parallel import (BLOCK, PRANGE, _SCALAR_NODES, _elem_bases, _exposed,
                        in_blocks,
                        _is_primal_sum, _is_reduction, _occurrences, _outside_uses,
                        _range_bounds, _read_before_defined, _shared_position,
-                       _zero_at_start)
+                       _summed_array, _zero_at_start)
+from .thread_parts import split_into_parts
 
 _TAPE_NODES = (A.Push, A.Pop, A.CapacityCheck, A.Reserve)
 
@@ -46,7 +47,7 @@ def parallel_replays(fn, ns, wanted):
     made = 0
     for rl in list(fn.body):
         if isinstance(rl, A.ReverseLoop) and rl.strategy == "replayed" and \
-                rl.loop in wanted and not rl.parallel and _blocks(fn, rl):
+                rl.loop in wanted and not rl.parallel and _blocks(fn, ns, rl):
             rl.parallel = True
             made += 1
     if made:
@@ -63,12 +64,14 @@ def _parts(rl):
         elif isinstance(x, A.Assign) and isinstance(x.target, str) and \
                 x.target.startswith("_tape_") and not loops:
             allocs.append(x)
+        elif isinstance(x, A.Reserve) and not x.amounts and not loops:
+            continue        # (a reservation of nothing: a replay that records nothing)
         elif not isinstance(x, A.Comment) or loops:
             return None
     return (allocs, loops[0]) if len(loops) == 1 else None
 
 
-def _blocks(fn, rl):
+def _blocks(fn, ns, rl):
     parts = _parts(rl)
     if parts is None:
         return False
@@ -90,10 +93,15 @@ def _blocks(fn, rl):
     popped = {x.target for x in nodes if isinstance(x, A.Pop)}
     if var in writes or var in popped:
         return False
+    summed = {}         # arrays the iterations add into at shared elements: in parts
     for base in {b for b, kind in writes.items() if kind == "elem"} | _elem_bases(plain):
         idx = accesses.get(base, [])
-        if not idx or not _shared_position(idx, var):
+        if idx and _shared_position(idx, var):
+            continue
+        rank = _summed_array(fn, rl, base, plain, reads)
+        if rank is None:
             return False
+        summed[base] = rank
     scalars = {n for n, kind in writes.items() if kind != "elem"} | popped
     reductions = {n for n in scalars if n not in popped and (
         _is_reduction(n, plain, reads) or _is_primal_sum(n, plain))}
@@ -133,10 +141,18 @@ def _blocks(fn, rl):
     kinds = sorted({x.kind for x in nodes if isinstance(x, (A.Push, A.Pop))})
     if {a.target for a in allocs} != {f"_tape_{k}" for k in kinds}:
         return False
+    own_tape = allocs + [A.Assign(f"_sp_{k}", "0") for k in kinds] + firsts
+    at = next(k for k, x in enumerate(rl.body) if x is r)
+    if summed:
+        # one part per thread, each with its own tape and copies (kadj.thread_parts)
+        rl.body[:] = [x for x in rl.body[:at] if isinstance(x, A.Comment)] + [r]
+        parts = split_into_parts(fn, ns, rl.body, r, (lo, hi), dict(sorted(
+            summed.items())), starts)
+        parts.body[-1:-1] = own_tape
+        return True
     # the loop over blocks (kadj.parallel.in_blocks), each block with its own tape
     blocks = in_blocks(fn, A.For(var, f"{PRANGE}({lo}, {hi})", starts + r.body))
-    blocks.body[1:1] = allocs + [A.Assign(f"_sp_{k}", "0") for k in kinds] + firsts
-    at = next(k for k, x in enumerate(rl.body) if x is r)
+    blocks.body[1:1] = own_tape
     rl.body[:] = [x for x in rl.body[:at] if isinstance(x, A.Comment)] + [
         A.Comment(f"# in blocks of {BLOCK} iterations run in parallel, each with a tape "
                   "of its own for its replayed iterations"),

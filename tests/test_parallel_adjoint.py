@@ -1,6 +1,6 @@
 """Parallel CPU adjoints (kadj.parallel): reversed prange loops run as numba.prange when
 every write of the reversed body is private to its iteration or a reduction; loops whose
-iterations share adjoint writes (a gather through an index array) stay serial; a
+iterations add into shared elements run in parts (tests/test_thread_parts.py); a
 neighbour stencil takes the gather form, run in parallel (tests/test_parallel_gather.py).
 Gradients against float64 finite differences and against the serial adjoint
 (parallel=False)."""
@@ -31,18 +31,6 @@ def p_rows(x, w, out):
     for i in prange(x.shape[0]):
         for j in range(x.shape[1]):
             out[i, j] = math.tanh(x[i, j]) * w[i]
-
-
-@njit(parallel=True)
-def p_stencil(u, out, alpha):
-    for i in prange(1, u.shape[0] - 1):
-        out[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
-
-
-@njit(parallel=True)
-def p_gather(x, idx, out):
-    for i in prange(idx.shape[0]):
-        out[i] = 2.0 * x[idx[i]] ** 2
 
 
 @njit(parallel=True)
@@ -213,28 +201,6 @@ def test_a_forward_sum_read_by_a_later_loop_keeps_its_value():
     gp, gs = _both_adjoints(par, ser, args)
     for a, b in zip(gp, gs):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
-
-
-@pytest.mark.parametrize("kernel, args, opts", [
-    (p_stencil, lambda: (rng.standard_normal(203), np.zeros(203), 0.3), {"gather": False}),
-    (p_gather, lambda: (rng.standard_normal(40), rng.integers(0, 40, 120),
-                        np.zeros(120)), {}),
-])
-def test_shared_writes_stay_serial(kernel, args, opts):
-    """adj_u[i - 1] += ... and adj_x[idx[i]] += ... would race: the loop stays serial
-    and the gradient is exactly the serial one.  (The stencil's default, the gather
-    form, runs in parallel: tests/test_parallel_gather.py.)"""
-    args = args()
-    par, ser, psrc, ssrc = _serial_and_parallel(kernel, args, **opts)
-    assert "prange" not in _loop_line(psrc) and not is_parallel_source(psrc)
-    assert psrc == ssrc
-    ir_text = par.show_stage("adjoint-ir", *args)
-    assert "parallel=True" not in ir_text
-    gp, gs = _both_adjoints(par, ser, args)
-    for a, b in zip(gp, gs):
-        np.testing.assert_array_equal(a, b)
-    if kernel is p_stencil:
-        fd_check(par, args, rtol=1e-6, atol=1e-8)
 
 
 def test_adjoint_ir_marks_the_parallel_loop():

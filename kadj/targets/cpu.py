@@ -38,6 +38,7 @@ from ..iteration_slots import index_fresh_saves
 from ..lane_jam import jam_replayed
 from ..replay_blocks import parallel_replays, serial_unless_outlined
 from ..row_outline import outline_rows
+from ..thread_parts import launch_threads
 from ..vector_sums import vector_sums
 from .base import CompiledAdjoint, Prepared, Target, Written, checkpoint_slots
 
@@ -109,14 +110,18 @@ def _write(prepared, facts, plan, options):
     kernel = prepared.kernel
     slot_names = tuple(plan.arg_names[i] for i in plan.adjoint_args)
     wanted = parallel.parallel_loops(kernel, options.get("parallel"))
+    nest, _why = gather_form(kernel, facts, options)
+    in_parallel = nest is not None and bool(wanted & {level.uid for level in nest.levels})
     if wanted:
         fn, w = reverse.build_adjoint(kernel, facts, slot_names, plan.returns_value,
                                       slots=options.get("checkpoints"))
         # values recorded per iteration at the iteration's own row of the tape
         # (kadj.iteration_slots); the reversed loops, and the forward sweep's own
-        # loops (a loss summed over prange before the reverse sweep)
+        # loops (a loss summed over prange before the reverse sweep); iterations
+        # adding into shared elements in parts (kadj.thread_parts), unless the loop
+        # is a stencil nest whose gather form writes each element once
         index_fresh_saves(fn, wanted)
-        made = len(parallel.parallelise(fn, w.ns, wanted))
+        made = len(parallel.parallelise(fn, w.ns, wanted, array_sums=not in_parallel))
         made += parallel.parallelise_primal(fn, w.ns, wanted)
         # replayed iterations side by side where they qualify (on one thread such a
         # loop ran 2.7 times faster than one iteration at a time in a block: a
@@ -127,8 +132,6 @@ def _write(prepared, facts, plan, options):
             vector_sums(fn, w)      # (loops made parallel keep their += reductions)
             _outline_rows(fn, w, options)
             return _written(fn, w)
-    nest, _why = gather_form(kernel, facts, options)
-    in_parallel = nest is not None and bool(wanted & {level.uid for level in nest.levels})
     if nest is not None and not in_parallel and options.get("gather") is None and \
             not gather_plan.faster_serial(nest):
         nest = None     # serial, 3-D or with divisions or functions: scatter is faster
@@ -179,6 +182,7 @@ def _jit_options(source, request):
     options = dict(request.jit_options)
     if parallel.is_parallel_source(source):
         options["parallel"] = True
+        launch_threads()    # (a symbol a cached adjoint may call: kadj.thread_parts)
     return options
 
 
