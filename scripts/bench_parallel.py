@@ -92,6 +92,23 @@ def newton_cbrt(a, out):
 
 
 @njit(parallel=True)
+def index_gather(x, idx, w, out):
+    # adj_x[idx[i]] += ...: iterations add into shared elements (parts, kadj.thread_parts)
+    for i in prange(idx.shape[0]):
+        out[i] = w[i] * math.sin(x[idx[i]])
+
+
+@njit(parallel=True)
+def matvec_rows(a, x, y):
+    # adj_x[j] += ... for every row: a shared vector (parts)
+    for i in prange(a.shape[0]):
+        s = 0.0
+        for j in range(a.shape[1]):
+            s += a[i, j] * x[j]
+        y[i] = s
+
+
+@njit(parallel=True)
 def heat_stencil(u, out, alpha):
     for i in prange(1, u.shape[0] - 1):
         out[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
@@ -120,6 +137,9 @@ def cases(n, rng):
     inplace = (rng.uniform(0.5, 1.0, n), rng.standard_normal(n))
     clip = (rng.uniform(-2.0, 2.0, n), np.zeros(n), -0.5, 0.7)
     cbrt = (rng.uniform(0.5, 2.0, n), np.zeros(n))
+    gather = (rng.standard_normal(n), rng.integers(0, n, n), rng.random(n), np.zeros(n))
+    mv = (rng.standard_normal((max(1, n // 1000), 1000)), rng.standard_normal(1000),
+          np.zeros(max(1, n // 1000)))
     return {
         "damped_map": (damped_map, (rng.standard_normal(n), rng.random(n), np.zeros(n),
                                     0.8)),
@@ -132,6 +152,10 @@ def cases(n, rng):
         "soft_clip, parallel=False": (soft_clip, clip, {"parallel": False}),
         "newton_cbrt": (newton_cbrt, cbrt),
         "newton_cbrt, parallel=False": (newton_cbrt, cbrt, {"parallel": False}),
+        "index_gather": (index_gather, gather),
+        "index_gather, parallel=False": (index_gather, gather, {"parallel": False}),
+        "matvec_rows": (matvec_rows, mv),
+        "matvec_rows, parallel=False": (matvec_rows, mv, {"parallel": False}),
         "heat_stencil": (heat_stencil, heat),
         "heat_stencil, parallel=False": (heat_stencil, heat, {"parallel": False}),
         "diffusion_1d": (diffusion_1d_parallel, d1),
