@@ -16,8 +16,11 @@ always correct:
   - an element of an array (``adj_x[i] += ...``, ``adj_out[i, j] = 0.0``) is written
     only where one index position is the loop variable, and every access of that array
     in the body has the loop variable at that same position: iterations touch disjoint
-    elements.  A neighbour (``adj_u[i - 1] += ...``) or a gather (``adj_x[idx[i]]``)
-    keeps the loop serial;
+    elements.  An array the body only adds into at other elements too (a neighbour,
+    ``adj_u[i - 1] += ...``, a gather, ``adj_x[idx[i]] += ...``; never read, never
+    assigned: :func:`_summed_array`) makes a reversed loop run in parts, one per
+    thread, each adding into a copy of its own (:mod:`kadj.thread_parts`); any other
+    access at another element keeps the loop serial;
   - a scalar written only by ``+=`` and otherwise unread in the body (``adj_alpha``,
     a local sum) is a reduction: numba sums the threads' partial sums after the loop;
   - a kernel's own sum, ``s = s + value`` (``value`` not reading it), with ``s`` not

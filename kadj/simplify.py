@@ -23,7 +23,7 @@ import re
 
 from . import adj_ir as A
 from .adj_refs import DEF, FIXED, IDENT, USE, Index, names, pure, rewrite
-from .simplify_adj import sink_resets
+from .simplify_adj import keep_readded_elements, sink_resets
 from .simplify_zero import assign_first_contributions, float64_only
 from .simplify_names import drop_free_suffixes
 from .simplify_primal import remove_unused_primal
@@ -48,7 +48,9 @@ def simplify(fn, types=None):
     fold_single_uses(fn, idx=idx)
     inline_index_offsets(fn, idx=idx)
     fold_single_uses(fn, idx=idx)
+    remove_unused_primal(fn, idx)   # (again: a store's value folded, y[e] = y[e] + v)
     merge_accumulations(fn, idx=idx)
+    keep_readded_elements(fn)
     drop_orphan_comments(fn)
     source_loop_headers(fn)
     join_scopes(fn, scopes)

@@ -9,6 +9,10 @@ by :func:`kadj.simplify.simplify`, before copy propagation).
   those copies by ``adj_v`` itself.  The reversed ``p = p * x + c[k]`` then reads
   ``adj_c[k] += adj_p; ...; adj_p = adj_p * x``, as written by hand.  A reset
   followed by ``adj_v += adj_t``, a copy of ``adj_v``'s value, is dropped with it.
+* :func:`keep_readded_elements`: an element's adjoint read, consumed and added back
+  whole (the adjoint of ``y[j] += v``: ``adj_t = adj_y[j]; adj_y[j] = 0.0; ...;
+  adj_y[j] += adj_t``), with nothing between mentioning ``adj_y`` or assigning
+  ``adj_t`` or what ``j`` reads, keeps its value: the reset and the addition go.
 
 Each pass keeps the adjoint's meaning exactly; where it cannot be sure, it leaves the
 code as built.
@@ -163,3 +167,54 @@ def _sink_past_copies(seq, j, memo):
     # (popping it moves the statements after it up by one: it goes right after the
     # last statement it passes, now at ``last - 1``)
     seq.insert(last, seq.pop(j))
+
+
+def keep_readded_elements(fn):
+    """Drop the consumption and the re-addition of an element's adjoint that is added
+    back whole (see the module docstring); returns the number of pairs dropped.  (The
+    element ends as it began, bit for bit but for the sign of a zero.)"""
+    dropped = 0
+    for seq in lists(fn):
+        pos = 0
+        while pos < len(seq):
+            pair = _readded(seq, pos)
+            if pair is None:
+                pos += 1
+                continue
+            seq[:] = [x for x in seq if x is not pair[0] and x is not pair[1]]
+            dropped += 1
+    return dropped
+
+
+def _readded(seq, pos):
+    """(the consumption, the re-addition) when ``seq[pos]`` reads an element's
+    adjoint whole into a scalar (``adj_t = adj_y[j]``) that is later added back."""
+    x = seq[pos]
+    if not (isinstance(x, A.Accumulate) and x.op == "=" and
+            isinstance(x.target, (A.AdjVar, A.Local))):
+        return None
+    v = x.target.name
+    consume = None
+    for y in seq[pos + 1:]:
+        if consume is None:
+            if isinstance(y, A.Consume) and x.value.strip() == _element(y.target):
+                consume, base = y, y.target.base
+                fixed = set(names(" ".join(y.target.index_texts))) | {v}
+                continue
+            if isinstance(y, A.Comment):
+                continue
+            return None     # (the consumption follows the read)
+        if isinstance(y, A.Accumulate) and y.op == "+=" and y.how in (None, "plain") \
+                and isinstance(y.target, A.AdjElem) and y.value.strip() == v and \
+                _element(y.target) == _element(consume.target):
+            return consume, y
+        mentioned = {n for z in A.walk([y]) for n, _role in roles_of(z)}
+        assigned = {n for z in A.walk([y]) for n, role in roles_of(z) if role != USE}
+        if base in mentioned or assigned & fixed or isinstance(y, (A.Break, A.Continue,
+                                                                   A.Return)):
+            return None
+    return None
+
+
+def _element(t):
+    return f"{t.base}[{', '.join(t.index_texts)}]"

@@ -11,6 +11,15 @@ assigned by a plain assignment.  ``e`` must be pure: a pure call (:func:`adj_ref
 CUDA's thread indexing) at most, no store (the target is a plain name).  The
 generated bookkeeping (names beginning with ``_``: the tape, its stack pointer, trip
 counts, local sums) and the function's parameters are left alone.
+
+The same holds for an array the adjoint allocates and only stores into: a forward
+sweep that recomputes ``y[idx[k]] += w[k] * x[k]`` into a work copy of ``y`` whose
+elements nothing reads afterwards (the adjoint of an accumulation needs no value of
+``y``).  When every occurrence of the array's name is its allocation (``y.copy()``,
+``np.empty_like(y)``, ``np.zeros(n)``, ...) or a store ``y_work[e] = value`` whose
+pure value reads the array only as that very element ``y_work[e]``, those statements
+go (:func:`_unread_arrays`), and with them what only they read; a primal loop left
+without code goes too when its counter is read nowhere else.
 """
 from __future__ import annotations
 
@@ -75,14 +84,100 @@ def remove_unused_primal(fn, idx=None):
             # do not read it: :func:`_removable`)
             if all(id(node) in ids for _, node in occ[name]):
                 dead |= ids
+        dead |= _unread_arrays(idx, params)
         if not dead:
             break
         touched.update(idx.drop(dead))
         _drop_empty_ifs(fn, touched, idx)
+        _drop_empty_loops(fn, touched, idx)
+    _drop_dead_loops(fn, idx, touched)
     for seq in touched.values():
         if _drop_trailing_comments(seq):
             idx.shortened(seq)
     return fn
+
+
+_ELEMENT = re.compile(r"^(\w+)\[(.+)\]$")
+_ALLOCATION = re.compile(r"^(?:np\.(?:empty|zeros|ones|empty_like|zeros_like|ones_like)"
+                         r"\(.*\)|\w+\.copy\(\))$")
+
+
+def _unread_arrays(idx, params):
+    """ids of the statements that allocate an array of the adjoint's own, or store into
+    it, when no other statement mentions it (see the module docstring)."""
+    stores, allocations = {}, {}
+    for x in idx.nodes():
+        if not (isinstance(x, A.Assign) and isinstance(x.target, str)):
+            continue
+        target = x.target.strip()
+        m = _ELEMENT.match(target)
+        if m and x.op in ("=", "+=", "-="):
+            array, at = m.group(1), m.group(2)
+            rest = x.value.replace(target, "0")
+            if _pure(x.value) and _pure(at) and array not in names(rest) and \
+                    array not in names(at):
+                stores.setdefault(array, set()).add(id(x))
+        elif IDENT.match(target) and x.op == "=" and _ALLOCATION.match(x.value.strip()):
+            allocations.setdefault(target, set()).add(id(x))
+    occ = idx.occ()
+    dead = set()
+    for array, ids in allocations.items():
+        if array in params or array.startswith("_"):
+            continue
+        ids = ids | stores.get(array, set())
+        if all(id(node) in ids for _, node in occ[array]):
+            dead |= ids
+    return dead
+
+
+def _drop_empty_loops(fn, touched, idx):
+    """A primal ``for`` over a ``range`` whose body lost all its code goes, when its
+    counter occurs nowhere else (a later statement could read its last value)."""
+    occ = idx.occ()
+    for seq in list(touched.values()):
+        gone = {id(x) for x in seq if isinstance(x, A.For) and x.primal and
+                _no_code(x.body) and _pure_range(x.iter) and
+                all(node is x or id(node) in {id(y) for y in A.walk(x.body)}
+                    for _, node in occ.get(x.var, ()))}
+        if gone:
+            idx.drop_from(seq, gone)
+            touched[id(seq)] = seq
+
+
+def _drop_dead_loops(fn, idx, touched):
+    """A primal ``for`` at the function's top level whose body only assigns plain names
+    pure values (a forward sweep's loop left with the loads of its dropped stores),
+    when nothing after it may read one of those names (or its counter) before
+    assigning it: it computes nothing that is used."""
+    from .parallel import _exposed
+    body = fn.body
+    gone = set()
+    for k, x in enumerate(body):
+        if not (isinstance(x, A.For) and x.primal and _pure_range(x.iter)):
+            continue
+        assigned = {x.var}
+        for y in A.walk(x.body):
+            if isinstance(y, (A.Comment, A.Pass)) or isinstance(y, A.Reserve) and \
+                    not y.amounts:      # (a reservation of nothing prints nothing)
+                continue
+            if isinstance(y, A.For) and _pure_range(y.iter):
+                assigned.add(y.var)
+                continue
+            if not (isinstance(y, A.Assign) and isinstance(y.target, str) and
+                    IDENT.match(y.target) and y.op == "=" and _pure(y.value)):
+                break
+            assigned.add(y.target)
+        else:
+            if not _exposed(body[k + 1:], assigned):
+                gone.add(id(x))
+    if gone:
+        idx.drop_from(body, gone)
+        touched[id(body)] = body
+
+
+def _pure_range(text):
+    """Is ``text`` ``range(...)`` of pure arguments?"""
+    return text.startswith("range(") and _pure(text[len("range"):])
 
 
 def _no_code(seq):

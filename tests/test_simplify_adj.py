@@ -150,3 +150,42 @@ def test_horner_reads_as_written_by_hand_and_is_exact():
     dpdx = (np.arange(1, 4) * c[1:] * x[:, None] ** np.arange(3)).sum(axis=1)
     np.testing.assert_allclose(adj_c, adj_out @ powers, rtol=1e-13)
     np.testing.assert_allclose(adj_x, adj_out * dpdx, rtol=1e-13)
+
+
+def test_an_element_added_back_whole_keeps_its_adjoint():
+    """adj_t = adj_y[j]; adj_y[j] = 0.0; ...; adj_y[j] += adj_t: the reset and the
+    re-addition go; anything between that touches adj_y, adj_t or j keeps them."""
+    from kadj.simplify_adj import keep_readded_elements
+
+    def elem(base, *index):
+        return A.AdjElem(base[4:], (), base, index)
+
+    def body(*between):
+        return [A.Accumulate(_v("adj_t"), "=", "adj_y[j]"),
+                A.Consume(elem("adj_y", "j"), "0.0"),
+                A.Accumulate(elem("adj_x", "k"), "+=", "adj_t * w"),
+                *between,
+                A.Accumulate(elem("adj_y", "j"), "+=", "adj_t")]
+    b = body()
+    assert keep_readded_elements(_fn(b)) == 1
+    assert [type(s).__name__ for s in b] == ["Accumulate", "Accumulate"]
+    for between in ([A.Accumulate(elem("adj_y", "i"), "+=", "1.0")],   # another element
+                    [A.Assign("j", "j + 1")],                          # j changes
+                    [A.Accumulate(_v("adj_t"), "+=", "1.0")],          # adj_t changes
+                    [A.If("c", [A.Assign(A.AdjVar("s", "adj_s"), "adj_y[0]")])]):
+        b = body(*between)
+        assert keep_readded_elements(_fn(b)) == 0 and len(b) == 5
+
+
+def test_in_place_update_adjoint_keeps_its_outputs_adjoint():
+    from fdcheck import fd_check
+
+    @njit
+    def axpy_in_place(x, y, a):
+        for i in range(x.shape[0]):
+            y[i] = y[i] + a * x[i] * x[i]
+    args = (np.linspace(0.1, 1.0, 7), np.linspace(-1.0, 1.0, 7), 0.3)
+    k = kadj.differentiate(axpy_in_place)
+    src = k.adjoint_source(*args)
+    assert "adj_y[i] = 0.0" not in src and "adj_y[i] +=" not in src, src
+    fd_check(k, args)

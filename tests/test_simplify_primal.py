@@ -177,3 +177,61 @@ def test_no_golden_adjoint_computes_a_value_nothing_reads():
     assert len(files) > 20
     unread = {p.name: unread_assignments(p.read_text()) for p in files}
     assert {k: v for k, v in unread.items() if v} == {}
+
+
+def test_an_array_only_stored_into_goes_with_its_loop():
+    """A work copy whose elements nothing reads (the forward of y[j] += v, whose
+    adjoint needs no value of y): its allocation, stores and the loop left computing
+    only what they read go; an array read anywhere, or a parameter, stays."""
+    fwd = A.For("k", "range(0, n, 1)", [
+        A.Assign("j", "idx[k]"),
+        A.Assign("v", "x[k] * 2.0"),
+        A.Assign("y_work[j]", "y_work[j] + v"),     # reads only its own element
+        A.Assign("z_work[j]", "z_work[j + 1] + v"),  # reads another element: stays
+        A.Assign("out[j]", "v")], primal=True)        # a parameter's store: stays
+    rev = A.For("k", "range(n - 1, -1, -1)", [A.Assign("j", "idx[k]"),
+                                              A.Assign("out[k]", "out[j]")])
+    f = fn(A.Assign("y_work", "y.copy()"), A.Assign("z_work", "np.empty_like(y)"),
+           A.Assign("n", "idx.shape[0]"), fwd, rev, params=("idx", "x", "y", "out"))
+    remove_unused_primal(f)
+    text = "\n".join(lines(f))
+    assert "y_work" not in text and "z_work[j] = z_work[j + 1] + v" in text, text
+    # the same, with the store gone too: the loop computes nothing used after it
+    fwd.body[:] = [x for x in fwd.body if not str(x.target).startswith(("z_", "out"))]
+    f.prologue[:] = []
+    f.body[:] = [A.Assign("y_work", "y.copy()"), A.Assign("n", "idx.shape[0]"), fwd, rev]
+    remove_unused_primal(f)
+    assert lines(f) == ["n = idx.shape[0]", "for k in range(n - 1, -1, -1):",
+                        "j = idx[k]", "out[k] = out[j]"], lines(f)
+
+
+def test_a_loop_whose_values_are_read_later_stays():
+    fwd = A.For("k", "range(0, n, 1)", [A.Assign("v", "x[k] * 2.0"),
+                                        A.Assign("y_work[k]", "v")], primal=True)
+    f = fn(A.Assign("y_work", "y.copy()"), A.Assign("n", "x.shape[0]"), fwd,
+           A.Assign("out[0]", "v + k"),          # the last iteration's v and k
+           params=("x", "y", "out"))
+    remove_unused_primal(f)
+    assert "for k in range(0, n, 1):" in lines(f) and "v = x[k] * 2.0" in lines(f)
+    assert run(f, x=np.arange(3.0), y=np.zeros(3), out=np.zeros(1)) is None
+
+
+def test_scatter_adjoints_copy_and_recompute_nothing():
+    """y[idx[k]] += w[k] * x[k] (and its CSR form): the adjoint needs no value of y,
+    so it neither copies y nor runs the forward loop; y's incoming adjoint is read and
+    left in place (kadj.simplify_adj.keep_readded_elements)."""
+    from fdcheck import fd_check
+    from kernels.cpu.sparse import (csr_spmv_transpose, csr_spmv_transpose_sized,
+                                    scatter_add, scatter_add_sized)
+    rng = np.random.default_rng(2)
+    for kernel, sized in ((scatter_add, scatter_add_sized),
+                          (csr_spmv_transpose, csr_spmv_transpose_sized)):
+        args = sized(rng, 40)
+        k = kadj.differentiate(kernel)
+        src = k.adjoint_source(*args)
+        body = src[src.index("_adjoint("):]
+        assert "y_work" not in src and "_keep_" not in src, src
+        loops = [ln for ln in body.splitlines() if ln.strip().startswith("for k in")]
+        assert len(loops) == 1 and re.search(r"adj_y\[\w+\] = 0\.0", body) \
+            is None, src
+        fd_check(k, args)

@@ -60,6 +60,12 @@ def histogram(x, bins, h, a):
 
 
 @njit
+def decaying_histogram(x, bins, h, a):
+    for i in range(x.shape[0]):
+        h[bins[i]] = a * h[bins[i]] + x[i]
+
+
+@njit
 def scatter(x, idx, out):
     for i in range(x.shape[0]):
         out[idx[i]] = math.sin(x[i])
@@ -206,10 +212,25 @@ def test_the_number_of_parts(monkeypatch):
     assert _thread_parts(100, PART_BYTES + 1) == 1      # no copy fits: serial
 
 
+def test_a_histograms_reverse_leaves_the_bins_adjoint_alone(threads):
+    """h[bins[i]] += a * x[i]: the reverse reads adj_h[bins[i]] and nothing else
+    touches it (kadj.simplify_adj.keep_readded_elements), so each iteration writes
+    only its own adj_x[i] and sums adj_a: parallel, no copies."""
+    args = (rng.standard_normal(300), rng.integers(0, 7, 300), np.zeros(7), 0.5)
+    par = kadj.differentiate(histogram, parallel=True)
+    ser = kadj.differentiate(histogram, parallel=False)
+    src = par.adjoint_source(*args)
+    assert is_parallel_source(src) and "_thread_parts(" not in src, src
+    fd_check(par, args, rtol=1e-6, atol=1e-8)
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    for a, b in zip(_adjoints(par, args), _adjoints(ser, args)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("kernel, args", [
-    # reads its shared element (adj_h[bins[i]]) before adding into it
-    (histogram, lambda: (rng.standard_normal(50), rng.integers(0, 7, 50), np.zeros(7),
-                         0.5)),
+    # reads its shared element's adjoint and adds back a multiple of it
+    (decaying_histogram, lambda: (rng.standard_normal(50), rng.integers(0, 7, 50),
+                                  rng.standard_normal(7), 0.5)),
     # consumes out[idx[i]]'s adjoint: assigns it, not only adds
     (scatter, lambda: (rng.standard_normal(30), rng.permutation(30), np.zeros(30))),
 ])
