@@ -526,6 +526,30 @@ if differentiate is not None:
 
     @differentiate
     @njit
+    def empty_and_scaled(x, y, z, a):
+        for i in range(x.shape[0]):
+            y[i] = x[i] * a
+        for i in range(z.shape[0]):
+            z[i] = z[i] * a
+
+    class _WrongAdjoint:
+        """``empty_and_scaled`` with its z gradient off by 10 %."""
+
+        def __init__(self, k):
+            self.k, self.__name__ = k, k.__name__
+
+        def adjoint_plan(self, *args):
+            return self.k.adjoint_plan(*args)
+
+        def forward(self, *args):
+            return self.k(*args)
+
+        def adjoint(self, *args, **kwargs):
+            self.k.adjoint(*args, **kwargs)
+            args[6][...] *= 1.1     # (adj_z, a buffer of the caller)
+
+    @differentiate
+    @njit
     def soft_energy(x, w):
         s = 0.0
         for i in range(x.shape[0]):
@@ -544,6 +568,21 @@ def test_real_stencil_float32(rng):
     args = (rng.standard_normal(10).astype(np.float32), np.zeros(10, np.float32),
             np.float32(0.3))
     assert check_grad(heat_step, args).precision == "float32"
+
+
+@needs_core
+def test_arrays_of_size_zero_run_the_adjoint_and_compare_the_rest(rng):
+    """Size 0 (a sweep over sizes from 0): the adjoint runs, bounds-checked; an empty
+    argument has no direction to probe, the others are checked as usual (a wrong
+    gradient of a non-empty one still fails)."""
+    result = check_grad(heat_step, (np.zeros(0), np.zeros(0), 0.3))
+    assert result.max_abs_error == 0.0 and result.directional_adjoint == 0.0
+    result = check_grad(soft_energy, (np.zeros(0), np.zeros(0)))
+    assert result.outputs == ("return",)
+    args = (np.zeros(0), np.zeros(0), rng.standard_normal(4), 0.7)
+    assert check_grad(empty_and_scaled, args).inputs == ("x", "y", "z", "a")
+    with pytest.raises(AssertionError, match="argument 'z'"):
+        check_grad(_WrongAdjoint(empty_and_scaled), args)
 
 
 @needs_core

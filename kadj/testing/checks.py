@@ -114,6 +114,8 @@ def _inner_product_test(problem, point, ct, g, rng, tol, explain_max, directions
     total_fd = total_ad = 0.0
     worst = (0.0, 0.0)
     for s in problem.inputs:
+        if s.stop == s.start:
+            continue        # an array of size 0: no direction to probe
         for k in range(directions):
             verdict = _direction(problem, point, s, ct, g, rng, tol)
             if not verdict.agrees[0]:
@@ -134,6 +136,8 @@ def _jacobian_test(problem, point, rng, tol, rows_max):
     ``C`` is the identity (one adjoint call per output element) when there are at
     most ``rows_max`` outputs, else a few random cotangents.
     """
+    if problem.n_out == 0:
+        return 0.0, 0.0     # no output element: the inner-product test saw the zero
     unit_rows = problem.n_out <= rows_max
     if unit_rows:
         cts = np.eye(problem.n_out)
