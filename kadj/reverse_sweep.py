@@ -135,6 +135,10 @@ class ReverseSweep:
                 ref = self.adj_elem(arr, e.index)
                 ref = self.accumulators.get((arr, tuple(e.index)), ref)
                 out.append((ref, self.cast(g or self.adj(v), self.T[arr].dtype)))
+        elif isinstance(e, ir.Op) and e.fn in rules.NONDIFFERENTIABLE:
+            pass    # piecewise constant (floor, sign, //): no contribution, as in the
+            # tangent; such a value is active only where another assignment of its
+            # variable is (``v = y // 2.0`` in one branch, ``v = 2.0 * y`` in the other)
         elif isinstance(e, ir.Op):
             contribs = rules.expand_call(e, out_name or v, kernel=self.k.name, loc=s.loc)
             self._g = g or self.adj(v)

@@ -474,3 +474,37 @@ def test_helpers_called_with_keyword_arguments():
     fd_check(kadj.differentiate(helper_keywords), (x, np.zeros(7), 0.8))
     with pytest.raises(kadj.DifferentiationError, match="not a plain one"):
         kadj.differentiate(helper_keyword_only).adjoint_source(x, np.zeros(7))
+
+
+@njit
+def piecewise_constant_arm(x, y, out):
+    # v holds a piecewise-constant value in one arm (no derivative) and a
+    # differentiable one in the other: the first arm's assignment is active only
+    # because the second's is
+    for i in range(x.shape[0]):
+        if x[i] > 0.0:
+            v = y[i] // 0.7
+        elif x[i] > -0.5:
+            v = np.sign(y[i]) + math.floor(y[i] * 3.0)
+        else:
+            v = 2.0 * y[i]
+        out[i] = v * y[i] + x[i]
+
+
+def test_piecewise_constant_values_in_one_branch():
+    """v = y // 0.7 (or floor, sign) in one arm, v = 2.0 * y in another: the
+    piecewise-constant arms contribute nothing (they were refused, "no derivative
+    rule for floordiv()"); adjoint, jvp and kadj.grad against finite differences."""
+    x = np.array([0.4, -0.3, -0.9, 1.2, -0.2, -2.0])
+    y = np.array([1.13, -0.41, 0.66, 2.29, 0.31, -1.44])   # away from the jumps
+    args = (x, y, np.zeros(6))
+    k = kadj.differentiate(piecewise_constant_arm)
+    fd_check(k, args)
+    dx, dy = rng.standard_normal(6), rng.standard_normal(6)
+    out, dout = np.zeros(6), np.zeros(6)
+    k.jvp(x, y, out, dx, dy, dout)
+    h = 1e-6
+    plus, minus = np.zeros(6), np.zeros(6)
+    piecewise_constant_arm(x + h * dx, y + h * dy, plus)
+    piecewise_constant_arm(x - h * dx, y - h * dy, minus)
+    np.testing.assert_allclose(dout, (plus - minus) / (2 * h), rtol=1e-6, atol=1e-8)
