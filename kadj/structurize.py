@@ -895,10 +895,16 @@ class Structurizer:
             if isinstance(obj, np.ndarray):
                 return [ir.Assign(tgt, ir.Copy(ir.GlobalRef(obj, name=e.attr)), loc=loc)]
             try:
-                resolve_value(self.fir, e.value)
-                return []
+                base = resolve_value(self.fir, e.value)
             except (LookupError, AttributeError):
                 pass
+            else:
+                v = getattr(base, e.attr, None)
+                if isinstance(v, (bool, int, float, complex, np.number, np.bool_)):
+                    # a module's number (math.inf, np.pi) given to a variable assigned
+                    # elsewhere too (m = math.inf, then m = min(m, x[i]) in a loop)
+                    return [ir.Assign(tgt, ir.Copy(ir.Const(v)), loc=loc)]
+                return []   # a module's function: resolved where it is called
             self.error(f"attribute '.{e.attr}' is not supported", loc=loc,
                        construct=f"getattr {e.attr}", remedy=_attr_remedy(e.attr))
         if op in ("static_getitem", "getitem", "typed_getitem"):

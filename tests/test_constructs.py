@@ -508,3 +508,29 @@ def test_piecewise_constant_values_in_one_branch():
     piecewise_constant_arm(x + h * dx, y + h * dy, plus)
     piecewise_constant_arm(x - h * dx, y - h * dy, minus)
     np.testing.assert_allclose(dout, (plus - minus) / (2 * h), rtol=1e-6, atol=1e-8)
+
+
+@njit
+def running_min_from_inf(x, y):
+    m = math.inf                # a module's number, the variable assigned again below
+    for i in range(x.shape[0]):
+        m = min(m, x[i])
+    p = np.pi
+    for i in range(y.shape[0]):
+        p = p * 0.5 + y[i]
+    return m * m + p
+
+
+def test_a_module_number_given_to_a_reassigned_variable():
+    """m = math.inf, then m = min(m, x[i]): the first assignment was dropped (m
+    started from the declared 0.0, so an all-positive x gave a zero gradient and a
+    wrong value)."""
+    x = np.array([0.3, 0.2, 0.5, 0.9])
+    y = np.array([0.1, -0.4, 0.7])
+    g = kadj.grad(running_min_from_inf, argnums=(0, 1))(x, y)
+    np.testing.assert_allclose(g[0], [0.0, 0.4, 0.0, 0.0])
+    np.testing.assert_allclose(g[1], [0.25, 0.5, 1.0])
+    k = kadj.differentiate(running_min_from_inf)
+    fd_check(k, (x, y))
+    value = k.adjoint(x, y, np.zeros(4), np.zeros(3), adj_return=1.0)
+    assert value == pytest.approx(running_min_from_inf(x, y))

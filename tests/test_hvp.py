@@ -356,3 +356,22 @@ def test_refusals():
         kadj.hvp(rnn, 0)(x, 0.8, 0.1, np.ones(5))
     with pytest.raises(IndexError, match="out of range"):
         kadj.hvp(rnn, 3)(x, 0.8, 0.1, 1.0)
+
+
+@numba.njit
+def _min_times(x, y):
+    return np.min(x) * np.max(y) + np.min(x) * x[0]
+
+
+def test_hvp_of_a_whole_array_minimum():
+    """np.min(x): the tangent starts its running minimum at math.inf, which the
+    tangent's adjoint dropped (NameError at compile); now against differences of
+    kadj.grad."""
+    rng = np.random.default_rng(3)
+    x, y, v = rng.uniform(-1, 1, 5), rng.uniform(-1, 1, 4), rng.standard_normal(5)
+    hv = kadj.hvp(_min_times, argnums=0)(x, y, v)
+    h = 1e-6
+    gp = kadj.grad(_min_times, argnums=0)(x + h * v, y)
+    gm = kadj.grad(_min_times, argnums=0)(x - h * v, y)
+    np.testing.assert_allclose(hv, (gp - gm) / (2 * h), rtol=1e-6, atol=1e-8)
+    assert np.abs(hv).max() > 0
