@@ -127,8 +127,9 @@ class ReverseSweep:
         out = []
         if isinstance(e, ir.Copy):
             if a.active(e.src):
+                t = self.T[e.src.name]
                 out.append((self.adj_var(e.src.name),
-                            self.cast(g or self.adj(v), self.T[e.src.name])))
+                            self.cast(_real_part(g or self.adj(v), self.T.get(v), t), t)))
         elif isinstance(e, ir.Load):
             arr = e.array.name
             if arr in a.varied_arrays:
@@ -193,13 +194,15 @@ class ReverseSweep:
                 if s.value.name in self.single_use:
                     op = "=" if op == "+=" else "= -"
                 self.accumulate(depth, self.adj_var(s.value.name), op,
-                                self.cast(target_text(ref), t))
+                                self.cast(_real_part(target_text(ref), self.T[arr].dtype,
+                                                     t), t))
             return
         if a.active(s.value):
             t = self.T[s.value.name]
             op = "=" if s.value.name in self.single_use else "+="
             self.accumulate(depth, self.adj_var(s.value.name), op,
-                            self.cast(target_text(ref), t))
+                            self.cast(_real_part(target_text(ref), self.T[arr].dtype, t),
+                                      t))
         self.consume(depth, ref, self.T[arr].dtype)
         if arr in a.restore_arrays:
             fref = self.elem(self.arr(arr), [self.o(i) for i in s.index])
@@ -493,3 +496,12 @@ class ReverseSweep:
             depth += 1
         for x in reversed(defs):
             self.pop(depth, self.n(x.target), self.T[x.target], restores=True)
+
+
+def _real_part(text, of, to):
+    """The adjoint ``text`` of a complex value (type ``of``) flowing into a real one
+    (type ``to``: a real value stored into a complex array, or copied into a complex
+    variable) is its real part; otherwise ``text``."""
+    if isinstance(of, types.Complex) and not isinstance(to, types.Complex):
+        return f"({text}).real"
+    return text

@@ -68,7 +68,9 @@ NONDIFFERENTIABLE = {
     operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne,
     operator.not_, operator.and_, operator.or_, operator.xor,
     operator.floordiv, operator.lshift, operator.rshift, operator.invert, operator.truth,
-    np.floor_divide,
+    np.floor_divide, np.round, np.around, np.fix,
+    np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.intp, np.uintp, np.bool_,
 }
 
 

@@ -3,6 +3,7 @@ complex128 central finite differences in the real and imaginary directions.
 
 Convention: the adjoint of a complex z = x + iy holds dL/dx + i dL/dy."""
 import cmath
+import math
 
 import numba
 import numpy as np
@@ -358,3 +359,32 @@ def test_complex_scalar_gradients_through_the_tape():
     assert isinstance(entry.value, complex) and abs(entry.value.imag) > 1e-3
     assert abs(entry.value - fd) <= 1e-6 * max(1.0, abs(fd))
     assert tape.scalar_grad("c") == entry.value
+
+
+@numba.njit
+def _real_into_complex(r, a, oz, tz):
+    for i in range(r.shape[0]):
+        oz[i] = r[i]                    # a real value stored into a complex array
+        t = math.sin(r[i]) * a          # a real local, stored too
+        tz[i] = t
+    s = np.zeros(r.shape[0], np.complex128)
+    for i in range(r.shape[0]):
+        s[i] = 2.0 * r[i]               # into a complex scratch array
+        tz[i] += s[i] * r[i]
+
+
+def test_real_values_stored_into_complex_arrays():
+    """numba casts a real value stored into a complex array; its adjoint is the real
+    part of the element's (the adjoint crashed with a typing error: a complex element
+    added into a real adjoint).  Against finite differences of real and imaginary
+    parts (check_grad)."""
+    from kadj.testing import check_grad
+    rng = np.random.default_rng(5)
+    args = (rng.standard_normal(6), 0.7, np.zeros(6, np.complex128),
+            np.zeros(6, np.complex128))
+    k = kadj.differentiate(_real_into_complex)
+    check_grad(k, args)
+    ct = rng.standard_normal(6) + 1j * rng.standard_normal(6)
+    adj_r, adj_a = np.zeros(6), np.zeros(1)
+    k.adjoint(*args, adj_r, adj_a, ct.copy(), np.zeros(6, np.complex128))
+    np.testing.assert_allclose(adj_r, ct.real)

@@ -534,3 +534,17 @@ def test_a_module_number_given_to_a_reassigned_variable():
     fd_check(k, (x, y))
     value = k.adjoint(x, y, np.zeros(4), np.zeros(3), adj_return=1.0)
     assert value == pytest.approx(running_min_from_inf(x, y))
+
+
+@njit
+def numpy_integer_casts(x, out):
+    for i in range(x.shape[0]):
+        out[i] = x[i] * np.int32(x[i] * 3.0) + x[i] * np.int64(x[i] * 2.0) + \
+            x[i] * np.round(x[i] * 1.5)
+
+
+def test_numpy_integer_casts_and_round_carry_no_derivative():
+    """np.int32(v), np.int64(v), np.round(v) of a float: piecewise constant, like
+    int(v) and round(v) (they were refused: "no derivative rule for int32()")."""
+    x = np.array([0.77, -1.1, 1.37, 2.05])        # away from the jumps
+    fd_check(kadj.differentiate(numpy_integer_casts), (x, np.zeros(4)))
