@@ -884,6 +884,12 @@ class Structurizer:
             if isinstance(vtype, types.Complex) and e.attr in PARTS:  # z.real, z.imag
                 return [ir.Assign(tgt, ir.Op(PARTS[e.attr], (self.operand(e.value),)),
                                   loc=loc)]
+            if isinstance(vtype, types.Float) and e.attr in ("real", "imag"):
+                # a real number's parts (x.real is x, x.imag is 0): what a tangent of
+                # complex(a, b).real along a real direction reads
+                part = ir.Copy(self.operand(e.value)) if e.attr == "real" else \
+                    ir.Copy(ir.Const(np.float32(0.0) if vtype.bitwidth == 32 else 0.0))
+                return [ir.Assign(tgt, part, loc=loc)]
             if isinstance(vtype, types.Complex) and e.attr in METHODS:  # z.conjugate
                 return []                                 # (read where it is called)
             if self.const_of(ir_var(tgt, loc)) is not None:

@@ -375,3 +375,26 @@ def test_hvp_of_a_whole_array_minimum():
     gm = kadj.grad(_min_times, argnums=0)(x - h * v, y)
     np.testing.assert_allclose(hv, (gp - gm) / (2 * h), rtol=1e-6, atol=1e-8)
     assert np.abs(hv).max() > 0
+
+
+@numba.njit
+def _real_part_of_complex(w, a, out):
+    s = 0.0
+    for i in range(w.shape[0]):
+        out[i] = complex(a, w[i].imag).real     # its tangent along a is real
+        s += a * out[i] + (complex(a, w[i].real) ** 2).real
+    return s
+
+
+def test_hvp_through_the_real_part_of_a_complex_built_from_a_real():
+    """The tangent of complex(a, y).real along a real direction is a real value whose
+    .real the tangent reads; the Hessian-vector product read it too (it was refused:
+    "attribute '.real' is not supported").  Against differences of kadj.grad."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal(5) + 1j * rng.standard_normal(5)
+    a, v = 0.8, 1.3
+    hv = kadj.hvp(_real_part_of_complex, argnums=1)(w, a, np.zeros(5), v)
+    h = 1e-6
+    gp = kadj.grad(_real_part_of_complex, argnums=1)(w, a + h * v, np.zeros(5))
+    gm = kadj.grad(_real_part_of_complex, argnums=1)(w, a - h * v, np.zeros(5))
+    assert float(hv) == pytest.approx((gp - gm) / (2 * h), rel=1e-6)
