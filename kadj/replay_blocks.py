@@ -30,7 +30,7 @@ from __future__ import annotations
 import numba
 
 from . import adj_ir as A
-from .adj_refs import free_name, names
+from .adj_refs import free_name, names, roles_of
 from .parallel import (BLOCK, PRANGE, _SCALAR_NODES, _elem_bases, _exposed,
                        in_blocks,
                        _is_primal_sum, _is_reduction, _occurrences, _outside_uses,
@@ -141,11 +141,28 @@ def _blocks(fn, ns, rl):
     kinds = sorted({x.kind for x in nodes if isinstance(x, (A.Push, A.Pop))})
     if {a.target for a in allocs} != {f"_tape_{k}" for k in kinds}:
         return False
-    own_tape = allocs + [A.Assign(f"_sp_{k}", "0") for k in kinds] + firsts
+    # each block (or part) allocates a tape of its own; an allocation that is also the
+    # tape's first for the rest of the adjoint (a later loop reserves room on it)
+    # stays where it was
+    inside = {id(y) for y in A.walk([rl])}
+    later = set()
+    for y in A.walk(fn.prologue + fn.body):
+        if id(y) in inside:
+            continue
+        later.update(n for n, _role in roles_of(y))
+        if isinstance(y, (A.Push, A.Pop, A.CapacityCheck)):
+            later.add(f"_tape_{y.kind}")
+        elif isinstance(y, A.Reserve):
+            later.update(f"_tape_{k}" for k in (y.amounts or {}))
+            later.update(f"_tape_{k}" for k in ((y.hoist or {}).get("amounts") or {}))
+    kept = [a for a in allocs if a.target in later]
+    own_tape = [A.Assign(a.target, a.value) for a in allocs] + \
+        [A.Assign(f"_sp_{k}", "0") for k in kinds] + firsts
     at = next(k for k, x in enumerate(rl.body) if x is r)
+    before = [x for x in rl.body[:at] if isinstance(x, A.Comment)] + kept
     if summed:
         # one part per thread, each with its own tape and copies (kadj.thread_parts)
-        rl.body[:] = [x for x in rl.body[:at] if isinstance(x, A.Comment)] + [r]
+        rl.body[:] = before + [r]
         parts = split_into_parts(fn, ns, rl.body, r, (lo, hi), dict(sorted(
             summed.items())), starts)
         parts.body[-1:-1] = own_tape
@@ -153,7 +170,7 @@ def _blocks(fn, ns, rl):
     # the loop over blocks (kadj.parallel.in_blocks), each block with its own tape
     blocks = in_blocks(fn, A.For(var, f"{PRANGE}({lo}, {hi})", starts + r.body))
     blocks.body[1:1] = own_tape
-    rl.body[:] = [x for x in rl.body[:at] if isinstance(x, A.Comment)] + [
+    rl.body[:] = before + [
         A.Comment(f"# in blocks of {BLOCK} iterations run in parallel, each with a tape "
                   "of its own for its replayed iterations"),
         blocks]

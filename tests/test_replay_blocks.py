@@ -13,6 +13,7 @@ from numba import njit, prange
 
 import kadj
 from kadj.parallel import BLOCK
+from fdcheck import fd_check
 from kadj.testing import check_grad
 
 
@@ -142,3 +143,43 @@ def test_blocks_not_moved_into_a_function_run_serially(monkeypatch):
     src = k.adjoint_source(*_args(soft_clip, 20, rng))
     assert "numba.prange" not in src and "the block's tape is not its own" in src
     check_grad(k, _args(soft_clip, 40, rng))
+
+
+@njit(parallel=True)
+def blocks_then_recorded_rows(x, idx, a, w, y, z):
+    # reversed first: a replayed loop in parallel blocks whose one-iteration tape
+    # allocation was the tape's first; reversed next: a replayed loop recording in an
+    # inner loop, which reserves room on that tape
+    for i in prange(y.shape[0]):
+        s = 0.0
+        for j in range(x.shape[0]):
+            s += a[i, j] * math.tanh(x[idx[i]])
+        y[i] = math.sin(s)
+    for i in prange(z.shape[0]):
+        v = w[i]
+        if v > 0.1:
+            v = math.exp(v)
+        else:
+            v = v * v
+        z[i] = v
+
+
+def test_a_blocks_tape_allocation_that_a_later_loop_grows_stays():
+    """The blocks' loop took the tape's first allocation into its blocks, and the
+    later loop's reservation read an undefined tape (numba: "Variable '_tape_f64' is
+    not defined").  Against finite differences and the serial adjoint."""
+    rng = np.random.default_rng(8)
+    n, m = 40, 3
+    args = (rng.standard_normal(m), rng.integers(0, m, n), rng.standard_normal((n, m)),
+            rng.standard_normal(n), np.zeros(n), np.zeros(n))
+    par = kadj.differentiate(blocks_then_recorded_rows)
+    ser = kadj.differentiate(blocks_then_recorded_rows, parallel=False)
+    assert "numba.prange" in par.adjoint_source(*args)
+    fd_check(par, args, rtol=1e-6, atol=1e-8)
+    got, want = [], []
+    for k, out in ((par, got), (ser, want)):
+        bufs = [np.zeros(m), np.zeros((n, m)), np.zeros(n), np.ones(n), np.ones(n)]
+        k.adjoint(*args, *bufs)
+        out.extend(bufs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
