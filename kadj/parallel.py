@@ -758,6 +758,8 @@ def _exposed(seq, tracked):
                     _plain_target(x.target) is not None:
                 out.update((set(names(x.value)) & tracked) - defined)
                 defined.add(_plain_target(x.target))
+            elif isinstance(x, A.Pop) and x.cond is None and x.target.isidentifier():
+                defined.add(x.target)       # (a restore reads only the tape)
             else:
                 out.update((_mentioned(x) & tracked) - defined)
                 for body in x.children():

@@ -1,6 +1,7 @@
 """Primal values nothing reads are not computed (kadj.simplify_primal), and a
 temporary's name loses a suffix it no longer needs (kadj.simplify_names): each rewrite
 happens where it keeps the meaning, and is refused where it would not."""
+import math
 import re
 
 import numpy as np
@@ -235,3 +236,26 @@ def test_scatter_adjoints_copy_and_recompute_nothing():
         assert len(loops) == 1 and re.search(r"adj_y\[\w+\] = 0\.0", body) \
             is None, src
         fd_check(k, args)
+
+
+@njit
+def _two_loops_one_name(x, y, z):
+    for i in range(x.shape[0]):
+        t0 = math.sin(x[i])
+        y[i] = t0 * t0
+    for i in range(x.shape[0]):
+        t0 = math.cos(y[i])
+        z[i] = t0 * x[i]
+
+
+def test_a_forward_loop_whose_values_a_restore_replaces_goes():
+    """The second loop's forward sweep computed t0 for nothing: its reverse replays
+    each iteration, and t0's value from before the loop is restored from the tape
+    after it (a restore assigns, it reads nothing)."""
+    from fdcheck import fd_check
+    args = (np.linspace(0.1, 1.0, 9), np.zeros(9), np.zeros(9))
+    k = kadj.differentiate(_two_loops_one_name)
+    src = k.adjoint_source(*args)
+    forward = src[src.index("forward sweep"):src.index("reverse sweep")]
+    assert "math.cos" not in forward, src
+    fd_check(k, args)
