@@ -548,3 +548,24 @@ def test_numpy_integer_casts_and_round_carry_no_derivative():
     int(v) and round(v) (they were refused: "no derivative rule for int32()")."""
     x = np.array([0.77, -1.1, 1.37, 2.05])        # away from the jumps
     fd_check(kadj.differentiate(numpy_integer_casts), (x, np.zeros(4)))
+
+
+@njit
+def diagnostics_scratch(x, out):
+    diag = np.empty(x.shape[0])         # written for a look, never read by the kernel
+    s = 0.0
+    for i in range(x.shape[0]):
+        diag[i] = x[i] * 2.0
+        s += math.sin(x[i])
+        out[i] = s * x[i]
+    return s
+
+
+def test_a_scratch_array_never_read_gets_no_adjoint():
+    """What is stored into a scratch array the kernel never loads reaches nothing:
+    no adjoint array (zeroed, consumed, its zeros added into adj_x), no copy."""
+    args = (np.linspace(-1.0, 1.0, 7), np.zeros(7))
+    k = kadj.differentiate(diagnostics_scratch)
+    src = k.adjoint_source(*args)
+    assert "adj_diag" not in src and "diag = " not in src, src
+    fd_check(k, args)

@@ -84,6 +84,10 @@ def activity(kernel, a):
         elif isinstance(T.get(name), _INEXACT):
             a.varied.add(name)
     stmts = list(ir.walk(kernel.body))
+    # a scratch array the kernel never loads from: what is stored into it reaches
+    # nothing, so it gets no adjoint (a diagnostics array written and never read)
+    unread = {s.target for s in stmts if isinstance(s, ir.Assign) and
+              isinstance(s.expr, ir.Alloc)} - a.loaded
     changed = True
     while changed:
         changed = False
@@ -105,7 +109,8 @@ def activity(kernel, a):
                     changed = True
             elif isinstance(s, ir.Store):
                 arr = s.array.name
-                if arr not in a.varied_arrays and a.active(s.value) and \
+                if arr not in a.varied_arrays and arr not in unread and \
+                        a.active(s.value) and \
                         isinstance(T.get(arr), types.Array) and \
                         isinstance(T[arr].dtype, _INEXACT):
                     a.varied_arrays.add(arr)
