@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from . import adj_ir as A
 from .adj_refs import DEF, FIXED, USE, lists, names, pure, roles_of
+from .printer import target_text
 
 _ZERO = "0.0"     # a float64 adjoint's reset (other precisions are left alone)
 
@@ -197,7 +198,7 @@ def _readded(seq, pos):
     consume = None
     for y in seq[pos + 1:]:
         if consume is None:
-            if isinstance(y, A.Consume) and x.value.strip() == _element(y.target):
+            if isinstance(y, A.Consume) and x.value.strip() == target_text(y.target):
                 consume, base = y, y.target.base
                 fixed = set(names(" ".join(y.target.index_texts))) | {v}
                 continue
@@ -206,7 +207,7 @@ def _readded(seq, pos):
             return None     # (the consumption follows the read)
         if isinstance(y, A.Accumulate) and y.op == "+=" and y.how in (None, "plain") \
                 and isinstance(y.target, A.AdjElem) and y.value.strip() == v and \
-                _element(y.target) == _element(consume.target):
+                target_text(y.target) == target_text(consume.target):
             return consume, y
         mentioned = {n for z in A.walk([y]) for n, _role in roles_of(z)}
         assigned = {n for z in A.walk([y]) for n, role in roles_of(z) if role != USE}
@@ -214,7 +215,3 @@ def _readded(seq, pos):
                                                                    A.Return)):
             return None
     return None
-
-
-def _element(t):
-    return f"{t.base}[{', '.join(t.index_texts)}]"

@@ -40,7 +40,7 @@ from numba.core.typing.templates import signature
 from numba.extending import intrinsic, overload, register_jitable
 
 from . import adj_ir as A
-from .adj_refs import free_name
+from .adj_refs import free_name, rewrite
 
 __all__ = ["PART_BYTES", "split_into_parts"]
 
@@ -108,7 +108,9 @@ def split_into_parts(fn, ns, seq, loop, bounds, arrays, prefix):
     trips, nparts, part = fresh("_trips"), fresh("_nparts"), fresh("_part")
     copies = {a: fresh(f"_copies_{a}") for a in arrays}
     own = {a: fresh(f"{a}_part") for a in arrays}
-    _rename_targets(loop.body, own)
+    for x in A.walk(loop.body):      # (never read there: only the targets change)
+        for a in arrays:
+            rewrite(x, a, own[a])
     first = f"{trips} * {part} // {nparts}"
     last = f"{trips} * ({part} + 1) // {nparts}"
     if lo != "0":
@@ -135,15 +137,6 @@ def split_into_parts(fn, ns, seq, loop, bounds, arrays, prefix):
         *head, parts, A.If(f"{nparts} > 1", sums)]
     ns["_thread_parts"] = _thread_parts
     return parts
-
-
-def _rename_targets(body, own):
-    """Point the additions into ``own``'s arrays at their part's array (new targets:
-    a target may be shared with other statements)."""
-    for x in A.walk(body):
-        t = getattr(x, "target", None)
-        if isinstance(t, A.AdjElem) and t.base in own:
-            x.target = A.AdjElem(t.array, t.index, own[t.base], t.index_texts)
 
 
 def _added_up(array, rank, copies, nparts, fresh):
