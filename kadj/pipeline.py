@@ -4,7 +4,7 @@ Each stage is a function of the ones before it; the target (:mod:`kadj.targets`)
 supplies the target-specific functions, the stages are the same for all::
 
     typed     target.type_kernel(dispatcher, arg_types)    typed Numba IR
-    region    target.structurize(typed)                    region tree (kadj.ir.Kernel)
+    region    target.structurize(typed), var_webs.split    region tree (kadj.ir.Kernel)
     plan      plan.build_plan(...)                         adjoint argument layout
     prepared  target.prepare(region, plan)                 target rewrites + policies
     facts     analysis.analyze(prepared, ..., **policies)  frozen analysis facts
@@ -93,7 +93,7 @@ def stages(target, kernel, arg_types, wrt=None, options=None, until="compiled", 
 
     if stage("typed", target.type_kernel, req.dispatcher, req.arg_types):
         return out
-    if stage("region", target.structurize, out["typed"]):
+    if stage("region", _region, target, out["typed"]):
         return out
     if stage("plan", _make_plan, target, req, out["region"]):
         return out
@@ -156,6 +156,13 @@ def tangent_stages(target, req):
         out["prepared"].kernel, out["facts"],
         tuple(plan.arg_names[i] for i in plan.adjoint_args), plan.returns_value)
     return out
+
+
+def _region(target, typed):
+    """The target's region tree, every web of a reused scalar name a variable of its
+    own (:mod:`kadj.var_webs`)."""
+    from .var_webs import split
+    return split(target.structurize(typed))
 
 
 def _make_plan(target, req, region):

@@ -126,13 +126,40 @@ def _heat(u, v, alpha):
         v[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
 
 
+@numba.njit
+def _kernel_web_changes_type(x, y):
+    for i in range(x.shape[0]):
+        t = 1 << 60
+        if x[i] > 10.0:          # never taken here; t is float64 in every version
+            t = x[i]
+        a = (t + 1) - t          # 0.0 (float), in the forward as in the adjoint
+        y[i] = a * x[i] + 2.0 * x[i]
+
+
 def test_kernel_variable_changing_type_gets_the_right_gradient():
+    # ``t`` holds an int, then an unrelated float: two webs, two variables of the
+    # adjoint (kadj.var_webs), each of one type, so no SSA is needed
     k = kadj.differentiate(_kernel_changes_type)
     x = np.linspace(0.5, 2.0, 9)
     comp = k.compiled(x, np.zeros_like(x))
     gx = np.zeros_like(x)
     k.adjoint(x, np.zeros_like(x), gx, np.ones_like(x))
     np.testing.assert_array_equal(gx, np.full_like(x, 1.5))
+    assert _pipeline(comp.function) == "kadj_ssa_free"
+
+
+def test_one_variable_assigned_two_types_compiles_with_ssa():
+    # one web holding an int and a float: the adjoint assigns both, so it takes
+    # numba's own pipeline, and computes what the forward computes (a float ``t``)
+    k = kadj.differentiate(_kernel_web_changes_type)
+    x = np.linspace(0.5, 2.0, 9)
+    y = np.zeros_like(x)
+    _kernel_web_changes_type(x, y)
+    np.testing.assert_array_equal(y, 2.0 * x)
+    comp = k.compiled(x, np.zeros_like(x))
+    gx = np.zeros_like(x)
+    k.adjoint(x, np.zeros_like(x), gx, np.ones_like(x))
+    np.testing.assert_array_equal(gx, np.full_like(x, 2.0))
     assert _pipeline(comp.function) == "nopython"
 
 
