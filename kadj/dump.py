@@ -152,6 +152,7 @@ def facts(f, locs=True, raw=False) -> str:
 
 
 # per-loop facts: dicts keyed by loop uid, and sets of loop uids
-_LOOP_FACTS = {"recompute", "recompute_vars", "replay", "loop_saved", "checkpoint",
+_LOOP_FACTS = {"recompute", "recompute_vars", "replay", "loop_saved", "loop_unsaved",
+               "checkpoint",
                "checkpoint_owned", "replay_shared", "checkpoint_arrays"}
 _LOOP_SETS = {"index_saved", "ascending", "force_replay"}

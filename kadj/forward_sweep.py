@@ -302,8 +302,7 @@ class ForwardSweep:
         if counted:
             cnt = self._count_name(s)
             self.put(depth, A.Assign(cnt, "0"))
-        saved_vars = a.loop_saved.get(s.uid, ())
-        for v in saved_vars:
+        for v in a.loop_saved.get(s.uid, ()):
             self.push(depth, self.n(v), self.T[v])
         replay = s.uid in a.replay and not self.nopush
         if replay:
@@ -328,7 +327,7 @@ class ForwardSweep:
         if not replay:
             self.push_fresh(s, depth + 1, self.not_first(s))
         with self.mode(nopush=self.nopush or replay,
-                       suppressed=self.suppressed | set(saved_vars)):
+                       suppressed=self.suppressed | set(a.unrecorded(s.uid))):
             self.fwd(s.body, depth + 1, loop_depth + 1)
         self.close_frame()
         if not replay:
@@ -340,8 +339,7 @@ class ForwardSweep:
         counted = self.a.has_rev.get(id(s))
         cnt = self._count_name(s)
         self.comment(depth, s.loc)
-        saved_vars = self.a.loop_saved.get(s.uid, ())
-        for v in saved_vars:
+        for v in self.a.loop_saved.get(s.uid, ()):
             self.push(depth, self.n(v), self.T[v])
         if counted:
             self.put(depth, A.Assign(cnt, "0"))
@@ -351,7 +349,7 @@ class ForwardSweep:
         self.open_frame(depth + 1, assigned=ir.assigned(s.body), body=s.body,
                         per_trip=True)
         self.push_fresh(s, depth + 1, self.not_first(s))
-        with self.mode(suppressed=self.suppressed | set(saved_vars)):
+        with self.mode(suppressed=self.suppressed | set(self.a.unrecorded(s.uid))):
             self.fwd(s.body, depth + 1, loop_depth + 1)
         self.close_frame()
         self.push_exit(s, depth)
@@ -411,7 +409,7 @@ class ForwardSweep:
         defs, form = self._fresh.get(loop.uid, ((), None))
         if form not in ("guarded", "guarded+exit"):
             return (), form
-        skip = set(self.suppressed) | set(a.loop_saved.get(loop.uid, ()))
+        skip = set(self.suppressed) | set(a.unrecorded(loop.uid))
         return tuple(x for x in defs if id(x) in self.kept and x.target not in skip and
                      id(x) not in a.replay_fresh), form
 

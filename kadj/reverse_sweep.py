@@ -373,8 +373,7 @@ class ReverseSweep:
         if needed_rec:
             self.put(depth + 1, A.Comment("# recompute"))
             self.recompute(needed_rec, depth + 1)
-        saved_vars = a.loop_saved.get(s.uid, ())
-        with self.mode(suppressed=self.suppressed | set(saved_vars)):
+        with self.mode(suppressed=self.suppressed | set(a.unrecorded(s.uid))):
             self.rev(s.body, depth + 1, loop_depth + 1, frozenset(recomputed))
         self.pop_fresh(s, depth + 1, self.not_first(s))
         if id(s) in self.kept:
@@ -467,8 +466,7 @@ class ReverseSweep:
             self.pop_exit(s, depth)
             k = self.fresh("k")
             self.put(depth, A.For(k, f"range({cnt})"))
-            saved_vars = self.a.loop_saved.get(s.uid, ())
-            with self.mode(suppressed=self.suppressed | set(saved_vars)):
+            with self.mode(suppressed=self.suppressed | set(self.a.unrecorded(s.uid))):
                 self.rev(s.body, depth + 1, loop_depth + 1)
             self.pop_fresh(s, depth + 1, self.not_first(s, k))
             if id(s) in self.kept:

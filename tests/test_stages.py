@@ -430,7 +430,10 @@ def test_early_return_in_loop_becomes_a_break_with_a_flag():
     loop, = loops(k)
     assert not any(isinstance(s, ir.Return) for s in ir.walk(loop.body))
     assert any(isinstance(s, ir.Break) for s in ir.walk(loop.body))
-    flag = next(iter(f.loop_saved[loop.uid]))
+    # the flag is recorded, but not around the loop: its value before the loop (False)
+    # is read by no reverse (kadj.analysis.loops: loop_unsaved)
+    flag = next(iter(f.loop_unsaved[loop.uid]))
+    assert loop.uid not in f.loop_saved
     # after the loop, the flag decides which value is returned
     assert skeleton(k.body).endswith("if(return | return)")
     assert flag in f.pushed and "s" in names(f, f.varied)
@@ -520,12 +523,14 @@ def test_reversed_range():
     assert "p" in names(f, f.pushed) and loop.uid not in f.ascending
 
 
-def test_value_needed_only_after_the_loop_is_saved_once():
+def test_value_needed_only_after_the_loop_is_not_recorded_in_it():
     k, f = cpu_stages(square_of_sum, Z)
     loop, = loops(k)
-    # s*s after the loop needs the final s; the loop's own reverse never reads s
-    assert names(f, f.loop_saved[loop.uid]) == {"s"}
-    assert "loop_saved[for i in range(t2):" in dump.facts(f)
+    # s*s after the loop needs the final s; the loop's own reverse never reads s, nor
+    # does any reverse read its value before the loop (s = 0.0): not recorded in the
+    # loop, not saved around it
+    assert names(f, f.loop_unsaved[loop.uid]) == {"s"} and not f.loop_saved
+    assert "loop_unsaved[for i in range(t2):" in dump.facts(f)
 
 
 def test_inner_recurrence_replayed_per_outer_iteration():

@@ -70,6 +70,7 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
     extra = set()
     while True:
         a.loop_saved = {}
+        a.loop_unsaved = {}
         _needed.needed(body, a, extra)
         restored = set(a.restore_arrays)
         _pushed(kernel, a)

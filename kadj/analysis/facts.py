@@ -76,12 +76,19 @@ class Facts(_Queries):
     ascending: frozenset             # loops reversible in forward order
     replay: Mapping                  # loop uid -> vars saved around it (replayed loops)
     loop_saved: Mapping              # loop uid -> vars saved once around it
+    loop_unsaved: Mapping            # loop uid -> vars it does not record, nor save
     replay_fresh: frozenset          # ids of first defs in replayed loops
     checkpoint: Mapping              # loop uid -> carried vars checkpointed
     checkpoint_owned: Mapping        # loop uid -> owned shared arrays checkpointed
     force_replay: frozenset          # loops replayed for their arrays
     replay_shared: Mapping           # loop uid -> shared arrays rewritten by a replay
     checkpoint_arrays: Mapping       # loop uid -> scratch arrays checkpointed
+
+    def unrecorded(self, uid):
+        """The variables loop ``uid``'s iterations do not record: saved once around
+        the loop (``loop_saved``), or not at all (``loop_unsaved``: no reverse reads
+        their value on entry to the loop)."""
+        return tuple(self.loop_saved.get(uid, ())) + tuple(self.loop_unsaved.get(uid, ()))
 
     # the policy's fields, read where they were read before the policy was a record
     @property
@@ -131,6 +138,7 @@ class _Work(_Queries):
     ascending: set = field(default_factory=set)
     replay: dict = field(default_factory=dict)
     loop_saved: dict = field(default_factory=dict)
+    loop_unsaved: dict = field(default_factory=dict)
     replay_fresh: set = field(default_factory=set)
     checkpoint: dict = field(default_factory=dict)
     checkpoint_owned: dict = field(default_factory=dict)

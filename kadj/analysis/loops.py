@@ -339,8 +339,14 @@ def find_loop_saved(stmts, a, suppressed, inside_replay):
     every recorded value it overwrites is saved once around it instead, also inside a
     replayed iteration (whose replay records, and whose reverse pops only where the
     reverse sweep goes).  So a push inside a loop is made only where the loop's reverse
-    pops it."""
-    for s in stmts:
+    pops it.
+
+    Outside replayed loops, a value whose entry value no reverse reads (the statements
+    before the loop, back to an assignment of it, read it neither in reverse nor in
+    their own partials: ``s = 0.0`` before ``for j: s += a[i, j] * v[j]``) is not saved
+    at all (``loop_unsaved``): after the loop's reverse, the next value anything reads
+    is the one that assignment's own record restores."""
+    for k, s in enumerate(stmts):
         if isinstance(s, ir.If):
             find_loop_saved(s.then, a, suppressed, inside_replay)
             find_loop_saved(s.orelse, a, suppressed, inside_replay)
@@ -358,9 +364,29 @@ def find_loop_saved(stmts, a, suppressed, inside_replay):
                 if isinstance(s, ir.ForRange):
                     cand.discard(s.index)
                 if cand:
-                    a.loop_saved[s.uid] = tuple(sorted(cand))
+                    unread = set() if no_reverse or is_replay or inside_replay else \
+                        {v for v in cand if _entry_unread(stmts[:k], v, a)}
+                    if cand - unread:
+                        a.loop_saved[s.uid] = tuple(sorted(cand - unread))
+                    if unread:
+                        a.loop_unsaved[s.uid] = tuple(sorted(unread))
                     inner_supp = suppressed | cand
             find_loop_saved(s.body, a, inner_supp, inside_replay or is_replay)
+
+
+def _entry_unread(before, v, a):
+    """Does no reverse read ``v``'s value on entry to a loop preceded by ``before`` in
+    its sequence: walking back, an assignment of ``v`` comes before any statement whose
+    reverse reads ``v`` (that assignment's own partials included) and before any
+    compound statement that assigns it?"""
+    for p in reversed(before):
+        if v in reverse_reads([p], a):
+            return False
+        if isinstance(p, ir.Assign) and p.target == v:
+            return True
+        if isinstance(p, (ir.If, ir.ForRange, ir.Loop)) and v in ir.assigned([p]):
+            return False
+    return False
 
 
 def conditions_around_saves(stmts, a):
