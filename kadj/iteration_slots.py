@@ -22,8 +22,14 @@ first value is pushed before the second assignment and popped back at that
 assignment's reverse) gets a place of its own in the row too, written and read where
 the push and the pop were.
 
-Handled: a loop at the adjoint's top level, over ``range(lo, hi)`` with a constant
-``lo >= 0``, whose tape traffic is that block of pushes and pushes among the body's own
+A loop nested in the forward sweep's loops (a ``prange`` in a time loop) gets rows for
+each run: the views are taken where the run starts (the pointer then sits at the run's
+block of the tape) and where its reverse starts, and the values each run left for its
+reverse (pushed after the loop, popped before its reverse) are dropped, being in the
+last iteration's row.
+
+Handled: a loop at the adjoint's top level or nested so, over ``range(lo, hi)`` with
+a constant ``lo >= 0``, whose tape traffic is that block of pushes and pushes among the body's own
 statements (not in a branch nor an inner loop), mirrored by pops at the same places of
 the reversed body, with no ``break``, ``continue`` or ``return``.  Anything else keeps
 the stack; both forms are exact.  A tape too short for the rows
@@ -35,23 +41,42 @@ import ast
 
 from . import adj_ir as A
 from .adj_refs import free_name, names
-from .parallel import SLOTS, _SCALAR_NODES, _range_bounds, _the_for
+from .parallel import SLOTS, _SCALAR_NODES, _range_bounds, _the_for, forward_loops
 
 _TAPE = (A.Push, A.Pop, A.PushArray, A.PopArray, A.Reserve, A.CapacityCheck)
 
 
 def index_fresh_saves(fn, wanted):
-    """Give the top-level loops of ``fn`` (adjoint IR, tape planned) whose primal loop
-    is in ``wanted`` per-iteration tape slots where they qualify.  Returns the uids of
-    the loops changed."""
+    """Give the loops of ``fn`` (adjoint IR, tape planned) whose primal loop is in
+    ``wanted`` per-iteration tape slots where they qualify: loops at the top level, and
+    loops nested in the forward sweep's loops whose reversed loop sits in the reversed
+    loops' bodies.  Returns the uids of the loops changed."""
     done = []
-    for f in list(fn.body):
-        if isinstance(f, A.For) and f.primal and f.loop in wanted:
-            rl = next((x for x in fn.body if isinstance(x, A.ReverseLoop) and
-                       x.loop == f.loop), None)
-            if rl is not None and _index(fn, f, rl):
-                done.append(f.loop)
+    for f, seq in forward_loops(fn.body):
+        if f.loop not in wanted:
+            continue
+        found = _reversed(fn.body, f.loop)
+        if found is None:
+            continue
+        rl, rseq = found
+        if (seq is fn.body) == (rseq is fn.body) and _index(fn, f, seq, rl, rseq):
+            done.append(f.loop)
     return done
+
+
+def _reversed(seq, uid):
+    """(the ReverseLoop of loop ``uid``, its sequence): at the top level, or directly in
+    the body of a reversed loop's ``for`` (not under a branch); None elsewhere."""
+    for x in seq:
+        if isinstance(x, A.ReverseLoop):
+            if x.loop == uid:
+                return x, seq
+            for y in x.body:
+                if isinstance(y, A.For):
+                    found = _reversed(y.body, uid)
+                    if found is not None:
+                        return found
+    return None
 
 
 def _ascending(loop):
@@ -65,13 +90,18 @@ def _ascending(loop):
     return _range_bounds(loop)
 
 
-def _index(fn, f, rl):
+def _index(fn, f, seq, rl, rseq):
     bounds = _ascending(f)
-    found = _the_for(rl)
+    nested = seq is not fn.body
+    found = _the_for(rl, (A.If,) if nested else ())   # (the pops of a run's exit)
     if bounds is None or found is None or tuple(found[1:]) != bounds:
         return False
     r = found[0]
     lo, hi = bounds
+    exits = _exits(f, seq, rl, r, f"{hi} > {lo}") if nested else ()
+    if exits is None or nested and sum(isinstance(x, A.If) for x in rl.body) != \
+            (1 if exits else 0):
+        return False
     fresh = _block(f.body[:1], f"{f.var} > {lo}", A.Push)
     rest_f = f.body if fresh is None else f.body[1:]
     back = _block(r.body[-1:], f"{r.var} > {lo}", A.Pop)
@@ -89,6 +119,8 @@ def _index(fn, f, rl):
         return False
     if any(f.var in names(p.value) for p in fresh):
         return False    # (values of the previous iteration's counter: never written so)
+    if exits and [p.value for p in exits[1]] != [p.value for p in fresh]:
+        return False    # (the values a run left are this iteration's fresh ones)
     # each push's place in its kind's row; pops mirror the pushes
     column, per_kind = {}, {}
     for p in pushes:
@@ -133,13 +165,39 @@ def _index(fn, f, rl):
         load(q) for q in back] if back else []
     f.body[:] = placed(rest_f, A.Push, store) + stores
     r.body[:] = loads + placed(rest_r, A.Pop, load)
-    at = next(k for k, x in enumerate(fn.body) if x is f)
-    fn.body[at:at + 1] = [A.Assign(trips, count)] + views() + [f] + [
+    if exits:
+        # the last iteration's values are in its row: nothing left to save after a run
+        seq[:] = [x for x in seq if x is not exits[0]]
+        rl.body[:] = [x for x in rl.body if x is not exits[2]]
+    at = next(k for k, x in enumerate(seq) if x is f)
+    seq[at:at + 1] = [A.Assign(trips, count)] + views() + [f] + [
         A.Assign(f"_sp_{k}", _times(n, trips), "+=") for k, n in sorted(per_kind.items())]
-    at = next(k for k, x in enumerate(fn.body) if x is rl)
-    fn.body[at:at] = [A.Assign(f"_sp_{k}", _times(n, trips), "-=")
-                      for k, n in sorted(per_kind.items())] + views()
+    at = next(k for k, x in enumerate(rseq) if x is rl)
+    # (a nested run's row count anew: the forward's is the last run's)
+    rseq[at:at] = ([A.Assign(trips, count)] if nested else []) + [
+        A.Assign(f"_sp_{k}", _times(n, trips), "-=")
+        for k, n in sorted(per_kind.items())] + views()
     return True
+
+
+def _exits(f, seq, rl, r, ran):
+    """``(if, its pushes, the reversed if)``: what a nested loop pushes after each run
+    (the values its last iteration left, ``if hi > lo:`` right after the loop) and the
+    pops that mirror them before its reversed loop; ``()`` when there are none; None
+    for any other tape traffic there."""
+    at = next(k for k, x in enumerate(seq) if x is f)
+    after = seq[at + 1] if at + 1 < len(seq) else None
+    rat = next((k for k, x in enumerate(rl.body) if x is r), None)
+    before = rl.body[rat - 1] if rat else None
+    if not any(isinstance(y, _TAPE) for x in (after, before) if x is not None
+               for y in A.walk([x])):
+        return ()
+    pushes = _block([after], ran, A.Push)
+    pops = _block([before], ran, A.Pop)
+    if not pushes or not pops or len(pushes) != len(pops) or any(
+            p.kind != q.kind or q.cond is not None for p, q in zip(pushes, reversed(pops))):
+        return None
+    return after, pushes, before
 
 
 def _top_level(seq, kind):

@@ -93,16 +93,29 @@ def parallelise(fn, ns, wanted, array_sums=True):
 
 def parallelise_primal(fn, ns, wanted):
     """Turn the kernel's own loops that the forward sweep runs, outside any loop (a
-    loss summed over ``prange`` before the reverse sweep), whose loop is in ``wanted``
-    and whose body is race-free (:func:`race_free`: ``s = s + ...`` is a reduction)
-    into ``numba.prange`` loops; binds ``numba`` in ``ns``.  Returns the number made
+    loss summed over ``prange`` before the reverse sweep) or directly in the bodies of
+    such loops (a ``prange`` in a time loop), whose loop is in ``wanted`` and whose
+    body is race-free (:func:`race_free`: ``s = s + ...`` is a reduction) into
+    ``numba.prange`` loops; binds ``numba`` in ``ns``.  Returns the number made
     parallel."""
+    forward = {id(x) for x, _seq in forward_loops(fn.body)}
+
     def pick(x, seq, in_loop):
-        if in_loop or not (isinstance(x, A.For) and x.primal and x.loop in wanted):
+        if not (isinstance(x, A.For) and x.primal and x.loop in wanted) or \
+                in_loop and id(x) not in forward:
             return False
         bounds = _range_bounds(x)
         return bounds is not None and _to_prange(fn, x, seq, x, bounds, in_loop)
     return len(_visit(fn, ns, pick))
+
+
+def forward_loops(seq):
+    """(loop, its sequence) of the forward sweep's ``for`` loops at the top level and
+    directly in the bodies of such loops (not under a branch)."""
+    for x in list(seq):
+        if isinstance(x, A.For) and x.primal:
+            yield x, seq
+            yield from forward_loops(x.body)
 
 
 def parallelise_loops(fn, ns, loops):
@@ -202,10 +215,12 @@ def is_parallel_source(source):
 
 
 # ---- deciding one loop ----------------------------------------------------------------
-def _the_for(rl):
-    """The reversed loop's ``for`` over ``range(lo, hi, 1)`` and its (lo, hi) texts."""
+def _the_for(rl, besides=()):
+    """The reversed loop's ``for`` over ``range(lo, hi, 1)`` and its (lo, hi) texts;
+    ``besides``: types of other nodes its body may hold."""
     loops = [x for x in rl.body if isinstance(x, A.For)]
-    if len(loops) != 1 or any(not isinstance(x, (A.For, A.Comment)) for x in rl.body):
+    if len(loops) != 1 or any(not isinstance(x, (A.For, A.Comment) + tuple(besides))
+                              for x in rl.body):
         return None
     bounds = _range_bounds(loops[0])
     return None if bounds is None else (loops[0], *bounds)
@@ -380,6 +395,17 @@ def race_free(fn, rl, loop, in_loop, array_sums=False):
     top = next((k for k, x in enumerate(fn.body) if x is rl), None)
     if top is not None:     # at the top level: what the rest may read before assigning
         after = _exposed(fn.body[top + 1:], private)
+    else:
+        # nested in a statement of the top level: what that statement mentions outside
+        # the loop (the loops around run it again), and what the rest may read before
+        # assigning; the forward sweep and the prologue ran before
+        top = next((k for k, x in enumerate(fn.body)
+                    if any(y is rl for y in A.walk([x]))), None)
+        if top is not None:
+            inside = {id(y) for y in A.walk([rl])}
+            after = {n for y in A.walk([fn.body[top]]) if id(y) not in inside
+                     for t in _texts(y) for n in names(t)}
+            after |= _exposed(fn.body[top + 1:], private)
     if private & after:
         return None     # a value of the last iteration read after the loop
     zeroed = []

@@ -70,6 +70,15 @@ def sin_in_place(x, y):
 
 
 @njit(parallel=True)
+def steps_in_place(x, y, steps):
+    # a prange loop in a time loop, recording per iteration (rows per step)
+    for t in range(steps):
+        for i in prange(y.shape[0]):
+            v = math.sin(y[i])
+            y[i] = v * x[i] + 0.1 * t
+
+
+@njit(parallel=True)
 def soft_clip(x, out, lo, hi):
     # replayed iterations (a local reassigned under branches): parallel blocks
     for i in prange(x.shape[0]):
@@ -136,6 +145,7 @@ def cases(n, rng):
     heat = (rng.standard_normal(n), np.zeros(n), 0.3)
     inplace = (rng.uniform(0.5, 1.0, n), rng.standard_normal(n))
     clip = (rng.uniform(-2.0, 2.0, n), np.zeros(n), -0.5, 0.7)
+    steps = (rng.uniform(0.5, 1.0, n // 4), rng.standard_normal(n // 4), 4)
     cbrt = (rng.uniform(0.5, 2.0, n), np.zeros(n))
     gather = (rng.standard_normal(n), rng.integers(0, n, n), rng.random(n), np.zeros(n))
     mv = (rng.standard_normal((max(1, n // 1000), 1000)), rng.standard_normal(1000),
@@ -148,6 +158,8 @@ def cases(n, rng):
         "weighted_sum": (weighted_sum, (rng.standard_normal(n), rng.standard_normal(n))),
         "sin_in_place": (sin_in_place, inplace),
         "sin_in_place, parallel=False": (sin_in_place, inplace, {"parallel": False}),
+        "steps_in_place": (steps_in_place, steps),
+        "steps_in_place, parallel=False": (steps_in_place, steps, {"parallel": False}),
         "soft_clip": (soft_clip, clip),
         "soft_clip, parallel=False": (soft_clip, clip, {"parallel": False}),
         "newton_cbrt": (newton_cbrt, cbrt),

@@ -144,3 +144,76 @@ def test_the_users_arrays_are_left_alone():
     par.adjoint(x, y, gx, gy)
     np.testing.assert_array_equal(x, x0)
     np.testing.assert_array_equal(y, y0)
+
+
+# ---- a prange loop nested in a time loop ---------------------------------------------------
+@njit(parallel=True)
+def steps_in_place(x, y, steps):
+    # each step's iteration records v and the element it overwrites: rows per step
+    for t in range(steps):
+        for i in prange(y.shape[0]):
+            v = math.sin(y[i])
+            y[i] = v * x[i] + 0.1 * t
+
+
+@njit(parallel=True)
+def steps_with_flag(x, y, steps):
+    # a flag decided by the element each step overwrites, and a loss summed after
+    # every step (serial: the outer loop's own work between the runs)
+    total = 0.0
+    for t in range(steps):
+        for i in prange(1, y.shape[0]):
+            if y[i] > 0.0:
+                w = 0.9
+            else:
+                w = 1.2
+            y[i] = w * y[i] * x[i] + 0.5 * x[i - 1]
+        total += y[0] * y[y.shape[0] - 1]
+    return total
+
+
+@njit(parallel=True)
+def steps_growing(x, y, steps):
+    # a run of t + 1 iterations at step t: its tape grows with checks, which keeps
+    # the stack form (serial, exact)
+    for t in range(steps):
+        for i in prange(t + 1):
+            v = math.sin(y[i])
+            y[i] = v * x[i]
+
+
+def _nested_args(n, rng, steps=3):
+    return rng.uniform(-1.0, 1.0, n) + 0.05, rng.uniform(-1.0, 1.0, n) + 0.05, steps
+
+
+@pytest.mark.parametrize("kernel, parallel_loops", [(steps_in_place, 2),
+                                                     (steps_with_flag, 3)])
+def test_a_prange_loop_in_a_time_loop_gets_rows_per_step(kernel, parallel_loops):
+    rng = np.random.default_rng(13)
+    par = kadj.differentiate(kernel)
+    ser = kadj.differentiate(kernel, parallel=False)
+    args = _nested_args(40, rng)
+    src = par.adjoint_source(*args)
+    # the forward sweep's loop and the reversed one (steps_with_flag's in parts, its
+    # adj_x[i - 1] shared); no values saved by one iteration for the next, none left
+    # after a run
+    assert _prange_loops(src) == parallel_loops, src
+    assert "_slots_" in src and "its last iteration's values" not in src
+    if kernel is steps_in_place:    # (steps_with_flag's time loop saves y[0], y[-1])
+        assert "_tape_f64[_sp_f64] =" not in src
+    for n, steps in ((1, 2), (2, 1), (3, 4), (17, 3), (200, 2), (5, 0)):
+        check_grad(par, _nested_args(n, rng, steps))
+    for n in (1, 2, 50_001):     # (steps_with_flag reads y[0])
+        args = _nested_args(n, rng, 3)
+        for a, b in zip(_buffers(par, args, n), _buffers(ser, args, n)):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_a_nested_run_whose_length_changes_keeps_the_stack():
+    rng = np.random.default_rng(17)
+    par = kadj.differentiate(steps_growing)
+    args = _nested_args(12, rng, 5)
+    src = par.adjoint_source(*args)
+    assert "_slots_" not in src and _prange_loops(src) == 0
+    for steps in (0, 1, 4, 12):
+        check_grad(par, _nested_args(12, rng, steps))

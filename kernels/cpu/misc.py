@@ -286,6 +286,25 @@ def damped_tanh_parallel_args(rng):
     return damped_tanh_parallel_sized(rng, 32)
 
 
+@njit(parallel=True)
+def allen_cahn_reaction_parallel(u, k, dt, steps):
+    """Reaction substeps of an Allen-Cahn splitting, in place: a time loop around a
+    prange over the cells."""
+    for t in range(steps):
+        for i in prange(u.shape[0]):
+            v = u[i]
+            u[i] = v + dt * k[i] * (v - v * v * v)
+
+
+def allen_cahn_reaction_parallel_sized(rng, n):
+    n = at_least(n, 1)
+    return rng.uniform(-0.9, 0.9, n), 0.5 + rng.random(n), 0.1, 4
+
+
+def allen_cahn_reaction_parallel_args(rng):
+    return allen_cahn_reaction_parallel_sized(rng, 32)
+
+
 @njit
 def soft_threshold(x, out, lam):
     """Shrinkage operator of ISTA: three-way branch, one branch stores a constant."""
@@ -411,4 +430,7 @@ EXAMPLES = [
     Example("damped_tanh_parallel", damped_tanh_parallel, damped_tanh_parallel_args,
             tags=("parallel",),
             sized=damped_tanh_parallel_sized),
+    Example("allen_cahn_reaction_parallel", allen_cahn_reaction_parallel,
+            allen_cahn_reaction_parallel_args, tags=("parallel",),
+            sized=allen_cahn_reaction_parallel_sized),
 ]
