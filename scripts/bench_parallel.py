@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
 import kadj  # noqa: E402
 from kadj.parallel import is_parallel_source  # noqa: E402
 from kadj.timing import interleaved_times  # noqa: E402
+from kernels.cpu.misc import allen_cahn_reaction_parallel  # noqa: E402
 from kernels.cpu.stencils import diffusion_1d_parallel, diffusion_2d_parallel  # noqa: E402
 
 
@@ -146,6 +147,7 @@ def cases(n, rng):
     inplace = (rng.uniform(0.5, 1.0, n), rng.standard_normal(n))
     clip = (rng.uniform(-2.0, 2.0, n), np.zeros(n), -0.5, 0.7)
     steps = (rng.uniform(0.5, 1.0, n // 4), rng.standard_normal(n // 4), 4)
+    reaction = (rng.uniform(-0.9, 0.9, n), 0.5 + rng.random(n), 0.1, 4)
     cbrt = (rng.uniform(0.5, 2.0, n), np.zeros(n))
     gather = (rng.standard_normal(n), rng.integers(0, n, n), rng.random(n), np.zeros(n))
     mv = (rng.standard_normal((max(1, n // 1000), 1000)), rng.standard_normal(1000),
@@ -158,6 +160,9 @@ def cases(n, rng):
         "weighted_sum": (weighted_sum, (rng.standard_normal(n), rng.standard_normal(n))),
         "sin_in_place": (sin_in_place, inplace),
         "sin_in_place, parallel=False": (sin_in_place, inplace, {"parallel": False}),
+        "allen_cahn_reaction": (allen_cahn_reaction_parallel, reaction),
+        "allen_cahn_reaction, parallel=False": (allen_cahn_reaction_parallel, reaction,
+                                                {"parallel": False}),
         "steps_in_place": (steps_in_place, steps),
         "steps_in_place, parallel=False": (steps_in_place, steps, {"parallel": False}),
         "soft_clip": (soft_clip, clip),

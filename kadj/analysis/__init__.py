@@ -52,6 +52,17 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
     elif carried_replay or private_scratch or unwritten or shared_scratch or owned_shared:
         raise TypeError("analyze: give the memory policy as policy= or as keywords, "
                         "not both")
+    facts = _analyze(kernel, slot_args, returns_value, policy, None)
+    if _recompute.cheap_recorded(kernel, facts.pushed):
+        # values recorded that are cheap arithmetic of another recorded value: again,
+        # recomputing those (kept when it records fewer variables)
+        again = _analyze(kernel, slot_args, returns_value, policy, facts.pushed)
+        if len(again.pushed) < len(facts.pushed):
+            return again
+    return facts
+
+
+def _analyze(kernel, slot_args, returns_value, policy, wanted):
     a = _Work(kernel=kernel, slot_args=tuple(slot_args), policy=policy)
     T = kernel.types
     body = kernel.body
@@ -64,7 +75,7 @@ def analyze(kernel, slot_args, returns_value=True, carried_replay=False,
     _activity.loop_assigned(body, a, False)
     _activity.activity(kernel, a)
     _activity.usefulness(kernel, a, returns_value)
-    _recompute.recompute(body, a)
+    _recompute.recompute(body, a, wanted)
     # fixpoint: the values replayed loops read are needed too (the replay runs in the
     # reverse sweep); needing more values may record more and replay more loops
     extra = set()

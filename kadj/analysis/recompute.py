@@ -2,25 +2,40 @@
 whose values depend only on the loop index, on variables the loop does not assign and
 on arrays the loop does not write.  The reverse sweep recomputes them at the start of
 each reversed iteration instead of storing them: a loop whose reverse needs only such
-values (stencils, maps, most reductions) needs no tape."""
+values (stencils, maps, most reductions) needs no tape.
+
+Also recomputed: cheap arithmetic (``+ - * /``, comparisons, ``abs``, ``min``,
+``max``) of such values and of at most one value the iteration records anyway
+(:func:`_recorded`: assigned once in the kernel, unconditionally in the loop's body,
+before anything in the iteration reads it).  Recomputing it reads that value, which
+makes it needed, so recorded; at the top of each reversed iteration it holds that
+iteration's value.  An in-place update ``v = u[i]; t3 = v * v; t4 = v - t3 * v; u[i] =
+v + c * t4`` then records ``v`` alone instead of ``v``, ``t3`` and ``t4``: never more
+values than before, and less memory traffic, which is what such loops are bound by.
+Transcendental functions are not recomputed from recorded values (a ``sin`` costs
+more than recording its result)."""
 from __future__ import annotations
 
 import operator
 from dataclasses import replace
 
+from numba.core import types
+
 from .. import ir
 from .memory import written_behind
 
-def recompute(stmts, a):
+def recompute(stmts, a, wanted=None):
+    """Fill ``a.recompute`` and ``a.recompute_vars`` for the loops of ``stmts``;
+    ``wanted``: see :func:`_choose`."""
     for s in stmts:
         if isinstance(s, ir.If):
-            recompute(s.then, a)
-            recompute(s.orelse, a)
+            recompute(s.then, a, wanted)
+            recompute(s.orelse, a, wanted)
         elif isinstance(s, ir.Loop):
-            recompute(s.body, a)
+            recompute(s.body, a, wanted)
         elif isinstance(s, ir.ForRange):
-            recompute(s.body, a)
-            _recompute_loop(s, a)
+            recompute(s.body, a, wanted)
+            _recompute_loop(s, a, wanted)
 
 
 def reads_outside(a, loop, names):
@@ -48,10 +63,10 @@ def index_read_outside(a, loop):
     return False
 
 
-def _recompute_loop(loop, a):
+def _recompute_loop(loop, a, wanted=None):
     sums = _iteration_sums(loop, a)
     while True:
-        chosen, rvars = _choose(loop, a, sums)
+        chosen, rvars = _choose(loop, a, sums, wanted)
         # an iteration's sum is recomputed only with every one of its assignments
         partial = {v for v in sums & rvars
                    if sum(isinstance(x, ir.Assign) and x.target == v
@@ -141,14 +156,20 @@ def _adds_into(e, v):
     return False
 
 
-def _choose(loop, a, sums):
+def _choose(loop, a, sums, wanted=None):
     """The statements recomputed at the top of each reversed iteration, and the
-    variables they define; ``sums``: the iteration's sums that may be recomputed."""
+    variables they define; ``sums``: the iteration's sums that may be recomputed;
+    ``wanted``: values recorded without the cheap arithmetic of recorded values, which
+    then may be recomputed instead (the module docstring)."""
     assigned_in = ir.assigned(loop.body)
     stored_in = ir.stored_arrays(loop.body)
     rvars = set()
     chosen = []
     own = {v: a.assign_count[v] for v in sums}
+
+    recorded = _recorded(loop, a) if wanted else set()
+    above = set()       # of those, the ones assigned above the statement at hand
+    ext, ext_roots = [], {}     # cheap arithmetic of one recorded value
 
     def ok_operand(x):
         if not isinstance(x, ir.Var):
@@ -169,12 +190,36 @@ def _choose(loop, a, sums):
             return False
         return all(ok_operand(x) for x in ir.operands(e))
 
+    def roots_of(s):
+        """The recorded values ``s`` is cheap arithmetic of (through the values
+        recomputed so), or None when it is not."""
+        if not _cheap(s.expr) or a.assign_count.get(s.target, 0) != 1 or \
+                reads_outside(a, loop, {s.target}):
+            return None
+        out = set()
+        for x in ir.operands(s.expr):
+            if isinstance(x, ir.Var) and not ok_operand(x):
+                if x.name in ext_roots:
+                    out |= ext_roots[x.name]
+                elif x.name in above:
+                    out.add(x.name)
+                else:
+                    return None
+        return out
+
     for s in loop.body:
+        if isinstance(s, ir.Assign) and s.target in recorded:
+            above.add(s.target)
         if isinstance(s, ir.Assign):
             if ok_assign(s, {s.target: own.get(s.target, 1)}) and \
                     not reads_outside(a, loop, {s.target}):
                 chosen.append(s)
                 rvars.add(s.target)
+            elif recorded:
+                roots = roots_of(s)
+                if roots is not None and len(roots) <= 1:
+                    ext.append(s)
+                    ext_roots[s.target] = roots
         elif isinstance(s, ir.If):
             inner = list(ir.walk((s,)))
             if any(isinstance(x, (ir.ForRange, ir.Loop, ir.Return)) for x in inner):
@@ -235,7 +280,52 @@ def _choose(loop, a, sums):
             if accepted:
                 chosen.append(_assigns_only(s, accepted))
                 rvars |= accepted
-    return chosen, rvars
+    # of those, the ones whose values were recorded (``wanted``) and the ones these read
+    keep = set(wanted or ()) & set(ext_roots)
+    for s in reversed(ext):
+        if s.target in keep:
+            keep |= ir.stmt_reads(s) & set(ext_roots)
+    ext = [s for s in ext if s.target in keep]
+    return chosen + ext, rvars | {s.target for s in ext}
+
+
+_CHEAP = frozenset([operator.add, operator.sub, operator.mul, operator.truediv,
+                    operator.neg, operator.pos, operator.lt, operator.le, operator.gt,
+                    operator.ge, operator.eq, operator.ne, abs, min, max])
+
+
+def _cheap(e):
+    """Is ``e`` cheap arithmetic (no function call worth its result's record)?  (Not a
+    copy: the copies of a helper's inlined return value would stay as chains.)"""
+    return isinstance(e, ir.Op) and not e.kws and e.fn in _CHEAP
+
+
+def cheap_recorded(kernel, pushed):
+    """Does a ``for`` loop of ``kernel`` assign one of the recorded values ``pushed``
+    by cheap arithmetic (a candidate for :func:`_choose`'s ``wanted``)?"""
+    return any(isinstance(s, ir.ForRange) and any(
+        isinstance(x, ir.Assign) and x.target in pushed and _cheap(x.expr)
+        for x in s.body) for s in ir.walk(kernel.body))
+
+
+def _recorded(loop, a):
+    """Scalars of ``loop``'s body whose value each reversed iteration holds at its top
+    once they are recorded: assigned once in the kernel, by a statement of the body's
+    own sequence (unconditionally), not read in the iteration before it, not the
+    counter."""
+    order = list(ir.walk(loop.body))
+    out = set()
+    for s in loop.body:
+        if not isinstance(s, ir.Assign) or a.assign_count.get(s.target, 0) != 1 or \
+                s.target == loop.index:
+            continue
+        if not isinstance(a.kernel.types.get(s.target), (types.Number, types.Boolean)):
+            continue
+        at = next(k for k, x in enumerate(order) if x is s)
+        if any(s.target in ir.stmt_reads(x) for x in order[:at + 1]):
+            continue
+        out.add(s.target)
+    return out
 
 
 def _decided_before(s, loop, a):
