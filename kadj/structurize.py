@@ -355,14 +355,19 @@ class Structurizer:
         body = set(info.body)
         follow = None
         cands = []
-        hterm = self.blocks[header].terminator
+        # (the header may be a block that only jumps to the loop's test: numba's
+        # ``for`` after a statement that ends a block; its test is the exit to take)
+        test = self.resolve_trivial(header)
+        if test not in body:
+            test = header
+        hterm = self.blocks[test].terminator
         if isinstance(hterm, nir.Branch):
             outs = [t for t in hterm.get_targets() if t not in body]
             if len(outs) == 1:
                 cands.append(outs[0])
         for b in sorted(body):
             term = self.blocks[b].terminator
-            if header in term.get_targets() and isinstance(term, nir.Branch):
+            if {header, test} & set(term.get_targets()) and isinstance(term, nir.Branch):
                 outs = [t for t in term.get_targets() if t not in body]
                 if len(outs) == 1:
                     cands.append(outs[0])

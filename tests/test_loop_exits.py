@@ -315,3 +315,57 @@ def test_cuda_adjoint_compiles_to_ptx():
 
     ptx = newton_two_stops.adjoint_ptx(np.ones(8), np.zeros(8), cc=(9, 0))
     assert ".entry" in ptx
+
+
+# A for loop whose header numba gives a block that only jumps to the loop's test, left
+# by early returns from an inner loop besides its own end: the code after the loop was
+# taken from the first early return (``return w * 2.0 + a[i, j]`` in place of ``return
+# s + t + u + w``), a wrong value and gradient; found by random kernels.  The block
+# layout depends on the exact bytecode and line numbers, so the kernel is compiled
+# from this text.
+_TRIVIAL_HEADER = '''def trivial_header(x, a, y):
+    n = x.shape[0]
+    m = a.shape[1]
+    s = x[0]
+    u = x[1]
+    w = x[0] * x[1]
+    t = x[1] * 2.0
+    for i in range(n):
+        if i % 3 == 1:
+            w += 0.0
+        for j in range(m):
+                s = 0.0
+        for j in range(m):
+            if a[i, j] > 0.5:
+                u = math.exp(x[i])
+                t *= x[i]
+                w /= 2.0
+                s = u / (x[n - 1] + 1.0)
+                w = math.sin(x[n - 1]) * x[j % n]
+            if a[i, j] > 0.5 and i == 3:
+                return w * 2.0 + a[i, j]
+            if x[0] > 0.5 and i == 3:
+                return s * 2.0 + x[i]
+    return s + t + u + w
+'''
+
+
+def test_the_code_after_a_loop_with_a_jump_only_header_is_its_own():
+    from kadj import ir, pipeline
+    from kadj.targets import cpu
+    from kadj.testing import check_grad
+    ns = {"math": math}
+    exec(compile(_TRIVIAL_HEADER, "<trivial_header>", "exec"), ns)
+    fn = njit(ns["trivial_header"])
+    rng = np.random.default_rng(0)
+    for n in (2, 5):
+        x, a, y = rng.uniform(0.1, 0.9, n), rng.uniform(0.0, 1.0, (n, 3)), np.zeros(n)
+        k = kadj.differentiate(fn)
+        gx, ga, gy = np.zeros(n), np.zeros((n, 3)), np.zeros(n)
+        assert k.adjoint(x, a, y, gx, ga, gy, adj_return=1.0) == fn(x, a, y)
+        check_grad(k, (x, a, y))
+    out = pipeline.stages(cpu.CPU, kadj.differentiate(fn),
+                          tuple(__import__("numba").typeof(v) for v in (x, a, y)),
+                          until="region")
+    tail = ir.fmt(out["region"].body[-1:])
+    assert "w * 2.0" not in tail and "$binop_add" in tail, tail
