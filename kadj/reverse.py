@@ -261,8 +261,16 @@ class Writer(Naming, MemoryLiveness, CheckpointedLoops, ForwardSweep, ReverseSwe
 
     @property
     def declare(self):
-        # variables pushed (may be read before their first assignment in a loop)
-        return {v for v in self.a.pushed if v not in self.k.args}
+        # variables pushed (may be read before their first assignment in a loop), and
+        # the scalars saved around loops or in checkpoints (a loop counter read after
+        # its loop, saved before an enclosing checkpointed loop before any assignment)
+        a = self.a
+        saved = set(a.pushed)
+        for group in (a.replay, a.loop_saved, a.checkpoint):
+            for names in group.values():
+                saved.update(names)
+        return {v for v in saved if v not in self.k.args and
+                isinstance(self.T.get(v), (types.Number, types.Boolean))}
 
 
 def _source_line(loc):

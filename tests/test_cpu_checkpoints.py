@@ -188,3 +188,43 @@ def test_stages_show_the_checkpointed_loop():
     assert "ReverseLoop(strategy='replayed'" in ir_text
     plain = kadj.differentiate(time_loop).show_stage("facts", *args)
     assert "policy.carried_replay: yes" not in plain and "checkpoint[" not in plain
+
+
+# A loop counter read after its loop (``x[j % n]`` after ``for j in range(m)``, inside
+# a branch of an outer loop reversed from checkpoints) is saved before that outer loop,
+# where nothing has assigned it yet: the adjoint did not declare it and numba refused
+# to compile it ("Variable 'j' is not defined").  Found by random kernels; compiled from
+# this text (the failure depends on the kernel's exact shape).
+_COUNTER_AFTER_LOOP = '''def counter_after_loop(x, a, y):
+    n = x.shape[0]
+    m = a.shape[1]
+    s = math.sqrt(x[n - 1] + 1.0) * x[0] * 0.5
+    t = s * x[0]
+    w = t + x[n - 1]
+    for i in range(n):
+        t = math.exp(x[0])
+        y[i] += 0.0
+        if x[i] > 0.5:
+            s = math.exp(x[i])
+            t = math.exp(-x[i] * x[i])
+            for j in range(m):
+                t = math.tanh(x[n - 1] + s)
+                u = s + x[n - 1]
+                u = math.cos(u) * x[i] + x[j % n] * 0.3
+            y[0 % n] += x[j % n] * w
+            t = math.exp(-w * w)
+'''
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_counter_read_after_its_loop_is_declared_for_checkpoints(dtype):
+    import math as _math
+    from kadj.testing import check_grad
+    ns = {"math": _math}
+    exec(compile(_COUNTER_AFTER_LOOP, "<counter_after_loop>", "exec"), ns)
+    fn = njit(ns["counter_after_loop"])
+    rng = np.random.default_rng(3)
+    for n in (1, 4, 9):
+        x = rng.uniform(0.6, 0.9, n).astype(dtype)
+        a = rng.uniform(0.1, 0.9, (n, 3)).astype(dtype)
+        check_grad(kadj.differentiate(fn, checkpoints=True), (x, a, np.zeros(n, dtype)))
