@@ -357,17 +357,17 @@ class Structurizer:
         cands = []
         # (the header may be a block that only jumps to the loop's test: numba's
         # ``for`` after a statement that ends a block; its test is the exit to take)
-        test = self.resolve_trivial(header)
-        if test not in body:
-            test = header
-        hterm = self.blocks[test].terminator
+        real = self.resolve_trivial(header)
+        if real not in body:
+            real = header
+        hterm = self.blocks[real].terminator
         if isinstance(hterm, nir.Branch):
             outs = [t for t in hterm.get_targets() if t not in body]
             if len(outs) == 1:
                 cands.append(outs[0])
         for b in sorted(body):
             term = self.blocks[b].terminator
-            if {header, test} & set(term.get_targets()) and isinstance(term, nir.Branch):
+            if {header, real} & set(term.get_targets()) and isinstance(term, nir.Branch):
                 outs = [t for t in term.get_targets() if t not in body]
                 if len(outs) == 1:
                     cands.append(outs[0])
@@ -381,9 +381,6 @@ class Structurizer:
         if fallback:  # ``while True`` left only by breaks (and returns, raises)
             follow = self._break_target(header, info, outer)
         follow = self.resolve_trivial(follow)
-        real = self.resolve_trivial(header)
-        if real not in body:
-            real = header
         # other exits that rejoin the code after the loop (an inlined helper's return
         # inside its loop): leave by a selector value and a break, dispatch after it
         others = []
