@@ -232,8 +232,9 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
             raise DifferentiationError(
                 "adjoint_resources() needs a CUDA GPU (the driver reports registers and "
                 "memory); adjoint_ptx() works without one", kernel=self.__name__)
+        from numba.core import types
         kern = self._pick(self.compiled(*args), form)[1]
-        sig = self.adjoint_signature(*args)
+        sig = types.void(*self.adjoint_signature(*args))   # numba-cuda wants a Signature
         kern.compile(sig)
         return {"registers": kern.get_regs_per_thread(sig),
                 "local_memory_per_thread": kern.get_local_mem_per_thread(sig),

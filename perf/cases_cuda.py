@@ -96,6 +96,9 @@ class CudaCase:
     written:       indices of the arrays the forward writes.
     check_n, small_n, large_n:  size parameters for simulator checks, quick GPU runs,
                    and GPU runs of ~0.1-1 ms per forward launch on a large GPU.
+    naive:         the hand-written adjoint with its scalar adjoint added by one atomic
+                   per thread instead of one per block (what the block reduction buys),
+                   when the case has a scalar adjoint.
     """
 
     name: str
@@ -110,6 +113,8 @@ class CudaCase:
     check_n: int
     small_n: int
     large_n: int
+    naive: HandAdjoint | None = None
+
 
     def size(self, which):
         """The size parameter for ``"check"``, ``"small"`` or ``"large"``."""
@@ -198,6 +203,14 @@ else:
                 cuda.atomic.add(out, 0, v)
 
 
+@cuda.jit
+def copy(a, b):
+    """b = a, one thread per element: the bandwidth ceiling of ``scripts/bench_cuda.py``."""
+    i = cuda.grid(1)
+    if i < a.shape[0]:
+        b[i] = a[i]
+
+
 # --------------------------------------------------------------------------------------
 # 1-D heat step (3-point stencil)
 # --------------------------------------------------------------------------------------
@@ -225,6 +238,23 @@ def heat1d_gather(u, u_new, alpha, adj_u, adj_u_new, adj_alpha):
             acc += alpha * adj_u_new[i + 1]
         adj_u[i] += acc
     block_sum_add(adj_alpha, s)
+
+
+def heat1d_gather_naive(u, u_new, alpha, adj_u, adj_u_new, adj_alpha):
+    """heat1d_gather with one atomic per thread into adj_alpha (no block reduction)."""
+    i = cuda.grid(1)
+    n = u.shape[0]
+    if i < n:
+        acc = 0.0
+        if 0 < i < n - 1:
+            g = adj_u_new[i]
+            cuda.atomic.add(adj_alpha, 0, g * (u[i - 1] - 2.0 * u[i] + u[i + 1]))
+            acc = (1.0 - 2.0 * alpha) * g
+        if 1 < i:
+            acc += alpha * adj_u_new[i - 1]
+        if i < n - 2:
+            acc += alpha * adj_u_new[i + 1]
+        adj_u[i] += acc
 
 
 def heat1d_consume(u, u_new, alpha, adj_u, adj_u_new, adj_alpha):
@@ -278,6 +308,33 @@ def heat2d_gather(u, u_new, alpha, adj_u, adj_u_new, adj_alpha):
                 nb += adj_u_new[i, j + 1]
         adj_u[i, j] += acc + alpha * nb
     block_sum_add(adj_alpha, s)
+
+
+def heat2d_gather_naive(u, u_new, alpha, adj_u, adj_u_new, adj_alpha):
+    """heat2d_gather with one atomic per thread into adj_alpha (no block reduction)."""
+    j, i = cuda.grid(2)
+    n, m = u.shape
+    if i < n and j < m:
+        acc = 0.0
+        ri = 0 < i < n - 1
+        rj = 0 < j < m - 1
+        if ri and rj:
+            g = adj_u_new[i, j]
+            cuda.atomic.add(adj_alpha, 0, g * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1]
+                                               + u[i, j + 1] - 4.0 * u[i, j]))
+            acc = (1.0 - 4.0 * alpha) * g
+        nb = 0.0
+        if rj:
+            if 1 < i:
+                nb += adj_u_new[i - 1, j]
+            if i < n - 2:
+                nb += adj_u_new[i + 1, j]
+        if ri:
+            if 1 < j:
+                nb += adj_u_new[i, j - 1]
+            if j < m - 2:
+                nb += adj_u_new[i, j + 1]
+        adj_u[i, j] += acc + alpha * nb
 
 
 def heat2d_consume(u, u_new, alpha, adj_u, adj_u_new, adj_alpha):
@@ -445,20 +502,23 @@ def deposit_launch(args):
 
 
 def _case(name, description, fwd, hand, make_args, launch, adjoint_args, written,
-          check_n, small_n, large_n):
+          check_n, small_n, large_n, naive=None):
     forward = cuda.jit(fwd)
     return CudaCase(name, description, forward, kadj.differentiate(forward),
                     HandAdjoint(tuple(cuda.jit(h) for h in hand)), make_args, launch,
-                    adjoint_args, written, check_n, small_n, large_n)
+                    adjoint_args, written, check_n, small_n, large_n,
+                    HandAdjoint(tuple(cuda.jit(h) for h in naive)) if naive else None)
 
 
 CASES = (
     _case("heat2d", "2-D heat step, 5-point stencil (n x (n+3), float64)",
           heat2d, (heat2d_gather, heat2d_consume), heat2d_args, heat2d_launch,
-          (0, 1, 2), (1,), 9, 1024, 8192),
+          (0, 1, 2), (1,), 9, 1024, 8192,
+          naive=(heat2d_gather_naive, heat2d_consume)),
     _case("heat1d", "1-D heat step, 3-point stencil (n, float64)",
           heat1d, (heat1d_gather, heat1d_consume), heat1d_args, heat1d_launch,
-          (0, 1, 2), (1,), 300, 1 << 20, 1 << 26),
+          (0, 1, 2), (1,), 300, 1 << 20, 1 << 26,
+          naive=(heat1d_gather_naive, heat1d_consume)),
     _case("lap3d", "3-D 7-point Laplacian (n x (n+1) x (n+2), float64)",
           lap3d, (lap3d_gather, lap3d_consume), lap3d_args, lap3d_launch,
           (0, 1, 2), (1,), 6, 96, 384),
@@ -554,15 +614,19 @@ def dot_test(case, adjoint, n, seed=0, eps=1e-3, device=False):
 
 
 def main(argv):
-    """``python -m perf.cases_cuda [hand|kadj] [case ...]``: dot-product tests at the
-    ``check`` sizes (in the simulator, or on a GPU); one line per case,
-    ``CASE <name> OK|FAIL <detail>``."""
+    """``python -m perf.cases_cuda [hand|naive|kadj] [case ...]``: dot-product tests at
+    the ``check`` sizes (in the simulator, or on a GPU); one line per case,
+    ``CASE <name> OK|FAIL <detail>`` (``naive``: the cases that have a naive-atomics
+    hand adjoint)."""
     which = "hand"
-    if argv and argv[0] in ("hand", "kadj"):
+    if argv and argv[0] in ("hand", "naive", "kadj"):
         which, argv = argv[0], argv[1:]
     failed = False
     for case in (CASES_BY_NAME[n] for n in argv) if argv else CASES:
-        adjoint = case.hand if which == "hand" else case.kernel.adjoint
+        if which == "naive" and case.naive is None:
+            continue
+        adjoint = {"hand": case.hand, "naive": case.naive,
+                   "kadj": case.kernel.adjoint}[which]
         try:
             errors = dot_test(case, adjoint, case.check_n)
             worst = max(errors.values())

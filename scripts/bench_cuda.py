@@ -17,6 +17,20 @@ Usage::
     python scripts/bench_cuda.py --size small --repeat 50 --cases heat2d spmv
     python scripts/bench_cuda.py --json bench.json
 
+Beside the ratios it reports:
+
+- **memory bandwidth**: each launch's least DRAM traffic (the forward reads every
+  argument array it does not write and writes the ones it writes; an adjoint reads the
+  arrays the forward does not write, and reads and writes every adjoint buffer) divided
+  by its time, as a fraction of the device's copy bandwidth, measured first with a
+  plain copy kernel over 1 GiB (bytes read plus bytes written);
+- **scatter vs gather**: kadj's scatter form (``kadj.differentiate(k, gather=False)``,
+  atomics into neighbour arrays) beside its default, the gather form where the launch
+  allows it;
+- **block-reduced vs naive atomics**: where the case has one, the hand-written adjoint
+  with the scalar's adjoint added by one atomic per thread (``case.naive``) beside the
+  one that sums it over the block first.
+
 Without a GPU (or under ``NUMBA_ENABLE_CUDASIM=1``) it prints ``no GPU: nothing
 measured`` and exits 0, or 1 with ``--require-gpu``.  Exits 1 when kadj's adjoint fails
 or disagrees with the hand-written one.
@@ -92,10 +106,37 @@ def compare(got, expected):
     return worst_abs, worst_rel, ok
 
 
+def copy_bandwidth(nbytes=1 << 30, repeat=10):
+    """The device's copy bandwidth in bytes/s (bytes read plus bytes written) of a plain
+    one-thread-per-element float64 copy kernel over ``nbytes``: the ceiling the
+    bandwidth fractions are measured against."""
+    from numba import cuda
+
+    from perf.cases_cuda import copy
+
+    n = nbytes // 8
+    a = cuda.to_device(np.ones(n))
+    b = cuda.device_array_like(a)
+    config = ((n + 255) // 256, 256)
+    copy[config](a, b)
+    seconds = time_call(lambda: copy[config](a, b), repeat)
+    return 2 * n * 8 / seconds
+
+
+def least_traffic(case, args, seeds):
+    """(forward bytes, adjoint bytes): the least DRAM traffic of one launch (see the
+    module docstring)."""
+    read = sum(a.nbytes for k, a in enumerate(args)
+               if isinstance(a, np.ndarray) and k not in case.written)
+    written = sum(args[k].nbytes for k in case.written)
+    return read + written, read + 2 * sum(s.nbytes for s in seeds if s.size > 1)
+
+
 def bench_case(case, size, repeat, seed=0):
     """Time one case; returns a dict of results (times in seconds)."""
     from numba import cuda
 
+    import kadj
     from perf.cases_cuda import make_adjoints
 
     rng = np.random.default_rng(seed)
@@ -114,39 +155,45 @@ def bench_case(case, size, repeat, seed=0):
 
     result = {"case": case.name, "n": n, "description": case.description,
               "grid": list(config[0]), "block": list(config[1])}
+    result["bytes_fwd"], result["bytes_adj"] = least_traffic(case, args, seeds)
 
     def fwd():
         case.forward[config](*d_fwd)
 
-    def hand():
-        case.hand[config](*d_args, *d_work)
+    def launcher(adjoint):
+        return lambda: adjoint[config](*d_args, *d_work)
 
-    def kadj_adj():
-        case.kernel.adjoint[config](*d_args, *d_work)
+    def outputs(call):
+        refill()
+        call()
+        cuda.synchronize()
+        return tuple(w.copy_to_host() for w in d_work)
 
     for _ in range(2):
         fwd()
-    refill()
-    hand()
-    cuda.synchronize()
-    hand_out = tuple(w.copy_to_host() for w in d_work)
+    hand = launcher(case.hand)
+    hand_out = outputs(hand)
     result["fwd"] = time_call(fwd, repeat)
     result["hand"] = time_call(hand, repeat, refill)
+    if case.naive is not None:
+        naive = launcher(case.naive)
+        result["naive_allclose"] = compare(outputs(naive), hand_out)[2]
+        result["hand_naive"] = time_call(naive, repeat, refill)
     try:
-        refill()
-        kadj_adj()
-        cuda.synchronize()
-        kadj_out = tuple(w.copy_to_host() for w in d_work)
+        kadj_adj = launcher(case.kernel.adjoint)
         result["max_abs_diff"], result["max_rel_diff"], result["allclose"] = compare(
-            kadj_out, hand_out)
+            outputs(kadj_adj), hand_out)
         for d, a in zip(d_args, args):
             if isinstance(a, np.ndarray) and not np.array_equal(d.copy_to_host(), a):
                 raise AssertionError("kadj's adjoint modified a forward argument")
-        refill()
-        kadj_adj()
         result["kadj"] = time_call(kadj_adj, repeat, refill)
         report = case.kernel.adjoint_report(*args)
         result["kadj_atomics"] = report.get("atomics")
+        result["kadj_form"] = "gather" if report["gather"].get("used") else "scatter"
+        if result["kadj_form"] == "gather":
+            scatter = launcher(kadj.differentiate(case.forward, gather=False).adjoint)
+            result["scatter_allclose"] = compare(outputs(scatter), hand_out)[2]
+            result["kadj_scatter"] = time_call(scatter, repeat, refill)
     except Exception:
         result["error"] = traceback.format_exc()
     return result
@@ -156,7 +203,7 @@ def _fmt(seconds, unit):
     return f"{seconds * {'ms': 1e3, 'us': 1e6}[unit]:9.3f}"
 
 
-def print_table(results, size, repeat, device):
+def print_table(results, size, repeat, device, ceiling):
     unit = "ms" if max(r["fwd"] for r in results) >= 1e-3 else "us"
     print(f"\nkadj CUDA benchmarks on {device}: size={size}, min of {repeat} launches "
           f"(CUDA events), times in {unit}\n")
@@ -176,6 +223,37 @@ def print_table(results, size, repeat, device):
                 line += "  MISMATCH"
         else:
             line += f" {'-':>8} {'-':>9}  {'-':>9} {'-':>9}  kadj FAILED"
+        print(line)
+    print()
+    print(f"memory bandwidth: least traffic / time, as a fraction of the copy kernel's "
+          f"{ceiling / 1e12:.2f} TB/s (read + written)\n")
+    header = (f"{'case':<8} {'fwd MB':>9} {'adj MB':>9} {'forward':>8} {'hand adj':>8}"
+              f" {'kadj adj':>8}  {'kadj form':<9} {'scatter':>9} {'scat/gath':>9}"
+              f" {'naive/block':>11}")
+    print(header)
+    print("-" * len(header))
+
+    def frac(nbytes, seconds):
+        return f"{nbytes / seconds / ceiling:7.0%}"
+
+    for r in results:
+        line = (f"{r['case']:<8} {r['bytes_fwd'] / 1e6:9.1f} {r['bytes_adj'] / 1e6:9.1f}"
+                f" {frac(r['bytes_fwd'], r['fwd']):>8} {frac(r['bytes_adj'], r['hand']):>8}"
+                f" {frac(r['bytes_adj'], r['kadj']) if 'kadj' in r else '-':>8}"
+                f"  {r.get('kadj_form', '-'):<9}")
+        if "kadj_scatter" in r:
+            line += (f" {_fmt(r['kadj_scatter'], unit)} "
+                     f"{r['kadj_scatter'] / r['kadj']:8.2f}x")
+            if not r["scatter_allclose"]:
+                line += " MISMATCH"
+        else:
+            line += f" {'-':>9} {'-':>9}"
+        if "hand_naive" in r:
+            line += f" {r['hand_naive'] / r['hand']:10.2f}x"
+            if not r["naive_allclose"]:
+                line += " MISMATCH"
+        else:
+            line += f" {'-':>11}"
         print(line)
     print()
     for r in results:
@@ -209,6 +287,7 @@ def main(argv=None):
             parser.error(f"unknown case(s) {unknown}; known: {sorted(known)}")
         cases = tuple(known[name] for name in opts.cases)
 
+    ceiling = copy_bandwidth()
     results, failed = [], False
     for case in cases:
         r = bench_case(case, opts.size, max(1, opts.repeat))
@@ -216,12 +295,14 @@ def main(argv=None):
         if "error" in r:
             failed = True
             print(f"kadj failed on case {case.name}:\n{r['error']}", file=sys.stderr)
-        elif not r["allclose"]:
+        elif not (r["allclose"] and r.get("scatter_allclose", True)
+                  and r.get("naive_allclose", True)):
             failed = True
-    print_table(results, opts.size, opts.repeat, device)
+    print_table(results, opts.size, opts.repeat, device, ceiling)
     if opts.json:
         Path(opts.json).write_text(json.dumps(
             {"device": device, "size": opts.size, "repeat": opts.repeat,
+             "copy_bandwidth_bytes_per_s": ceiling,
              "statistic": "min", "python": platform.python_version(),
              "results": results}, indent=2))
         print(f"wrote {opts.json}")

@@ -314,6 +314,29 @@ def test_gallery_on_gpu(module, case):
     check_grad_cuda(case.kernel, case.config, args, rtol=case.rtol)
 
 
+@pytest.mark.parametrize("module,case", _gallery_cases(),
+                         ids=[c.name for _, c in _gallery_cases()])
+def test_gallery_on_gpu_at_scale(module, case):
+    """Every kernel of kernels/cuda on the device at about 65,537 elements (a launch of
+    thousands of blocks, the last one partial), and each kernel with a per-thread loop
+    also at 300 trips (bisection over the checkpoint slots many levels deep), against
+    finite differences: the sizes the simulator cannot reach.
+
+    The particle kernels are piecewise smooth: linear (or constant) inside a cell, with
+    kinks at the cell edges, and their positions are kept a tenth of a cell away from
+    the edges.  The default step is relative to each position's magnitude, which
+    reaches thousands of cells here, so it would move particles across edges; a step
+    of 1e-8 relative keeps every particle inside its cell."""
+    from kadj.testing import check_grad_cuda
+    eps = 1e-8 if module == "particles" else None
+    rng = np.random.default_rng(7)
+    config, args = case.sized(rng, 65537)
+    check_grad_cuda(case.kernel, config, args, directions=1, rtol=case.rtol, eps=eps)
+    if case.trip_loop:
+        config, args = case.sized(rng, 4097, trips=300)
+        check_grad_cuda(case.kernel, config, args, directions=1, rtol=case.rtol, eps=eps)
+
+
 def test_tape_with_device_arrays():
     rng = np.random.default_rng(1)
     u0 = rng.random(300)

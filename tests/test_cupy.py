@@ -216,5 +216,6 @@ def test_check_grad_on_cupy_arrays(gpu):
     cp, kadj = gpu.cupy, gpu.kadj
     result = kadj.testing.check_grad_cuda(gpu.scale_sq, CONFIG,
                                           [cp.asarray(_x()), cp.zeros(N), 0.7])
-    assert result.inputs == ("x", "a") and result.outputs == ("y",)
+    # y's elements outside the launch keep their value: its state before is an input
+    assert result.inputs == ("x", "y", "a") and result.outputs == ("y",)
     assert result.max_rel_error <= result.rtol     # (a mismatch raises AssertionError)

@@ -137,3 +137,30 @@ def hand_checks():
 def test_hand_adjoint_matches_finite_differences(hand_checks, name):
     status, detail = hand_checks[name]
     assert status == "OK", detail
+
+
+@pytest.fixture(scope="module")
+def naive_checks():
+    """``python -m perf.cases_cuda naive`` in the simulator: the hand-written adjoints
+    that add the scalar's adjoint with one atomic per thread (``case.naive``, the
+    baseline of the block reduction in ``scripts/bench_cuda.py``)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-m", "perf.cases_cuda", "naive"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("CASE "):
+            _, name, status, *rest = line.split(" ", 3)
+            out[name] = (status, rest[0] if rest else "")
+    return out, proc
+
+
+@pytest.mark.slow   # the CUDA simulator
+@pytest.mark.parametrize("name", ["heat1d", "heat2d"])
+def test_naive_atomics_adjoint_matches_finite_differences(naive_checks, name):
+    out, proc = naive_checks
+    assert name in out, f"simulator subprocess failed:\n{proc.stdout}\n{proc.stderr}"
+    status, detail = out[name]
+    assert status == "OK", detail
+
