@@ -48,7 +48,10 @@ def _atomics(ptx):
 
 
 def _source_atomics(src):
-    return [ln for ln in src.splitlines() if ln.strip().startswith("cuda.atomic.add(")]
+    """The source's atomics: its ``cuda.atomic.add`` lines, and one per block sum of a
+    real scalar (``_block_add_f64(...)``, whose one atomic is in kadj.cuda.block_sum)."""
+    return [ln for ln in src.splitlines()
+            if ln.strip().startswith(("cuda.atomic.add(", "_block_add_f"))]
 
 
 @needs_nvvm

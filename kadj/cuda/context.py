@@ -50,6 +50,7 @@ class CudaState:
     scalar_report: dict = field(default_factory=dict)
     uniform_acc: dict = field(default_factory=dict)    # (array, index) -> local sum
     uniform_report: dict = field(default_factory=dict)
+    slot_sums: int = 0          # block sums through shared-memory slots (one atomic each)
     block_ids: object = None    # (tid, nthreads) names, once a shared array is zeroed
     gather: object = None       # the gather form's passes (kadj.cuda.gather)
     complex_atomics: dict = field(default_factory=dict)  # array -> atomics split in two

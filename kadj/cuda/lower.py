@@ -108,9 +108,11 @@ def gather(w, node):
 def block_sum(w, node):
     """The lowering of :class:`adj_ir.FinishScalar`: the adjoints every thread adds to
     (scalar arguments ``node.names``, uniform elements) are summed over the block
-    first: each thread adds its share into one of 32 shared-memory slots (lane
-    ``tid % 32``, so a warp's threads hit distinct banks), then thread 0 adds the
-    block's total with one global atomic."""
+    first, then added with one global atomic per block.  Real floating-point sums call
+    :mod:`kadj.cuda.block_sum` (warp shuffles on a GPU); others (complex) go through 32
+    shared-memory slots filled by atomics (lane ``tid % 32``, so a warp's threads hit
+    distinct banks) and summed by thread 0."""
+    from . import block_sum as bs
     names = node.names
     # (local value, dtype, buffer, index, what) of every sum to reduce over the block
     sinks = [(w.cast(w.adj(n), w.T[n]), w.T[n], w.adj_buf(n), "0", n) for n in names]
@@ -123,22 +125,38 @@ def block_sum(w, node):
     put = A.Builder(out).put
     put(1, A.Comment("# ---- adjoints every thread adds to: summed over the block, one "
                      "atomic per block ----"))
+
+    def report(what, idx, how):
+        if what in names:
+            w.state.scalar_report[what] = how
+        else:
+            w.state.uniform_report[f"{what}[{idx.strip('()')}]"] = how
+        w.state.atomic_sites[what] = w.state.atomic_sites.get(what, 0) + 1
+
+    slotted = []
+    for value, dt, buf, idx, what in sinks:
+        fn = bs.for_dtype(dt)
+        if fn is None:
+            slotted.append((value, dt, buf, idx, what))
+            continue
+        put(1, A.Call(f"{w.bind(fn, fn.__name__)}({buf}, {idx}, {value})"))
+        report(what, idx, "block-reduced: warp shuffles, one global atomic per block")
+    if not slotted:
+        return out
+    w.state.slot_sums += len(slotted)
     tid = w.fresh("tid")
     put(1, A.Assign(tid, THREAD_ID))
     reds = []
-    for value, dt, buf, idx, what in sinks:
+    for value, dt, buf, idx, what in slotted:
         red = w.fresh(f"red_{buf[4:]}")
         reds.append(red)
         put(1, A.Assign(red, f"cuda.shared.array(32, {w.bind(dt, str(dt))})"))
         put(1, A.If(f"{tid} < 32"))
         put(2, A.Assign(f"{red}[{tid}]", w.zero(dt)))
-        how = "block-reduced: 32 shared-memory slots, one global atomic per block"
-        if what in names:
-            w.state.scalar_report[what] = how
-        else:
-            w.state.uniform_report[f"{what}[{idx.strip('()')}]"] = how
+        report(what, idx, "block-reduced: 32 shared-memory slots, one global atomic "
+                          "per block")
     put(1, A.Barrier())
-    for red, (value, dt, buf, idx, what) in zip(reds, sinks):
+    for red, (value, dt, buf, idx, what) in zip(reds, slotted):
         put(1, A.Accumulate(A.AdjElem(what, (), red, (f"{tid} % 32",)), "+=", value,
                             "atomic"))
     put(1, A.Barrier())
@@ -146,13 +164,12 @@ def block_sum(w, node):
     lane = w.fresh("w")
     used = w.fresh("slots")
     put(2, A.Assign(used, "min(32, cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z)"))
-    for red, (value, dt, buf, idx, what) in zip(reds, sinks):
+    for red, (value, dt, buf, idx, what) in zip(reds, slotted):
         total = w.fresh("total")
         put(2, A.Assign(total, f"{red}[0]"))
         put(2, A.For(lane, f"range(1, {used})"))
         put(3, A.Assign(total, f"{red}[{lane}]", "+="))
         put(2, A.Accumulate(A.AdjElem(what, (), buf, (idx,)), "+=", total, "atomic"))
-        w.state.atomic_sites[what] = w.state.atomic_sites.get(what, 0) + 1
     return out
 
 

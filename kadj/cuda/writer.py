@@ -54,10 +54,11 @@ def report(w):
     shared = {n for n, sp in st.space.items() if sp == "shared"}
     return {
         # atomic instructions written, in global memory (arrays, and one per block
-        # per scalar) and in shared memory (shared arrays, the scalars' slots)
+        # per scalar) and in shared memory (shared arrays; the slots of block sums
+        # that are not summed with warp shuffles)
         "atomics": sum(v for k, v in st.atomic_sites.items() if k not in shared),
         "shared_atomics": sum(v for k, v in st.atomic_sites.items() if k in shared)
-        + len(st.scalar_report) + len(st.uniform_report),
+        + st.slot_sums,
         "plain_accumulations": sum(st.plain_sites.values()),
         "private_arrays": tuple(sorted(st.private_arrays)),
         "arrays": arrays,
