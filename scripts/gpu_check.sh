@@ -7,9 +7,12 @@
 #    .venv, with system site packages) and installs kadj with its test and cuda
 #    extras (plus cupy-cuda12x when it installs; its failure is ignored).  Without a
 #    network, an environment that already has the dependencies is used as it is;
+#    KADJ_GPU_OFFLINE=1 skips the installs (and the virtual environment) altogether
+#    and uses ${PYTHON:-python3} with what it has;
 # 2. GPU and PTX tests: tests/test_cuda_gpu.py tests/test_cuda_ptx.py;
 # 3. scripts/bench_cuda.py --size large (table; JSON into the results folder);
-# 4. perf/test_bench_cuda.py (pytest-benchmark; JSON into the results folder);
+# 4. perf/test_bench_cuda.py (pytest-benchmark; JSON into the results folder), and
+#    scripts/bench_cuda_gallery.py (every gallery kernel's adjoint/forward);
 # 5. the tape tests: tests/test_buffer_pool.py on the GPU (KADJ_BUFFER_POOL_GPU=1), and
 #    tests/test_tape_device.py, tests/test_tape_streams.py, tests/test_checkpointed_cuda.py
 #    (these run their cases in the CUDA simulator, in a subprocess, on any machine);
@@ -18,7 +21,7 @@
 #
 # Every step runs even when an earlier one fails; the exit status is 1 when any failed.
 # Results go to $KADJ_RESULTS_DIR (default: $OUT when set, else /tmp/kadj-gpu-check).
-# Each step has a time limit (12 minutes in all at worst); about 4 minutes on a recent GPU
+# Each step has a time limit (15 minutes in all at worst); about 6 minutes on an H200
 # once the packages are installed.
 set -euo pipefail
 
@@ -45,24 +48,31 @@ else
 fi
 
 # ---- environment -------------------------------------------------------------------
-if [ -z "${VIRTUAL_ENV:-}" ]; then
-    VENV="${KADJ_GPU_VENV:-.venv}"
-    if [ ! -x "$VENV/bin/python" ]; then
-        "${PYTHON:-python3}" -m venv --system-site-packages "$VENV"
+if [ "${KADJ_GPU_OFFLINE:-0}" = "1" ]; then
+    bin_dir=$(mktemp -d)          # "python" (also under timeout) is ${PYTHON:-python3}
+    printf '#!/bin/sh\nexec "%s" "$@"\n' "$(command -v "${PYTHON:-python3}")" \
+        > "$bin_dir/python"
+    chmod +x "$bin_dir/python"
+    export PATH="$bin_dir:$PATH"
+else
+    if [ -z "${VIRTUAL_ENV:-}" ]; then
+        VENV="${KADJ_GPU_VENV:-.venv}"
+        if [ ! -x "$VENV/bin/python" ]; then
+            "${PYTHON:-python3}" -m venv --system-site-packages "$VENV"
+        fi
+        # shellcheck disable=SC1091
+        source "$VENV/bin/activate"
     fi
-    # shellcheck disable=SC1091
-    source "$VENV/bin/activate"
+    install_rc=0
+    timeout 120 python -m pip install --disable-pip-version-check --retries 1 --timeout 20 \
+        -q -e ".[test,cuda]" || install_rc=$?
+    if [ "$install_rc" -ne 0 ]; then
+        echo "pip install -e .[test,cuda] failed (exit $install_rc); checking the environment"
+    fi
+    timeout 60 python -m pip install --disable-pip-version-check --retries 1 --timeout 20 \
+        -q cupy-cuda12x || echo "cupy-cuda12x not installed (the CuPy test will be skipped)"
 fi
 echo "python: $(command -v python) ($(python --version 2>&1))"
-
-install_rc=0
-timeout 120 python -m pip install --disable-pip-version-check --retries 1 --timeout 20 \
-    -q -e ".[test,cuda]" || install_rc=$?
-if [ "$install_rc" -ne 0 ]; then
-    echo "pip install -e .[test,cuda] failed (exit $install_rc); checking the environment"
-fi
-timeout 60 python -m pip install --disable-pip-version-check --retries 1 --timeout 20 \
-    -q cupy-cuda12x || echo "cupy-cuda12x not installed (the CuPy test will be skipped)"
 if ! python -c "import numba.cuda, numpy, pytest, pytest_benchmark, hypothesis" ; then
     echo "FAILED: the test dependencies are missing and could not be installed"
     exit 1
@@ -78,6 +88,9 @@ step "benchmark table" 90 \
     python scripts/bench_cuda.py --size large --require-gpu --json "$RESULTS/bench_cuda.json"
 step "pytest-benchmark" 90 \
     python -m pytest -q perf/test_bench_cuda.py --benchmark-json "$RESULTS/bench_pytest.json"
+step "gallery benchmark" 600 \
+    python scripts/bench_cuda_gallery.py --require-gpu --budget 540 \
+    --json "$RESULTS/bench_cuda_gallery.json"
 step "buffer pool on the GPU" 90 \
     env KADJ_BUFFER_POOL_GPU=1 python -m pytest -q tests/test_buffer_pool.py
 step "tape tests (CUDA simulator)" 120 \
