@@ -1155,6 +1155,11 @@ def _lower_loop_returns(stmts, st, in_loop=False):
             out.append(s)
         elif isinstance(s, (ir.ForRange, ir.Loop)):
             body = _lower_loop_returns(s.body, st, True)
+            if _has_return(body) and _returns_as_after(body, stmts[idx + 1:]):
+                # the loop is followed by the very return its returns make (Python
+                # 3.12 copies ``return total`` to the end of a ``break``): breaks
+                out.append(replace(s, body=tuple(_returns_to_breaks(body, None, None))))
+                continue
             if _has_return(body):
                 flag = st.__dict__.setdefault("_retflag", st.fresh("returned", types.boolean))
                 rv = st.__dict__.setdefault(
@@ -1174,13 +1179,59 @@ def _lower_loop_returns(stmts, st, in_loop=False):
     return out
 
 
+def _returned(seq, k):
+    """What ``seq[k]`` (a ``return``) returns: None, or the name of the variable, seen
+    through a copy into a temporary just before it (``$ret = total; return $ret``)."""
+    value = seq[k].value
+    if value is None:
+        return None
+    if not isinstance(value, ir.Var):
+        return False
+    prev = seq[k - 1] if k > 0 else None
+    if isinstance(prev, ir.Assign) and prev.target == value.name and \
+            isinstance(prev.expr, ir.Copy) and isinstance(prev.expr.src, ir.Var):
+        return prev.expr.src.name
+    return value.name
+
+
+def _body_returns(stmts):
+    """What each ``return`` of a loop body returns (:func:`_returned`); its nested
+    loops' returns were lowered already."""
+    out = []
+    for k, s in enumerate(stmts):
+        if isinstance(s, ir.Return):
+            out.append(_returned(stmts, k))
+        elif isinstance(s, ir.If):
+            out += _body_returns(s.then) + _body_returns(s.orelse)
+    return out
+
+
+def _returns_as_after(body, after):
+    """Whether every ``return`` in the loop body ``body`` returns what the statements
+    ``after`` the loop return when they are that one return (and a copy into its
+    temporary): the same variable, unchanged by a break, or nothing; then each
+    ``return`` may be a ``break``."""
+    after = list(after)
+    if not after or not isinstance(after[-1], ir.Return) or len(after) > 2:
+        return False
+    value = _returned(after, len(after) - 1)
+    if value is False or (len(after) == 2 and not (
+            isinstance(after[0], ir.Assign) and after[-1].value is not None
+            and after[0].target == after[-1].value.name)):
+        return False
+    return all(v == value for v in _body_returns(body))
+
+
 def _returns_to_breaks(stmts, flag, rv):
+    """Each ``return`` becomes a break, after setting ``flag`` (and the result ``rv``)
+    when ``flag`` is given."""
     out = []
     for s in stmts:
         if isinstance(s, ir.Return):
             if rv is not None and s.value is not None and s.value != ir.Var(rv):
                 out.append(ir.Assign(rv, ir.Copy(s.value), loc=s.loc))
-            out.append(ir.Assign(flag, ir.Copy(ir.Const(True)), loc=s.loc))
+            if flag is not None:
+                out.append(ir.Assign(flag, ir.Copy(ir.Const(True)), loc=s.loc))
             out.append(ir.Break(loc=s.loc))
         elif isinstance(s, ir.If):
             out.append(replace(s, then=tuple(_returns_to_breaks(s.then, flag, rv)),

@@ -177,6 +177,16 @@ def sum_until_negative(x):
     s = 0.0
     for i in range(x.shape[0]):
         if x[i] < 0.0:
+            return 2.0 * s
+        s += x[i] * x[i]
+    return s
+
+
+@numba.njit
+def sum_until_negative_same(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        if x[i] < 0.0:
             return s
         s += x[i] * x[i]
     return s
@@ -438,6 +448,20 @@ def test_early_return_in_loop_becomes_a_break_with_a_flag():
     assert skeleton(k.body).endswith("if(return | return)")
     assert flag in f.pushed and "s" in names(f, f.varied)
     assert loop.uid not in f.ascending
+
+
+def test_early_return_of_what_the_loop_returns_after_becomes_a_plain_break():
+    """``return s`` inside the loop and ``return s`` right after it: the return is a
+    break, with no flag (Python 3.12 compiles a ``break`` before ``return s`` this way
+    too, copying the return)."""
+    k, f = cpu_stages(sum_until_negative_same, Z)
+    loop, = loops(k)
+    assert any(isinstance(s, ir.Break) for s in ir.walk(loop.body))
+    assert not any(isinstance(s, ir.Return) for s in ir.walk(loop.body))
+    assert skeleton(k.body).endswith(") return") and not f.pushed
+    x = np.array([0.5, -1.2, 0.7, -0.3, 2.0])
+    for data in (x, np.abs(x), -np.abs(x)):
+        check_grad(kadj.differentiate(sum_until_negative_same), (data,))
 
 
 def test_if_else_in_loop():

@@ -270,6 +270,15 @@ class ThreadIndex:
                 return ("c", self.root.get(x.name, x.name))
         return None
 
+    @staticmethod
+    def shown(name, coord):
+        """``name`` as a message shows it: a numba temporary (``$42unpack_sequence.7``)
+        by a kernel variable holding the same thread coordinate, when there is one."""
+        if not name.startswith("$") or name not in coord:
+            return name
+        same = sorted(v for v, d in coord.items() if d == coord[name] and "$" not in v)
+        return same[0] if same else name
+
     def owned_key(self, idx, coord=None, ndim=None):
         """The canonical key of an access to one of the thread's own elements: thread
         coordinates (each launch dimension once) at some positions, integer constants
@@ -438,7 +447,8 @@ class ThreadIndex:
                 break
             keys.add(tuple(k[1] if k[0] == "c" else None for k in key))
         if private and len(keys) == 1 and ndim:
-            shown = ", ".join(k if k is not None else "const" for k in next(iter(keys)))
+            shown = ", ".join(self.shown(k, coord) if k is not None else "const"
+                              for k in next(iter(keys)))
             return ArrayClass(name, "private", "every access uses the thread's own "
                               f"element(s) {name}[{shown}]")
         if space == "global" and not (private and len(keys) == 1):
