@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import pathlib
 import platform
@@ -258,6 +259,30 @@ def replace_cpu_rows(text, rows):
     return head + "## CPU" + "\n".join(lines) + "\n## " + tail
 
 
+def replace_cuda_timings(text, path):
+    """``text`` (the page) with the CUDA table's *adjoint/forward* cells taken from
+    ``path``, a JSON file of ``scripts/bench_cuda_gallery.py`` records (kernels it
+    lacks keep "GPU only"), and the table's note saying where they come from."""
+    data = json.loads(pathlib.Path(path).read_text())
+    ratios = {r["case"]: r["ratio"] for r in data["records"] if "ratio" in r}
+    head, rest = text.split("## CUDA", 1)
+    lines = rest.split("\n")
+    for k, line in enumerate(lines):
+        m = re.match(r"\| `(\w+)` \|", line)
+        if m:
+            cells = line.split(" | ")
+            ratio = ratios.get(m.group(1))
+            cells[-1] = (f"{ratio:.2f}x |" if ratio is not None else "GPU only |")
+            lines[k] = " | ".join(cells)
+        elif line.startswith("*form*"):
+            lines[k] = re.sub(r"\*adjoint/forward\*:.*$", (
+                f"*adjoint/forward*: measured on {data['device']} at about {data['n']} "
+                f"elements (`scripts/bench_cuda_gallery.py`, minimum of {data['repeat']} "
+                f"launches with CUDA events; records: `{pathlib.Path(path).name}` in "
+                "`perf/results`); `GPU only`: not measured yet."), line)
+    return head + "## CUDA" + "\n".join(lines)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(ROOT / "docs" / "gallery.md"))
@@ -268,14 +293,26 @@ def main(argv=None):
                    help="measure only these CPU kernels again: their rows are replaced "
                         "(or added, in gallery order) in the existing page, the other "
                         "rows kept")
+    p.add_argument("--cuda-only", action="store_true",
+                   help="write the CUDA table again (no timing: its PTX is compiled) and "
+                        "keep the CPU table of the existing page")
+    p.add_argument("--gpu-timings", metavar="JSON",
+                   help="fill the CUDA table's adjoint/forward column from "
+                        "bench_cuda_gallery.py records")
     a = p.parse_args(argv)
     os.environ["NUMBA_BOUNDSCHECK"] = "0"       # timed code as users run it
     cc = tuple(a.cc)
-    if a.only:
+    if a.cuda_only:
+        old = pathlib.Path(a.out).read_text()
+        new = page([], cuda_rows(cc), a.size, a.repeat, cc)
+        text = old.split("## CUDA", 1)[0] + "## CUDA" + new.split("## CUDA", 1)[1]
+    elif a.only:
         text = replace_cpu_rows(pathlib.Path(a.out).read_text(),
                                 cpu_rows(a.size, a.repeat, only=set(a.only)))
     else:
         text = page(cpu_rows(a.size, a.repeat), cuda_rows(cc), a.size, a.repeat, cc)
+    if a.gpu_timings:
+        text = replace_cuda_timings(text, a.gpu_timings)
     pathlib.Path(a.out).write_text(text)
     print(f"wrote {a.out}", file=sys.stderr)
 
