@@ -39,18 +39,38 @@ class _Launcher:
         return self.fn(self.config, args, kwargs)
 
 
+def _launcher(cache, name, config, fn):
+    """The :class:`_Launcher` of ``fn`` for ``config``, the configuration checked
+    (:func:`kadj.validate.check_launch`, which formats the call's text: about 10 us)
+    only the first time; ``cache`` keeps the launchers of hashable configurations.  An
+    invalid configuration is refused at every launch."""
+    try:
+        launcher = cache.get(config)
+    except TypeError:           # lists in the configuration: checked every time
+        validate.check_launch(name, config)
+        return _Launcher(fn, config)
+    if launcher is None:
+        validate.check_launch(name, config)
+        launcher = _Launcher(fn, config)
+        if len(cache) >= 64:
+            cache.clear()
+        cache[config] = launcher
+    return launcher
+
+
 class _AdjointProxy:
     what, slots = "adjoint", "adjoints"
 
     def __init__(self, owner):
         self.owner = owner
+        self._launchers = {}    # checked launch configurations -> their launcher
 
     def run(self, config, args, kwargs):
         return self.owner._run_adjoint(config, args, kwargs)
 
     def __getitem__(self, config):
-        validate.check_launch(f"{self.owner.__name__}.{self.what}", config)
-        return _Launcher(self.run, config)
+        return _launcher(self._launchers, f"{self.owner.__name__}.{self.what}", config,
+                         self.run)
 
     def __call__(self, *args, **kwargs):
         name = self.owner.__name__
@@ -83,6 +103,7 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         self.adjoint = _AdjointProxy(self)
         self.jvp = _JvpProxy(self)
         self._launches = {}     # kadj.cuda.call_facts: checked launches per signature
+        self._forward_launchers = {}    # checked forward launch configurations
 
     def _adjoint_call(self, args, kwargs, config=None):
         """The checked (compiled adjoint, forward arguments, adjoints) of a launch: in
@@ -129,8 +150,7 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         block with a dimension below 1, a non-integer dimension or a block of more than
         1024 threads is refused here (a launch that computes nothing, or that the GPU
         would refuse)."""
-        validate.check_launch(self.__name__, config)
-        return _Launcher(self._launch, config)
+        return _launcher(self._forward_launchers, self.__name__, config, self._launch)
 
     def _launch(self, config, args, kwargs=None):
         from . import tape as _tape

@@ -331,3 +331,27 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+def test_a_checked_launch_configuration_is_not_checked_again(monkeypatch):
+    """``k.adjoint[config]`` checks a configuration once (the check formats the call's
+    text: about 10 us); an invalid one is refused at every launch, and one that cannot
+    be a dictionary key (lists in it) is checked every time."""
+    from kadj import validate
+    seen = []
+    check = validate.check_launch
+    monkeypatch.setattr(validate, "check_launch", lambda *a: seen.append(a) or check(*a))
+    k = kadj.differentiate(heat.dispatcher)
+    first = k.adjoint[(4,), (32,)]
+    assert k.adjoint[(4,), (32,)] is first and len(seen) == 1
+    for _ in range(2):
+        with pytest.raises(ValueError, match="at least 1"):
+            k.adjoint[(0,), (32,)]
+    assert len(seen) == 3
+    k.adjoint[[4], [32]]
+    k.adjoint[[4], [32]]
+    assert len(seen) == 5
+    assert k.jvp[(4,), (32,)] is k.jvp[(4,), (32,)]
+    assert k[(4,), (32,)] is k[(4,), (32,)]
+    with pytest.raises(TypeError, match="launch configuration"):
+        k[(4,)]

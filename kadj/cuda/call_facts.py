@@ -49,7 +49,11 @@ def signature(args, config):
     """A key fixing every type-level fact of a launch, or None when an argument is
     neither an array of a kind kadj knows nor a plain number, or an array is not
     contiguous (those always take the full checks)."""
-    key = [repr(config)]
+    try:
+        hash(config)
+        key = [config]
+    except TypeError:           # a configuration with lists in it
+        key = [repr(config)]
     for a in args:
         t = type(a)
         if t in _NUMBERS:
