@@ -43,19 +43,7 @@ if str(ROOT) not in sys.path:  # run from a checkout: kernels/ and kadj/ live he
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_cuda import gpu_status, time_call  # noqa: E402
-
-
-def adjoint_seeds(plan, args, rng):
-    """Random incoming adjoints, one per adjoint slot of ``plan``: arrays of the
-    argument's shape and dtype; 1-element arrays for scalars."""
-    out = []
-    for index in plan.adjoint_args:
-        a = args[index]
-        if isinstance(a, np.ndarray):
-            out.append(rng.standard_normal(a.shape).astype(a.dtype))
-        else:
-            out.append(np.array([rng.standard_normal()], dtype=np.asarray(a).dtype))
-    return out
+from perf.cases_cuda import make_adjoints  # noqa: E402
 
 
 def check_case(case, n, seed=0):
@@ -75,7 +63,7 @@ def time_case(case, n, repeat, seed=0):
     rng = np.random.default_rng(seed)
     config, args = case.sized(rng, n)
     plan = case.kernel.adjoint_plan(*args)
-    seeds = adjoint_seeds(plan, args, rng)
+    seeds = make_adjoints(plan, args, rng)     # (the plan has the adjoint slots)
 
     def dev(xs):
         return [cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in xs]
