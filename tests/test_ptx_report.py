@@ -113,14 +113,12 @@ def test_ptx_parsing():
     assert r["instructions"] == 6
 
 
-@pytest.fixture(scope="module")
-def hand_checks():
-    """``python -m perf.cases_cuda hand`` with NUMBA_ENABLE_CUDASIM=1 (set before numba
-    is imported, hence the subprocess): dot-product tests of every hand-written adjoint
-    against central differences of its forward, at the cases' check sizes."""
+def _simulator_checks(which, cases=()):
+    """``python -m perf.cases_cuda WHICH [case ...]`` with NUMBA_ENABLE_CUDASIM=1 (set
+    before numba is imported, hence the subprocess): {case: (status, detail)}."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-m", "perf.cases_cuda", "hand", *HAND_CASES],
+    proc = subprocess.run([sys.executable, "-m", "perf.cases_cuda", which, *cases],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     out = {}
     for line in proc.stdout.splitlines():
@@ -132,6 +130,13 @@ def hand_checks():
     return out
 
 
+@pytest.fixture(scope="module")
+def hand_checks():
+    """Dot-product tests of every hand-written adjoint against central differences of
+    its forward, at the cases' check sizes, in the simulator."""
+    return _simulator_checks("hand", HAND_CASES)
+
+
 @pytest.mark.slow   # the CUDA simulator (-m slow runs it, as CI does)
 @pytest.mark.parametrize("name", HAND_CASES)
 def test_hand_adjoint_matches_finite_differences(hand_checks, name):
@@ -141,26 +146,14 @@ def test_hand_adjoint_matches_finite_differences(hand_checks, name):
 
 @pytest.fixture(scope="module")
 def naive_checks():
-    """``python -m perf.cases_cuda naive`` in the simulator: the hand-written adjoints
-    that add the scalar's adjoint with one atomic per thread (``case.naive``, the
-    baseline of the block reduction in ``scripts/bench_cuda.py``)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-m", "perf.cases_cuda", "naive"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    out = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("CASE "):
-            _, name, status, *rest = line.split(" ", 3)
-            out[name] = (status, rest[0] if rest else "")
-    return out, proc
+    """The same for the hand-written adjoints that add the scalar's adjoint with one
+    atomic per thread (``case.naive``, the baseline of the block sums in
+    ``scripts/bench_cuda.py``)."""
+    return _simulator_checks("naive")
 
 
 @pytest.mark.slow   # the CUDA simulator
 @pytest.mark.parametrize("name", ["heat1d", "heat2d"])
 def test_naive_atomics_adjoint_matches_finite_differences(naive_checks, name):
-    out, proc = naive_checks
-    assert name in out, f"simulator subprocess failed:\n{proc.stdout}\n{proc.stderr}"
-    status, detail = out[name]
+    status, detail = naive_checks[name]
     assert status == "OK", detail
-
