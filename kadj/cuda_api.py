@@ -63,14 +63,14 @@ class _AdjointProxy:
 
     def __init__(self, owner):
         self.owner = owner
+        self.name = f"{owner.__name__}.{self.what}"     # as refusals name the launch
         self._launchers = {}    # checked launch configurations -> their launcher
 
     def run(self, config, args, kwargs):
         return self.owner._run_adjoint(config, args, kwargs)
 
     def __getitem__(self, config):
-        return _launcher(self._launchers, f"{self.owner.__name__}.{self.what}", config,
-                         self.run)
+        return _launcher(self._launchers, self.name, config, self.run)
 
     def __call__(self, *args, **kwargs):
         name = self.owner.__name__

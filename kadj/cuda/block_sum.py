@@ -105,7 +105,7 @@ def helpers():
 
 def for_dtype(dtype):
     """The block-sum device function for a numba float type, or None."""
-    name = {float64: "block_add_f64", float32: "block_add_f32"}.get(dtype)
+    name = next((n for n, dt in _NAMES.items() if dt == dtype), None)
     return None if name is None else helpers()[name]
 
 
