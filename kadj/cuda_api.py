@@ -212,8 +212,17 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         from .cuda.ptx_cc import for_cc
         fn = self._pick(self.compiled(*args), form)[0]
         with for_cc(cc), typing_memo.memoised():
-            ptx, _resty = cuda.compile_ptx(fn, self.adjoint_signature(*args), cc=cc)
+            ptx, _resty = cuda.compile_ptx(fn, self._form_signature(args, form), cc=cc)
         return ptx
+
+    def _form_signature(self, args, form):
+        """The signature of the adjoint kernel in ``form``: the gather form's two
+        kernels also take the slots array (kadj.cuda.slots) when they have one."""
+        sig = self.adjoint_signature(*args)
+        comp = self.compiled(*args)
+        if form != "scatter" and comp.gather is not None and comp.gather.slot_rows:
+            sig += (types.Array(types.float64, 2, "C"),)
+        return sig
 
     def jvp_ptx(self, *args, cc=(9, 0)):
         """PTX text of the tangent kernel (forward mode, ``jvp``) for these forward
@@ -254,7 +263,7 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
                 "memory); adjoint_ptx() works without one", kernel=self.__name__)
         from numba.core import types
         kern = self._pick(self.compiled(*args), form)[1]
-        sig = types.void(*self.adjoint_signature(*args))   # numba-cuda wants a Signature
+        sig = types.void(*self._form_signature(args, form))   # numba-cuda wants a Signature
         kern.compile(sig)
         return {"registers": kern.get_regs_per_thread(sig),
                 "local_memory_per_thread": kern.get_local_mem_per_thread(sig),
@@ -279,8 +288,10 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
             return
         g = comp.gather
         if g is not None and g.covers(config, fwd):
-            g.kernels[0][config](*fwd, *adjs)   # each thread gathers its elements
-            g.kernels[1][config](*fwd, *adjs)   # then the written elements' are consumed
+            # each thread gathers its elements, then the written elements' adjoints are
+            # consumed (and the scalar adjoints' slots summed: kadj.cuda.slots)
+            from .cuda.slots import launch
+            launch(g.kernels, config, fwd + adjs, g.slot_rows)
         else:
             comp.kernel[config](*fwd, *adjs)
 

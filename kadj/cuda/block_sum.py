@@ -12,6 +12,17 @@ than 32 shared-memory slots filled by atomics and summed by one thread.  The CUD
 simulator has no shuffles: there the threads write their values to shared memory and
 thread 0 sums them, with the same contract.  A barrier first lets a second sum in the
 same kernel reuse the shared slots safely.
+
+Slots.  One atomic per block on one address is serialised by the memory system: with
+hundreds of thousands of blocks it costs a stencil adjoint about a fifth of its time
+(README, "Measured on a GPU").  The gather form, which launches a second kernel anyway,
+spreads them: ``block_slot_f64(slots, row, v)`` adds the block's sum to one of
+:data:`SLOTS` float64 slots of ``slots[row]`` (by the block's linear index, slots
+:data:`STRIDE` elements apart so they fall in different cache lines), and
+``slot_total_f64(slots, row, out, idx)``, called by every thread of the second kernel,
+lets block 0 sum the slots into ``out[idx]`` (one atomic) and set them to zero again
+(:mod:`kadj.cuda.slots` keeps one zeroed slots array per device, stream and host
+thread).  The ``_f32`` versions sum float32 values; their slots are float64 too.
 """
 from __future__ import annotations
 
@@ -25,6 +36,10 @@ from numba import float32, float64
 cuda = None
 
 _NAMES = {"block_add_f64": float64, "block_add_f32": float32}
+_SLOT_NAMES = {"block_slot_f64": float64, "block_slot_f32": float32}
+_TOTAL_NAMES = {"slot_total_f64": float64, "slot_total_f32": float32}
+SLOTS = 128      # slots per row
+STRIDE = 16      # float64 elements between slots: 128 bytes
 
 
 def _warp_total(v, lane, lanes):
@@ -39,8 +54,9 @@ def _warp_total(v, lane, lanes):
     return v
 
 
-def _gpu_source(dt, warp_total):
-    def block_add(out, idx, v):
+def _gpu_total(dt, warp_total):
+    def block_total(v):
+        """The sum of ``v`` over the block, in thread 0 (others: a partial sum)."""
         warps = cuda.shared.array(32, dt)
         t = cuda.threadIdx.x + cuda.blockDim.x * (
             cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
@@ -57,13 +73,12 @@ def _gpu_source(dt, warp_total):
             if lane < (nt + 31) >> 5:
                 s = warps[lane]
             s = warp_total(s, lane, min(32, nt))
-            if lane == 0:
-                cuda.atomic.add(out, idx, s)
-    return block_add
+        return s
+    return block_total
 
 
-def _simulator_source(dt):
-    def block_add(out, idx, v):
+def _simulator_total(dt):
+    def block_total(v):
         buf = cuda.shared.array(1024, dt)
         t = cuda.threadIdx.x + cuda.blockDim.x * (
             cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
@@ -71,12 +86,49 @@ def _simulator_source(dt):
         cuda.syncthreads()
         buf[t] = v
         cuda.syncthreads()
+        s = buf[0]
         if t == 0:
-            s = buf[0]
             for k in range(1, nt):
                 s += buf[k]
+        return s
+    return block_total
+
+
+def _thread_index():
+    return cuda.threadIdx.x + cuda.blockDim.x * (
+        cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
+
+
+def _adders(dt, total, total64, thread):
+    """block_add, block_slot, slot_total over the device functions ``total`` (the
+    block sum in ``dt``), ``total64`` (in float64) and ``thread`` (the thread's index
+    in its block)."""
+    def block_add(out, idx, v):
+        s = total(v)
+        if thread() == 0:
             cuda.atomic.add(out, idx, s)
-    return block_add
+
+    def block_slot(slots, row, v):
+        s = total(v)
+        if thread() == 0:
+            b = cuda.blockIdx.x + cuda.gridDim.x * (
+                cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z)
+            cuda.atomic.add(slots, (row, (b % SLOTS) * STRIDE), float64(s))
+
+    def slot_total(slots, row, out, idx):
+        if cuda.blockIdx.x == 0 and cuda.blockIdx.y == 0 and cuda.blockIdx.z == 0:
+            t = thread()
+            nt = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z
+            v = float64(0)
+            k = t
+            while k < SLOTS:
+                v += slots[row, k * STRIDE]
+                slots[row, k * STRIDE] = float64(0)
+                k += nt
+            s = total64(v)
+            if t == 0:
+                cuda.atomic.add(out, idx, dt(s))
+    return block_add, block_slot, slot_total
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,14 +140,23 @@ def helpers():
 
     cuda = numba_cuda   # (the simulator swaps this global for its per-thread module)
     device = numba_cuda.jit(device=True)
+    sim = getattr(config, "ENABLE_CUDASIM", False)
+    warp_total = None if sim else device(_warp_total)
+    # (inlined into each caller: a kernel may call two of them, and each then has its
+    # own shared array; NVVM refuses a shared array of a function called twice)
+    inline = numba_cuda.jit(device=True, inline="always")
+    thread = inline(_thread_index)
+
+    def total_of(dt):
+        return inline(_simulator_total(dt) if sim else _gpu_total(dt, warp_total))
+
+    total64 = total_of(float64)
     out = {}
-    if getattr(config, "ENABLE_CUDASIM", False):
-        for name, dt in _NAMES.items():
-            out[name] = device(_simulator_source(dt))
-    else:
-        total = device(_warp_total)
-        for name, dt in _NAMES.items():
-            out[name] = device(_gpu_source(dt, total))
+    for add, slot, tot in zip(_NAMES, _SLOT_NAMES, _TOTAL_NAMES):
+        dt = _NAMES[add]
+        fns = _adders(dt, total64 if dt == float64 else total_of(dt), total64, thread)
+        for name, fn in zip((add, slot, tot), fns):
+            out[name] = device(fn)
     for name, fn in out.items():
         fn.__name__ = fn.__qualname__ = name
         fn.__module__ = __name__
@@ -109,7 +170,17 @@ def for_dtype(dtype):
     return None if name is None else helpers()[name]
 
 
+def slot_functions(dtype):
+    """(block_slot, slot_total) device functions for a numba float type, or None."""
+    name = next((n for n, dt in _NAMES.items() if dt == dtype), None)
+    if name is None:
+        return None
+    suffix = name.rsplit("_", 1)[1]
+    fns = helpers()
+    return fns[f"block_slot_{suffix}"], fns[f"slot_total_{suffix}"]
+
+
 def __getattr__(name):
-    if name in _NAMES:
+    if name in _NAMES or name in _SLOT_NAMES or name in _TOTAL_NAMES:
         return helpers()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

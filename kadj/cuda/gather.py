@@ -178,6 +178,8 @@ class GatherState:
     pass_offset: tuple = ()
     acc: dict = field(default_factory=dict)     # array -> its local sum (A.Local)
     sinks: dict = field(default_factory=dict)   # scalar argument -> its adjoint's name
+    slot_rows: dict = field(default_factory=dict)   # scalar argument -> row of slots
+    slots: str = ""         # the slots parameter (kadj.cuda.block_sum), if any
 
     def offsets(self, target):
         """The offset of each index position of an access."""
@@ -237,6 +239,13 @@ def build_passes(w):
     g.sinks = {n: w.adj(n) for n in w.slot_args
                if not isinstance(w.T.get(n), types.Array)}
     params = w.adjoint_params()
+    g.slot_rows = slot_rows(w)
+    if g.slot_rows:
+        g.slots = "_slots"
+        while g.slots in w.used:
+            g.slots += "_"
+        w.used.add(g.slots)
+        params.append(g.slots)
     nd = g.index.ndim
     ps = ", ".join(f"_p{d}" for d in range(nd))
     gs = ", ".join(f"_g{d}" for d in range(nd))
@@ -286,6 +295,9 @@ def build_passes(w):
             target = A.AdjElem(name, (), w.adj(name), tuple(f"_p{d}" for d in perm))
             w.put(2, A.Accumulate(target, "+=", g.acc[name].name, "plain"))
         w.put(1, A.FinishScalar(w.scalar_adjoints()))
+    else:
+        for node in slot_totals(w):
+            w.put(1, node)
     w.put(1, A.Return("None"))
     for block, n_pass in inits:
         # the scalar arguments' adjoints come from the own pass only
@@ -301,6 +313,30 @@ def build_passes(w):
     return fn
 
 
+def slot_rows(w):
+    """{scalar argument: row} of the scalar adjoints whose block sums go into slots
+    (real floating point; :mod:`kadj.cuda.block_sum`)."""
+    from .block_sum import slot_functions
+    names = [n for n in w.scalar_adjoints() if slot_functions(w.T[n]) is not None]
+    return {n: row for row, n in enumerate(names)}
+
+
+def slot_totals(w):
+    """The consume kernel's last statements: block 0 adds each row of slots to its
+    scalar adjoint's buffer and zeroes the row."""
+    from .block_sum import slot_functions
+    g = w.state.gather
+    out = []
+    if g.slot_rows:
+        out.append(A.Comment("# the scalar adjoints' block sums, spread over slots by "
+                             "the gather kernel: summed by block 0"))
+    for name, row in g.slot_rows.items():
+        tot = slot_functions(w.T[name])[1]
+        out.append(A.Call(f"{w.bind(tot, tot.__name__)}({g.slots}, {row}, "
+                          f"{w.adj_buf(name)}, 0)"))
+    return out
+
+
 def build_gather(kernel, an, slot_args, plan, mode, cells=None, lowered=True):
     """The adjoint IR of the gather kernel (``mode="gather"``) or of the kernel that
     consumes the stored elements' adjoints (``mode="zero"``): (Function, writer).
@@ -314,9 +350,11 @@ def build_gather(kernel, an, slot_args, plan, mode, cells=None, lowered=True):
 
 
 def write_gather(kernel, an, slot_args, plan, cells=None):
-    """(gather AdjointSource, zero AdjointSource) for a qualifying kernel."""
+    """(gather AdjointSource, zero AdjointSource, rows of slots) for a qualifying
+    kernel: both kernels take a trailing float64 array of shape ``(rows, SLOTS *
+    STRIDE)`` (:mod:`kadj.cuda.block_sum`) when ``rows`` is not 0."""
     out = []
     for mode in ("gather", "zero"):
         fn, w = build_gather(kernel, an, slot_args, plan, mode, cells=cells)
         out.append(adjoint_source(fn, SYNTAX, w.ns))
-    return tuple(out)
+    return out[0], out[1], len(w.state.gather.slot_rows)

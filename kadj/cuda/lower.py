@@ -139,6 +139,14 @@ def block_sum(w, node):
         if fn is None:
             slotted.append((value, dt, buf, idx, what))
             continue
+        g = w.state.gather
+        row = g.slot_rows.get(what) if g is not None and what in names else None
+        if row is not None:
+            fn = bs.slot_functions(dt)[0]
+            put(1, A.Call(f"{w.bind(fn, fn.__name__)}({g.slots}, {row}, {value})"))
+            report(what, idx, f"block-reduced: warp shuffles, one global atomic per "
+                              f"block into {bs.SLOTS} slots, summed by the consume kernel")
+            continue
         put(1, A.Call(f"{w.bind(fn, fn.__name__)}({buf}, {idx}, {value})"))
         report(what, idx, "block-reduced: warp shuffles, one global atomic per block")
     if not slotted:

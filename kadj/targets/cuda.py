@@ -61,6 +61,7 @@ class _Gather:
     sources: tuple          # (gather source, zero source)
     pyfuncs: tuple
     kernels: tuple
+    slot_rows: int = 0      # rows of the trailing slots argument (kadj.cuda.slots)
 
     def covers(self, config, args):
         """Does the launch have a thread for every element of each gathered array?"""
@@ -167,8 +168,8 @@ def _write(prepared, facts, plan, options):
     if gplan is None:
         report["gather"] = {"used": False, "why": why}
         return Written(adj, forms, report, extra)
-    forms["gather"], forms["zero"] = write_gather(kernel, facts, slot_names, gplan,
-                                                  cells=cells)
+    forms["gather"], forms["zero"], rows = write_gather(kernel, facts, slot_names, gplan,
+                                                        cells=cells)
     report["gather"] = {
         "used": "when the launch has a thread for every element of "
                 + ", ".join(sorted(gplan)),
@@ -178,7 +179,7 @@ def _write(prepared, facts, plan, options):
     }
     extra["gather"] = {"arrays": dict(gplan),
                        "arg_index": {n: plan.arg_names.index(n) for n in gplan},
-                       "ndim": index.ndim}
+                       "ndim": index.ndim, "slot_rows": rows}
     return Written(adj, forms, report, extra)
 
 
@@ -195,7 +196,7 @@ def _compiled(plan, report, extra, functions, jit_options, typed=None, retype=No
         parts = [functions[n] for n in names[1:3]]
         gather = _Gather(g["arrays"], g["arg_index"], g["ndim"],
                          tuple(s for s, _ in parts), tuple(f for _, f in parts),
-                         tuple(jit(f) for _, f in parts))
+                         tuple(jit(f) for _, f in parts), g["slot_rows"])
     dims = tuple(tuple(d) for d in extra["dims"])
     return CompiledCudaAdjoint(plan, source, pyfn, jit(pyfn), report, gather, typed, dims,
                                retype, disk)
