@@ -576,6 +576,30 @@ def inner_reads_state(x, out, dt):
         out[i] = y
 
 
+@kadj.differentiate
+@cuda.jit
+def row_scale(x, w, y):
+    # x is read only in the thread's own row: its adjoint is added without atomics;
+    # w[j] is shared by every row (atomics)
+    r = cuda.grid(1)
+    if r < x.shape[0]:
+        s = 0.0
+        for j in range(x.shape[1]):
+            s += x[r, j] * x[r, j]
+        for j in range(x.shape[1]):
+            y[r, j] = x[r, j] * w[j] / (1.0 + s)
+
+
+@kadj.differentiate
+@cuda.jit
+def row_and_next(x, y):
+    # x[r + 1, j] is another thread's row: atomics
+    r = cuda.grid(1)
+    if r < x.shape[0] - 1:
+        for j in range(x.shape[1]):
+            y[r, j] = x[r, j] * x[r + 1, j]
+
+
 def main(names):
     rng = np.random.default_rng(1)
     cases = {
@@ -631,6 +655,10 @@ def main(names):
         "inner_loop_reads_overwritten_state": lambda: fd_check(
             inner_reads_state, (2, 4),
             [np.random.default_rng(5).uniform(-1.0, 1.0, 7), np.zeros(7), 0.2]),
+        "row_private": lambda: fd_check(
+            row_scale, (3, 4), [rng.random((10, 5)), rng.random(5), np.zeros((10, 5))]),
+        "row_and_next_row": lambda: fd_check(
+            row_and_next, (3, 4), [rng.random((10, 4)), np.zeros((10, 4))]),
         "in_place_update": lambda: fd_check(
             push_inplace, (2, 4), [rng.random(9), rng.random(9), rng.random(9), 0.1]),
         "own_element_read_twice": lambda: fd_check(

@@ -235,3 +235,57 @@ def test_strided_classes_in_the_report():
     assert "by strides" in arrays["p"]["why"]
     arrays = strides_that_meet.adjoint_report(*CASES["strides_that_meet"][1])["arrays"]
     assert arrays["x"]["class"] != "private" and arrays["w"]["class"] != "private"
+
+
+@kadj.differentiate
+@cuda.jit
+def row_norm(x, y):
+    r = cuda.grid(1)
+    if r < x.shape[0]:
+        s = 0.0
+        for j in range(x.shape[1]):
+            s += x[r, j] * x[r, j]
+        for j in range(x.shape[1]):
+            y[r, j] = x[r, j] / (1.0 + s)
+
+
+@kadj.differentiate
+@cuda.jit
+def row_and_next(x, y):
+    r = cuda.grid(1)
+    if r < x.shape[0] - 1:
+        for j in range(x.shape[1]):
+            y[r, j] = x[r, j] * x[r + 1, j]
+
+
+@kadj.differentiate
+@cuda.jit
+def rows_2d_launch(x, y):
+    i, k = cuda.grid(2)
+    if i < x.shape[0] and k < y.shape[1]:
+        s = 0.0
+        for j in range(x.shape[1]):
+            s += x[i, j] * x[i, j]
+        y[i, k] = s
+
+
+def test_thread_own_rows_take_plain_adds():
+    # read only in the thread's own row (r from cuda.grid(1), any column): plain +=,
+    # no atomic left in the PTX; gradients in tests/test_cuda_sim.py (row_private)
+    args = (np.zeros((4, 3)), np.zeros((4, 3)))
+    rep = row_norm.adjoint_report(*args)
+    assert rep["arrays"]["x"]["class"] == "private", rep["arrays"]["x"]
+    assert rep["arrays"]["x"]["accumulation"] == "plain"
+    ptx = row_norm.adjoint_ptx(*args, cc=(9, 0))
+    assert rep["atomics"] == 0 and not _atomics(ptx), _atomics(ptx)
+
+
+@pytest.mark.parametrize("kernel, args", [
+    (row_and_next, (np.zeros((4, 3)), np.zeros((4, 3)))),
+    # a 2-D launch: the threads (i, 0), (i, 1), ... share row i of x
+    (rows_2d_launch, (np.zeros((4, 3)), np.zeros((4, 2)))),
+])
+def test_rows_other_threads_touch_keep_atomics(kernel, args):
+    rep = kernel.adjoint_report(*args)
+    assert rep["arrays"]["x"]["class"] != "private", rep["arrays"]["x"]
+    assert rep["arrays"]["x"]["accumulation"] == "atomic"

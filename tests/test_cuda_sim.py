@@ -17,7 +17,8 @@ CASES = ["heat_step", "laplace2d", "with_device_helper", "checkpointed_loop",
          "own_rows_in_each_branch", "helper_after_nested_return",
          "two_loops_with_returns", "tape_numpy",
          "tape_device_arrays", "scatter_form", "gather_2d_blocks",
-         "uniform_elements_block_reduced", "hostile_names"]
+         "uniform_elements_block_reduced", "hostile_names", "row_private",
+         "row_and_next_row"]
 SLOW_CASES = ["scaled_sin", "pointwise", "checkpointed_loop_2_slots",
               "while_break_on_running_value", "nested_carried_loops",
               "inner_loop_reads_overwritten_state", "local_array_state",

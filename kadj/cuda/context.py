@@ -28,7 +28,7 @@ from ..printer import Syntax
 from ..tangent import TangentContext
 from . import lower, own_rows as rows_, warp
 from .checkpoints import own_element
-from .indexing import ThreadIndex, array_accesses, own_rows
+from .indexing import ArrayClass, ThreadIndex, array_accesses, own_rows
 from .intrinsics import TABLE, CudaIntrinsic
 from .stores import check_single_writers
 
@@ -66,11 +66,27 @@ def cuda_state(kernel, an, cells=None):
     classes = {name: index.classify(name, idxs, space.get(name, "global"))
                for name, idxs in array_accesses(kernel).items()
                if name in an.varied_arrays}
+    classes.update(_row_private(kernel, index, classes, space))
     rows = rows_.arrays_of(kernel)
     classes.update(rows_.classes(rows, classes))
     return CudaState(dict(cells or {}), index, allocs, space, classes,
                      {n for n, c in classes.items() if c.cls == "private"},
                      rows=rows_.RowState(rows) if rows else None)
+
+
+def _row_private(kernel, index, classes, space):
+    """Argument arrays that only the thread's own row is read or written of (``x[r, j]``
+    with ``r = cuda.grid(1)``, any column; :func:`kadj.cuda.indexing.own_rows`): no
+    other thread touches that row, so the adjoint adds into ``adj_x[r, j]`` with a
+    plain ``+=``."""
+    cands = [n for n, c in classes.items() if c.cls == "arbitrary" and n not in space]
+    if not cands:
+        return {}
+    out = {}
+    for name in sorted(own_rows(index, kernel, cands)):
+        out[name] = ArrayClass(name, "private", f"every access is in the thread's own "
+                                                f"row {name}[i, :] (i from cuda.grid(1))")
+    return out
 
 
 def cuda_context(kernel, an, cells=None, lowerings=SCATTER, expressions=()):

@@ -8,8 +8,9 @@ own gather; launches on other streams or from other threads get other arrays.
 
 A launch that fails after its gather kernel was issued (before the consume kernel)
 would leave sums in the slots: :func:`launch` drops the array then, and the next launch
-gets a fresh one.  At most :data:`KEEP` arrays are kept (the least recently used goes);
-each holds its stream, so a stream's handle is not reused while its array is kept.
+gets a fresh one.  Streams are told apart by their handles; at most :data:`KEEP` arrays
+are kept (the least recently used goes), each with its stream object, so a stream's
+handle is not reused while its array is kept.
 """
 from __future__ import annotations
 
@@ -23,25 +24,38 @@ from .block_sum import SLOTS, STRIDE
 KEEP = 64
 
 _lock = threading.Lock()
-_arrays = collections.OrderedDict()   # (device, stream, thread, rows) -> device array
+# (device, stream handle, thread, rows) -> (device array, stream)
+_arrays = collections.OrderedDict()
+
+
+def _stream(config):
+    """(the launch's stream or 0, its handle): streams are told apart by their
+    handles (numba makes a new object for the default stream at every call)."""
+    from ..buffer_pool import _simulated
+    stream = config[2] if len(config) > 2 else 0
+    if stream is None or isinstance(stream, int):
+        return 0, int(stream or 0)
+    if _simulated():     # the simulator runs each launch at once, and has no handles
+        return stream, 0
+    return stream, int(stream)
 
 
 def _key(config, rows):
     from ..buffer_pool import _device_id
-    stream = config[2] if len(config) > 2 else 0
-    return (_device_id(), 0 if stream is None else stream, threading.get_ident(), rows)
+    return (_device_id(), _stream(config)[1], threading.get_ident(), rows)
 
 
-def _take(key, rows):
+def _take(key, config, rows):
     with _lock:
-        a = _arrays.get(key)
-        if a is not None:
+        kept = _arrays.get(key)
+        if kept is not None:
             _arrays.move_to_end(key)
-            return a
+            return kept[0]
     from numba import cuda
     a = cuda.to_device(np.zeros((rows, SLOTS * STRIDE), np.float64))
     with _lock:
-        _arrays[key] = a
+        # (the stream object is kept too: its handle is not reused while it lives)
+        _arrays[key] = (a, _stream(config)[0])
         while len(_arrays) > KEEP:
             _arrays.popitem(last=False)
     return a
@@ -55,7 +69,7 @@ def launch(kernels, config, args, rows):
         kernels[1][config](*args)
         return
     key = _key(config, rows)
-    slots = _take(key, rows)
+    slots = _take(key, config, rows)
     done = False
     try:
         kernels[0][config](*args, slots)
