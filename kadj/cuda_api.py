@@ -221,7 +221,7 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         sig = self.adjoint_signature(*args)
         comp = self.compiled(*args)
         if form != "scatter" and comp.gather is not None and comp.gather.slot_rows:
-            sig += (types.Array(types.float64, 2, "C"),)
+            sig += (types.Array(types.float64, 1, "C"),)
         return sig
 
     def jvp_ptx(self, *args, cc=(9, 0)):

@@ -54,9 +54,10 @@ def _warp_total(v, lane, lanes):
     return v
 
 
-def _gpu_total(dt, warp_total):
-    def block_total(v):
-        """The sum of ``v`` over the block, in thread 0 (others: a partial sum)."""
+def _gpu_sum(dt, warp_total, finish):
+    def block_sum(out, idx, v):
+        """``finish(out, idx, total)`` in thread 0 with the total of ``v`` over the
+        block."""
         warps = cuda.shared.array(32, dt)
         t = cuda.threadIdx.x + cuda.blockDim.x * (
             cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
@@ -73,12 +74,13 @@ def _gpu_total(dt, warp_total):
             if lane < (nt + 31) >> 5:
                 s = warps[lane]
             s = warp_total(s, lane, min(32, nt))
-        return s
-    return block_total
+            if lane == 0:
+                finish(out, idx, s)
+    return block_sum
 
 
-def _simulator_total(dt):
-    def block_total(v):
+def _simulator_sum(dt, finish):
+    def block_sum(out, idx, v):
         buf = cuda.shared.array(1024, dt)
         t = cuda.threadIdx.x + cuda.blockDim.x * (
             cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
@@ -86,49 +88,44 @@ def _simulator_total(dt):
         cuda.syncthreads()
         buf[t] = v
         cuda.syncthreads()
-        s = buf[0]
         if t == 0:
+            s = buf[0]
             for k in range(1, nt):
                 s += buf[k]
-        return s
-    return block_total
+            finish(out, idx, s)
+    return block_sum
 
 
-def _thread_index():
-    return cuda.threadIdx.x + cuda.blockDim.x * (
-        cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
+def _add(out, idx, s):
+    cuda.atomic.add(out, idx, s)
 
 
-def _adders(dt, total, total64, thread):
-    """block_add, block_slot, slot_total over the device functions ``total`` (the
-    block sum in ``dt``), ``total64`` (in float64) and ``thread`` (the thread's index
-    in its block)."""
-    def block_add(out, idx, v):
-        s = total(v)
-        if thread() == 0:
-            cuda.atomic.add(out, idx, s)
+def _add_to_slot(slots, row, s):
+    # (any spread of the blocks over the slots will do: 32-bit arithmetic)
+    b = (cuda.blockIdx.x + 37 * cuda.blockIdx.y + 101 * cuda.blockIdx.z) & (SLOTS - 1)
+    cuda.atomic.add(slots, row * (SLOTS * STRIDE) + b * STRIDE, float64(s))
 
-    def block_slot(slots, row, v):
-        s = total(v)
-        if thread() == 0:
-            b = cuda.blockIdx.x + cuda.gridDim.x * (
-                cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z)
-            cuda.atomic.add(slots, (row, (b % SLOTS) * STRIDE), float64(s))
 
+def _adding_as(dt):
+    def add_as(out, idx, s):
+        cuda.atomic.add(out, idx, dt(s))
+    return add_as
+
+
+def _slot_total(sum_into):
     def slot_total(slots, row, out, idx):
         if cuda.blockIdx.x == 0 and cuda.blockIdx.y == 0 and cuda.blockIdx.z == 0:
-            t = thread()
+            t = cuda.threadIdx.x + cuda.blockDim.x * (
+                cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
             nt = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z
             v = float64(0)
             k = t
             while k < SLOTS:
-                v += slots[row, k * STRIDE]
-                slots[row, k * STRIDE] = float64(0)
+                v += slots[row * (SLOTS * STRIDE) + k * STRIDE]
+                slots[row * (SLOTS * STRIDE) + k * STRIDE] = float64(0)
                 k += nt
-            s = total64(v)
-            if t == 0:
-                cuda.atomic.add(out, idx, dt(s))
-    return block_add, block_slot, slot_total
+            sum_into(out, idx, v)
+    return slot_total
 
 
 @functools.lru_cache(maxsize=None)
@@ -142,21 +139,18 @@ def helpers():
     device = numba_cuda.jit(device=True)
     sim = getattr(config, "ENABLE_CUDASIM", False)
     warp_total = None if sim else device(_warp_total)
-    # (inlined into each caller: a kernel may call two of them, and each then has its
-    # own shared array; NVVM refuses a shared array of a function called twice)
-    inline = numba_cuda.jit(device=True, inline="always")
-    thread = inline(_thread_index)
 
-    def total_of(dt):
-        return inline(_simulator_total(dt) if sim else _gpu_total(dt, warp_total))
+    def summing(dt, finish):
+        return device(_simulator_sum(dt, finish) if sim else
+                      _gpu_sum(dt, warp_total, finish))
 
-    total64 = total_of(float64)
+    add, to_slot = device(_add), device(_add_to_slot)
     out = {}
-    for add, slot, tot in zip(_NAMES, _SLOT_NAMES, _TOTAL_NAMES):
-        dt = _NAMES[add]
-        fns = _adders(dt, total64 if dt == float64 else total_of(dt), total64, thread)
-        for name, fn in zip((add, slot, tot), fns):
-            out[name] = device(fn)
+    for name, slot, tot in zip(_NAMES, _SLOT_NAMES, _TOTAL_NAMES):
+        dt = _NAMES[name]
+        out[name] = summing(dt, add)
+        out[slot] = summing(dt, to_slot)
+        out[tot] = device(_slot_total(summing(float64, device(_adding_as(dt)))))
     for name, fn in out.items():
         fn.__name__ = fn.__qualname__ = name
         fn.__module__ = __name__

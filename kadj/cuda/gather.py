@@ -30,6 +30,7 @@ from ..reverse import Writer, adjoint_source
 from ..simplify import simplify
 from ..tape_plan import plan_tape
 from . import lower
+from .guard_hoist import hoist_guards
 from .context import SCATTER, SYNTAX, cuda_context
 
 
@@ -346,7 +347,8 @@ def build_gather(kernel, an, slot_args, plan, mode, cells=None, lowered=True):
     if not lowered:
         return fn, w
     fn = lower_declarations(fn, w, w.ctx.declarations)
-    return A.built(lower.complex_atomics(simplify(fn, w.T), w), mode), w
+    fn = hoist_guards(simplify(fn, w.T))
+    return A.built(lower.complex_atomics(fn, w), mode), w
 
 
 def write_gather(kernel, an, slot_args, plan, cells=None):

@@ -52,7 +52,7 @@ def _take(key, config, rows):
             _arrays.move_to_end(key)
             return kept[0]
     from numba import cuda
-    a = cuda.to_device(np.zeros((rows, SLOTS * STRIDE), np.float64))
+    a = cuda.to_device(np.zeros(rows * SLOTS * STRIDE, np.float64))
     with _lock:
         # (the stream object is kept too: its handle is not reused while it lives)
         _arrays[key] = (a, _stream(config)[0])
