@@ -14,6 +14,13 @@ Usage::
     python scripts/ptx_report.py                  # table
     python scripts/ptx_report.py --json out.json  # also write the records
     python scripts/ptx_report.py --cc 8 0 --no-gallery --cases heat2d spmv
+    python scripts/ptx_report.py --sass           # also registers and SASS per kernel
+
+``--sass`` assembles each kernel's PTX with ``ptxas`` (on PATH, or the one the
+``nvidia-cuda-nvcc`` wheel of numba-cuda's ``cu12`` extra brings; still no GPU) and
+reports its registers per thread, spilled bytes and SASS instructions (the size of its
+code section over 16 bytes), with the forward kernel's beside the adjoints' for the
+perf cases.
 
 Exits with status 1 when a compilation fails for a reason other than kadj refusing the
 kernel with a ``DifferentiationError`` (reported in the table as ``refused``); failures
@@ -83,11 +90,65 @@ def count_instructions(ptx):
     return n
 
 
-def analyze_ptx(ptxs):
-    """Summary of one adjoint made of one or more kernels' PTX texts."""
+def find_ptxas():
+    """The path of ``ptxas``, or None."""
+    import shutil
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    try:
+        import nvidia.cuda_nvcc as nvcc
+    except ImportError:
+        return None
+    for base in nvcc.__path__:
+        cand = Path(base) / "bin" / "ptxas"
+        if cand.is_file():
+            return str(cand)
+    return None
+
+
+def sass_stats(ptx, cc, ptxas):
+    """{"registers", "spill_bytes", "sass_instructions"} of the PTX's kernel(s),
+    assembled by ``ptxas`` for ``sm_<cc>``."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        src, out = Path(d) / "k.ptx", Path(d) / "k.cubin"
+        src.write_text(ptx)
+        run = subprocess.run([ptxas, f"-arch=sm_{cc[0]}{cc[1]}", "-O3", "-v", str(src),
+                              "-o", str(out)], capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"ptxas failed: {run.stderr.strip()[:300]}")
+        regs = [int(x) for x in re.findall(r"Used (\d+) registers", run.stderr)]
+        spill = [int(x) for x in re.findall(r"(\d+) bytes spill stores", run.stderr)]
+        text = _code_bytes(out.read_bytes())
+    return {"registers": max(regs) if regs else None, "spill_bytes": sum(spill),
+            "sass_instructions": text // 16}
+
+
+def _code_bytes(elf):
+    """Total size of the ``.text.*`` sections of a 64-bit little-endian ELF (cubin)."""
+    import struct
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQ", elf, shoff + k * shentsize)
+                for k in range(shnum)]
+    names_off = sections[shstrndx][4]
+    total = 0
+    for name, _type, _flags, _addr, _off, size in sections:
+        end = elf.index(b"\0", names_off + name)
+        if elf[names_off + name:end].startswith(b".text."):
+            total += size
+    return total
+
+
+def analyze_ptx(ptxs, sass=None):
+    """Summary of one adjoint made of one or more kernels' PTX texts; ``sass``: (cc,
+    ptxas path) to add each kernel's :func:`sass_stats`."""
     atoms = [a for ptx in ptxs for a in atomic_lines(ptx)]
     classes = collections.Counter(classify_atomic(a) for a in atoms)
-    return {
+    extra = {} if sass is None else {"sass": [sass_stats(p, *sass) for p in ptxs]}
+    return {**extra,
         "entries": sum(ptx.count(".entry") for ptx in ptxs),
         "kernels": len(ptxs),
         "instructions": sum(count_instructions(ptx) for ptx in ptxs),
@@ -115,8 +176,9 @@ def perf_entries(names=None):
         args = case.make_args(case.size("check"), np.random.default_rng(0))
         sig = adjoint_signature(case, args)
         hand = [(f, sig) for f in case.hand.py_funcs]
+        forward = (case.forward.py_func, tuple(sig[:len(args)]))
         out.append({"name": case.name, "source": "perf", "kernel": case.kernel,
-                    "args": args, "hand": hand})
+                    "args": args, "hand": hand, "forward": forward})
     return out, []
 
 
@@ -167,9 +229,11 @@ def _refusal_types():
         return ()
 
 
-def report_entry(entry, cc):
-    """Compile and analyze one entry; returns a JSON-able record."""
+def report_entry(entry, cc, sass=None):
+    """Compile and analyze one entry; returns a JSON-able record.  ``sass``: the path
+    of ``ptxas``, to add registers and SASS instruction counts."""
     from numba import cuda
+    sass = None if sass is None else (cc, sass)
 
     rec = {"name": entry["name"], "source": entry["source"]}
     if "error" in entry:
@@ -179,10 +243,10 @@ def report_entry(entry, cc):
     k, args = entry["kernel"], entry["args"]
     try:
         rec["kadj_report"] = _jsonable(k.adjoint_report(*args))
-        rec["kadj"] = analyze_ptx([k.adjoint_ptx(*args, cc=cc)])
+        rec["kadj"] = analyze_ptx([k.adjoint_ptx(*args, cc=cc)], sass)
         if (rec["kadj_report"].get("gather") or {}).get("arrays"):
             rec["kadj_gather"] = analyze_ptx([k.adjoint_ptx(*args, cc=cc, form=f)
-                                              for f in ("gather", "zero")])
+                                              for f in ("gather", "zero")], sass)
     except _refusal_types() as exc:
         rec["kadj_refused"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     except Exception as exc:
@@ -192,7 +256,10 @@ def report_entry(entry, cc):
     if entry["hand"]:
         try:
             ptxs = [cuda.compile_ptx(f, sig, cc=cc)[0] for f, sig in entry["hand"]]
-            rec["hand"] = analyze_ptx(ptxs)
+            rec["hand"] = analyze_ptx(ptxs, sass)
+            if sass is not None and entry.get("forward") is not None:
+                f, sig = entry["forward"]
+                rec["forward"] = analyze_ptx([cuda.compile_ptx(f, sig, cc=cc)[0]], sass)
         except Exception as exc:
             rec["hand_error"] = f"{type(exc).__name__}: {exc}"
             rec["traceback"] = traceback.format_exc()
@@ -213,14 +280,15 @@ def _jsonable(x):
     return str(x)
 
 
-def build_report(cc=(9, 0), names=None, gallery=True):
-    """Records for the perf cases and (``gallery=True``) the CUDA gallery, plus notes."""
+def build_report(cc=(9, 0), names=None, gallery=True, sass=None):
+    """Records for the perf cases and (``gallery=True``) the CUDA gallery, plus notes;
+    ``sass``: the path of ``ptxas`` (:func:`report_entry`)."""
     entries, notes = perf_entries(names)
     if gallery:
         more, more_notes = gallery_entries(names)
         entries += more
         notes += more_notes
-    return [report_entry(e, cc) for e in entries], notes
+    return [report_entry(e, cc, sass) for e in entries], notes
 
 
 def _atoms(r):
@@ -301,6 +369,30 @@ def print_report(records, notes, cc):
     for note in notes:
         print(f"note: {note}")
     print()
+    if any("sass" in r.get(w, {}) for r in records for w in ("kadj", "hand")):
+        print_sass(records, cc)
+
+
+def print_sass(records, cc):
+    """Registers per thread and SASS instructions of every kernel, by ptxas."""
+    print(f"Registers per thread / SASS instructions (ptxas, sm_{cc[0]}{cc[1]}; "
+          "spilled bytes when any)\n")
+    for r in records:
+        parts = []
+        for who, names in (("forward", ("forward",)), ("hand", None),
+                           ("kadj", ("scatter",)), ("kadj_gather", ("gather", "zero"))):
+            stats = (r.get(who) or {}).get("sass")
+            if not stats:
+                continue
+            for k, st in enumerate(stats):
+                label = names[k] if names else f"hand {k}"
+                if who.startswith("kadj"):
+                    label = f"kadj {label}"
+                spill = f", spill {st['spill_bytes']} B" if st["spill_bytes"] else ""
+                parts.append(f"{label} {st['registers']}/{st['sass_instructions']}{spill}")
+        if parts:
+            print(f"  {r['name']}: " + "; ".join(parts))
+    print()
 
 
 def main(argv=None):
@@ -312,9 +404,14 @@ def main(argv=None):
                         help="perf cases only (skip kernels/cuda)")
     parser.add_argument("--traceback", action="store_true",
                         help="print the tracebacks of failed compilations")
+    parser.add_argument("--sass", action="store_true",
+                        help="also assemble with ptxas: registers and SASS instructions")
     opts = parser.parse_args(argv)
     cc = tuple(opts.cc)
-    records, notes = build_report(cc, opts.cases, gallery=not opts.no_gallery)
+    ptxas = find_ptxas() if opts.sass else None
+    if opts.sass and ptxas is None:
+        parser.error("--sass needs ptxas (on PATH, or pip install nvidia-cuda-nvcc-cu12)")
+    records, notes = build_report(cc, opts.cases, gallery=not opts.no_gallery, sass=ptxas)
     print_report(records, notes, cc)
     for r in records if opts.traceback else ():
         if "traceback" in r:

@@ -157,3 +157,26 @@ def naive_checks():
 def test_naive_atomics_adjoint_matches_finite_differences(naive_checks, name):
     status, detail = naive_checks[name]
     assert status == "OK", detail
+
+
+@needs_ptx
+def test_sass_statistics_of_the_gather_kernels():
+    """``--sass``: ptxas's registers and SASS instruction counts per kernel (no GPU
+    needed).  The gather form's guards are evaluated once per pass and its block sums
+    finish with a device function: the 3-D gather kernel stays well under twice the
+    hand-written one's instructions and within its registers."""
+    mod = _load_script()
+    ptxas = mod.find_ptxas()
+    if ptxas is None:
+        pytest.skip("no ptxas here (nvidia-cuda-nvcc-cu12 not installed)")
+    records, _ = mod.build_report((9, 0), ["heat2d", "lap3d"], gallery=False, sass=ptxas)
+    for r in records:
+        hand = r["hand"]["sass"]
+        gather, zero = r["kadj_gather"]["sass"]
+        fwd = r["forward"]["sass"][0]
+        for st in (fwd, gather, zero, *hand):
+            assert st["registers"] and st["sass_instructions"] > 0, st
+            assert st["spill_bytes"] == 0, (r["name"], st)
+        assert gather["registers"] <= max(hand[0]["registers"], 32), (r["name"], gather)
+        assert gather["sass_instructions"] < 2 * hand[0]["sass_instructions"], \
+            (r["name"], gather, hand[0])
