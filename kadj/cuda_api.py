@@ -184,8 +184,12 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         thread-private elements), ``private_arrays``."""
         return dict(self.compiled(*args).report)
 
-    def adjoint_signature(self, *args):
-        """numba signature (tuple of types) of the adjoint kernel for these arguments."""
+    def adjoint_signature(self, *args, form="scatter"):
+        """numba signature (tuple of types) of the adjoint kernel for these arguments;
+        ``form`` as for :meth:`adjoint_source` (the gather form's two kernels also take
+        the slots array of :mod:`kadj.cuda.slots` when they have one)."""
+        if form != "scatter":
+            return self._form_signature(args, form)
         comp = self.compiled(*args)
         fwd_types = self._arg_types(args)
         adj_types = []
@@ -220,6 +224,7 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         kernels also take the slots array (kadj.cuda.slots) when they have one."""
         sig = self.adjoint_signature(*args)
         comp = self.compiled(*args)
+        self._pick(comp, form)      # an unknown form, or no gather form: refused
         if form != "scatter" and comp.gather is not None and comp.gather.slot_rows:
             sig += (types.Array(types.float64, 1, "C"),)
         return sig

@@ -214,12 +214,15 @@ def test_gather_passes_substitute_coordinates_and_finish_only_in_the_gather_form
     # the coordinate of this thread, and of the threads one back and one ahead
     assert {"_p0", "_p0 - 1", "_p0 + 1"} <= set(loads)
     lowering.lower_declarations(fn, w, w.ctx.declarations)
-    assert "_block_add_f64(adj_alpha_buf, 0, adj_alpha)" in render(fn, w.syntax)
+    # the block's sum goes into a slot; the zero form's block 0 adds the slots up
+    assert "_block_slot_f64(_slots, 0, adj_alpha)" in render(fn, w.syntax)
     zero, wz = build_gather(prepared.kernel, facts, slots, plan, "zero", cells=cells,
                             lowered=False)
     assert not nodes(zero, A.FinishScalar)
     lowering.lower_declarations(zero, wz, wz.ctx.declarations)
-    assert "adj_alpha_buf" not in render(zero, wz.syntax).split('"""')[-1]
+    body = render(zero, wz.syntax).split('"""')[-1]
+    assert [ln.strip() for ln in body.splitlines() if "adj_alpha_buf" in ln] == \
+        ["_slot_total_f64(_slots, 0, adj_alpha_buf, 0)"]
 
 
 def test_no_cuda_module_subclasses_the_writer():

@@ -144,13 +144,16 @@ def helpers():
         return device(_simulator_sum(dt, finish) if sim else
                       _gpu_sum(dt, warp_total, finish))
 
-    add, to_slot = device(_add), device(_add_to_slot)
+    # (the finishing atomics are inlined into the sums: compiled with them, on the
+    # compute capability the caller compiles for)
+    inline = numba_cuda.jit(device=True, inline="always")
+    add, to_slot = inline(_add), inline(_add_to_slot)
     out = {}
     for name, slot, tot in zip(_NAMES, _SLOT_NAMES, _TOTAL_NAMES):
         dt = _NAMES[name]
         out[name] = summing(dt, add)
         out[slot] = summing(dt, to_slot)
-        out[tot] = device(_slot_total(summing(float64, device(_adding_as(dt)))))
+        out[tot] = device(_slot_total(summing(float64, inline(_adding_as(dt)))))
     for name, fn in out.items():
         fn.__name__ = fn.__qualname__ = name
         fn.__module__ = __name__
