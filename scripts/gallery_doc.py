@@ -279,7 +279,9 @@ def replace_cuda_timings(text, path):
                 f"*adjoint/forward*: measured on {data['device']} at about {data['n']} "
                 f"elements (`scripts/bench_cuda_gallery.py`, minimum of {data['repeat']} "
                 f"launches with CUDA events; records: `{pathlib.Path(path).name}` in "
-                "`perf/results`); `GPU only`: not measured yet."), line)
+                "`perf/results`; measured with the adjoints of their time: the other "
+                "columns describe the current ones, see the README's \"Measured on a "
+                "GPU\" for what changed since); `GPU only`: not measured yet."), line)
     return head + "## CUDA" + "\n".join(lines)
 
 

@@ -9,7 +9,7 @@
 #    network, an environment that already has the dependencies is used as it is;
 #    KADJ_GPU_OFFLINE=1 skips the installs (and the virtual environment) altogether
 #    and uses ${PYTHON:-python3} with what it has;
-# 2. GPU and PTX tests: tests/test_cuda_gpu.py tests/test_cuda_ptx.py;
+# 2. GPU and PTX tests: tests/test_cuda_gpu.py tests/test_cuda_slots.py tests/test_cuda_ptx.py;
 # 3. scripts/bench_cuda.py --size large (table; JSON into the results folder);
 # 4. perf/test_bench_cuda.py (pytest-benchmark; JSON into the results folder), and
 #    scripts/bench_cuda_gallery.py (every gallery kernel's adjoint/forward);
@@ -83,7 +83,7 @@ print('numba', numba.__version__, '| GPU available:', c.is_available())"
 
 # ---- checks --------------------------------------------------------------------------
 step "GPU and PTX tests" 120 \
-    python -m pytest -q tests/test_cuda_gpu.py tests/test_cuda_ptx.py
+    python -m pytest -q tests/test_cuda_gpu.py tests/test_cuda_slots.py tests/test_cuda_ptx.py
 step "benchmark table" 90 \
     python scripts/bench_cuda.py --size large --require-gpu --json "$RESULTS/bench_cuda.json"
 step "pytest-benchmark" 90 \
