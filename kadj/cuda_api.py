@@ -25,6 +25,9 @@ from numba.core import types
 
 from . import rules, typing_memo, validate
 from .cuda import call_facts
+from .cuda.atomic_extrema import winners
+from .cuda.own_rows import buffers
+from .cuda.slots import launch as launch_gather
 from .cuda.frontend import simulator_enabled
 from .errors import DifferentiationError
 from .kernel import DifferentiatedKernel
@@ -284,9 +287,7 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
 
     def _run_adjoint(self, config, args, kwargs=None):
         comp, fwd, adjs = self._adjoint_call(args, kwargs, config=config)
-        from .cuda.atomic_extrema import winners
         wins = winners(self, comp, config, fwd)     # cuda.atomic.max/min: extra launches
-        from .cuda.own_rows import buffers
         wins += buffers(comp, fwd, config)          # own rows updated in place: buffers
         if wins:
             comp.kernel[config](*fwd, *wins, *adjs)
@@ -295,8 +296,7 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         if g is not None and g.covers(config, fwd):
             # each thread gathers its elements, then the written elements' adjoints are
             # consumed (and the scalar adjoints' slots summed: kadj.cuda.slots)
-            from .cuda.slots import launch
-            launch(g.kernels, config, fwd + adjs, g.slot_rows)
+            launch_gather(g.kernels, config, fwd + adjs, g.slot_rows)
         else:
             comp.kernel[config](*fwd, *adjs)
 
