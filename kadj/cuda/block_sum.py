@@ -16,9 +16,10 @@ same kernel reuse the shared slots safely.
 Slots.  One atomic per block on one address is serialised by the memory system: with
 hundreds of thousands of blocks it costs a stencil adjoint about a fifth of its time
 (README, "Measured on a GPU").  The gather form, which launches a second kernel anyway,
-spreads them: ``block_slot_f64(slots, row, v)`` adds the block's sum to one of
-:data:`SLOTS` float64 slots of ``slots[row]`` (by the block's linear index, slots
-:data:`STRIDE` elements apart so they fall in different cache lines), and
+spreads them: ``block_slot_f64(slots, row, v)`` adds the block's sum to one of the
+:data:`SLOTS` float64 slots of row ``row`` of the flat array ``slots`` (the slot from
+the block's index, ``x + 37 y + 101 z`` modulo :data:`SLOTS`; slots :data:`STRIDE`
+elements apart, so they fall in different cache lines), and
 ``slot_total_f64(slots, row, out, idx)``, called by every thread of the second kernel,
 lets block 0 sum the slots into ``out[idx]`` (one atomic) and set them to zero again
 (:mod:`kadj.cuda.slots` keeps one zeroed slots array per device, stream and host

@@ -355,8 +355,10 @@ def write_gather(kernel, an, slot_args, plan, cells=None):
     """(gather AdjointSource, zero AdjointSource, rows of slots) for a qualifying
     kernel: both kernels take a trailing float64 array of shape ``(rows, SLOTS *
     STRIDE)`` (:mod:`kadj.cuda.block_sum`) when ``rows`` is not 0."""
-    out = []
+    out, rows = [], []
     for mode in ("gather", "zero"):
         fn, w = build_gather(kernel, an, slot_args, plan, mode, cells=cells)
         out.append(adjoint_source(fn, SYNTAX, w.ns))
-    return out[0], out[1], len(w.state.gather.slot_rows)
+        rows.append(w.state.gather.slot_rows)
+    assert rows[0] == rows[1], rows     # the two kernels agree on every row's scalar
+    return out[0], out[1], len(rows[0])
