@@ -194,6 +194,8 @@ def _sim_cases_args(m, r):
                              np.zeros(14), 0.7],
         "block_sum_in_helper": [r.random(8), np.zeros(2)],
         "tile_in_each_arm": [r.random((6, 7)), r.random(7), np.zeros(6)],
+        "row_scale": [r.random((10, 5)), r.random(5), np.zeros((10, 5))],
+        "row_and_next": [r.random((10, 4)), np.zeros((10, 4))],
     }
 
 
@@ -202,7 +204,13 @@ TEST_FILE_ARGS = {
     "test_cuda_ptx": lambda m, r: {
         **{n: args for n, (k, args, _) in m.CASES.items()},
         "hostile_names": [r.random(8), np.zeros(8), r.random(8), 0.3, r.random(8),
-                          np.zeros(8)]},
+                          np.zeros(8)],
+        "row_norm": [r.random((4, 3)), np.zeros((4, 3))],
+        "row_and_next": [r.random((4, 3)), np.zeros((4, 3))],
+        "rows_2d_launch": [r.random((4, 3)), np.zeros((4, 2))]},
+    "slots_cuda_sim": lambda m, r: {
+        "heat1d": [r.random(12), np.zeros(12), 0.3],
+        "heat2d_two": [r.random((6, 7)), np.zeros((6, 7)), 0.2, np.float32(0.1)]},
     "test_cuda_gpu": lambda m, r: {n: f(r)[2] for n, f in m.KERNELS.items()},
     "test_cuda_launch_dims": lambda m, r: m._args(r),
     "test_guarded_sums": lambda m, r: {"guard_inside": [r.uniform(-1, 1, 5),
