@@ -19,6 +19,7 @@ import threading
 
 import numpy as np
 
+from ..buffer_pool import _device_id, _simulated
 from .block_sum import SLOTS, STRIDE
 
 KEEP = 64
@@ -31,7 +32,6 @@ _arrays = collections.OrderedDict()
 def _stream(config):
     """(the launch's stream or 0, its handle): streams are told apart by their
     handles (numba makes a new object for the default stream at every call)."""
-    from ..buffer_pool import _simulated
     stream = config[2] if len(config) > 2 else 0
     if stream is None or isinstance(stream, int):
         return 0, int(stream or 0)
@@ -40,12 +40,13 @@ def _stream(config):
     return stream, int(stream)
 
 
-def _key(config, rows):
-    from ..buffer_pool import _device_id
-    return (_device_id(), _stream(config)[1], threading.get_ident(), rows)
+def _key(config, rows, handle=None):
+    if handle is None:
+        handle = _stream(config)[1]
+    return (_device_id(), handle, threading.get_ident(), rows)
 
 
-def _take(key, config, rows):
+def _take(key, stream, rows):
     with _lock:
         kept = _arrays.get(key)
         if kept is not None:
@@ -55,7 +56,7 @@ def _take(key, config, rows):
     a = cuda.to_device(np.zeros(rows * SLOTS * STRIDE, np.float64))
     with _lock:
         # (the stream object is kept too: its handle is not reused while it lives)
-        _arrays[key] = (a, _stream(config)[0])
+        _arrays[key] = (a, stream)
         while len(_arrays) > KEEP:
             _arrays.popitem(last=False)
     return a
@@ -68,8 +69,9 @@ def launch(kernels, config, args, rows):
         kernels[0][config](*args)
         kernels[1][config](*args)
         return
-    key = _key(config, rows)
-    slots = _take(key, config, rows)
+    stream, handle = _stream(config)
+    key = _key(config, rows, handle)
+    slots = _take(key, stream, rows)
     done = False
     try:
         kernels[0][config](*args, slots)
