@@ -117,7 +117,10 @@ class _Plan:
     pass
 
 
-def analyse(fn, rl, loop, block, k):
+def analyse(fn, rl, loop, block, k, nonneg=False):
+    """The plan of the jam of ``rl`` (see the module's doc), or None.  ``nonneg``: the
+    loop's counter is known not to be negative whatever its start's text (a block's or
+    part's loop of a parallel replayed loop over a range from a constant 0 or more)."""
     body = loop.body
     nodes = list(A.walk(body))
     if any(not isinstance(x, _ALLOWED) for x in nodes):
@@ -143,7 +146,7 @@ def analyse(fn, rl, loop, block, k):
             return None
     var = loop.var
     rng = _range(loop.iter)
-    if rng is None or not _never_negative(rng):
+    if rng is None or not (nonneg or _never_negative(rng)):
         return None
     inner_vars = {x.var for x in nodes if isinstance(x, A.For)}
     adj_bases = {x.target.base for x in A.walk(fn.prologue + fn.body)

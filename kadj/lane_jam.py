@@ -54,8 +54,8 @@ from dataclasses import fields
 
 from . import adj_ir as A
 from . import lane_tape
-from .adj_refs import names
-from .lane_check import SKIP_FIELDS, analyse, no_op, parts, target_name
+from .adj_refs import free_name, names
+from .lane_check import SKIP_FIELDS, _mentions, _range, analyse, no_op, parts, target_name
 
 #: iterations run side by side
 LANES = 4
@@ -71,19 +71,85 @@ def jam_replayed(fn, lanes=LANES):
     return done
 
 
-# ---- the jammed loop ---------------------------------------------------------------------
-def _jam(fn, rl, lanes):
-    found = parts(rl)
-    if found is None:
+def jam_within(fn, seq, loop, starts, lanes=LANES):
+    """Run ``lanes`` at a time the iterations of ``loop``: the serial loop of one block
+    or part of a replayed loop run in parallel (:mod:`kadj.replay_blocks`), found in the
+    statement list ``seq`` after the block's own tape allocations.  ``starts``: the
+    statements at the top of ``loop``'s body that set the iteration's own values to
+    their zeros.
+
+    The jam is planned on a copy: the loop and its tapes as a replayed loop of a
+    function whose prologue sets ``starts`` (and ``fn``'s declarations), so the jam's
+    own analysis decides, and proves that an iteration leaves each value it reads before
+    assigning as it found it.  Then those values, every lane's, are set once before the
+    loop instead of at every iteration.  Returns whether ``loop`` was jammed (otherwise
+    ``seq`` is unchanged)."""
+    if loop.body[:len(starts)] != starts or not all(
+            isinstance(x, A.Assign) and isinstance(x.target, str) for x in starts):
         return False
-    loop, block, k = found
-    p = analyse(fn, rl, loop, block, k)
+    allocs = [x for x in seq[:seq.index(loop)] if isinstance(x, A.Assign) and
+              isinstance(x.target, str) and x.target.startswith("_tape_")]
+    taken = {n for x in A.walk(fn.prologue + fn.body) for n in _mentions(x)} | set(fn.params)
+    for _decorator, helper in fn.helpers:
+        taken |= {n for x in A.walk(helper.prologue + helper.body) for n in _mentions(x)}
+    bounds = _range(loop.iter, simple=False)
+    if bounds is None or bounds[2] != 1:
+        return False
+    # the block's bounds as names (the jammed loops and their split point read them)
+    named = []
+    for base, text in zip(("_first", "_last"), bounds[:2]):
+        if not text.isidentifier():
+            name = free_name(fn, base, taken=taken)
+            taken.add(name)
+            named.append(A.Assign(name, text))
+            text = name
+        named.append(text)
+    bound_assigns = [x for x in named if isinstance(x, A.Assign)]
+    first, last = [x for x in named if isinstance(x, str)]
+    trial = A.For(loop.var, f"range({first}, {last})",
+                  copy.deepcopy(loop.body[len(starts):]), loop.primal, loop.trip)
+    trial_allocs = [copy.deepcopy(x) for x in allocs]
+    rl = A.ReverseLoop("replayed", None, trial_allocs + [trial])
+    declared = [copy.deepcopy(x) for x in fn.prologue] + [copy.deepcopy(x) for x in starts]
+    scratch = A.Function(fn.name, fn.params, "", declared, [rl])
+    p = _jam(scratch, rl, lanes, nonneg=True, taken=taken)
     if p is None:
         return False
+    if {target_name(x) for x in starts} - p.private - p.invariant:
+        return False        # (a value the lanes share: left as it was)
+    lanes_of = {n: [m[n] if n in m else n for m in p.maps] for n in p.private}
+    inits = {}
+    for x in scratch.prologue:      # the lanes' values read before assigned, set once
+        n = target_name(x)
+        if isinstance(x, A.Assign) and n in p.private:
+            inits[n] = x.value
+    at = seq.index(loop)
+    already = {(x.target, x.value) for x in seq[:at] if isinstance(x, A.Assign)}
+    before = [A.Assign(m, v) for n, v in sorted(inits.items()) for m in lanes_of[n]
+              if (m, v) not in already]
+    before += [copy.deepcopy(x) for x in starts if target_name(x) in p.invariant]
+    for real, planned in zip(allocs, trial_allocs):
+        real.value = planned.value
+    seq[at:at + 1] = before + bound_assigns + rl.body[len(trial_allocs):]
+    return True
+
+
+# ---- the jammed loop ---------------------------------------------------------------------
+def _jam(fn, rl, lanes, nonneg=False, taken=frozenset()):
+    """Jam ``rl`` in place; returns its plan, or None when it does not qualify (then
+    ``fn`` is unchanged).  ``taken``: names in use besides ``fn``'s."""
+    found = parts(rl)
+    if found is None:
+        return None
+    loop, block, k = found
+    p = analyse(fn, rl, loop, block, k, nonneg)
+    if p is None:
+        return None
+    p.all_names |= set(taken)
     suffix = [""] + [f"_l{n}" for n in range(1, lanes)]
     renamed = p.private | {p.var}
     if any(n + s in p.all_names for n in renamed for s in suffix[1:]):
-        return False
+        return None
     maps = [{}] + [{n: n + s for n in renamed} for s in suffix[1:]]
     start, stop, step = p.range
     stop_name = _fresh("_lanes_stop", p.all_names)
@@ -118,7 +184,8 @@ def _jam(fn, rl, lanes):
         if isinstance(x, A.Assign) and n in p.private:
             at = fn.prologue.index(x) + 1
             fn.prologue[at:at] = [_renamed(x, maps[m]) for m in range(1, lanes)]
-    return True
+    p.maps = maps
+    return p
 
 
 def _fresh(name, taken):

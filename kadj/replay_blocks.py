@@ -36,6 +36,7 @@ from .parallel import (BLOCK, PRANGE, _SCALAR_NODES, _elem_bases, _exposed,
                        _is_primal_sum, _is_reduction, _occurrences, _outside_uses,
                        _range_bounds, _read_before_defined, _shared_position,
                        _summed_array, _zero_at_start)
+from .lane_jam import jam_within
 from .thread_parts import split_into_parts
 
 _TAPE_NODES = (A.Push, A.Pop, A.CapacityCheck, A.Reserve)
@@ -166,10 +167,12 @@ def _blocks(fn, ns, rl):
         parts = split_into_parts(fn, ns, rl.body, r, (lo, hi), dict(sorted(
             summed.items())), starts)
         parts.body[-1:-1] = own_tape
+        jam_within(fn, parts.body, r, starts)
         return True
     # the loop over blocks (kadj.parallel.in_blocks), each block with its own tape
     blocks = in_blocks(fn, A.For(var, f"{PRANGE}({lo}, {hi})", starts + r.body))
     blocks.body[1:1] = own_tape
+    jam_within(fn, blocks.body, blocks.body[-1], starts)
     rl.body[:] = before + [
         A.Comment(f"# in blocks of {BLOCK} iterations run in parallel, each with a tape "
                   "of its own for its replayed iterations"),

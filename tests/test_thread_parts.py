@@ -53,6 +53,19 @@ def p_stencil(u, out, alpha):
         out[i] = u[i] + alpha * (u[i - 1] - 2.0 * u[i] + u[i + 1])
 
 
+@njit(parallel=True)
+def p_horner(coeffs, x, y):
+    # a replayed loop (the recurrence's values on a tape) whose iterations add into
+    # every adj_coeffs[j]: in parts, each part's iterations four side by side
+    k = coeffs.shape[0]
+    for i in prange(x.shape[0]):
+        xi = x[i]
+        p = coeffs[k - 1]
+        for j in range(k - 2, -1, -1):
+            p = p * xi + coeffs[j]
+        y[i] = p
+
+
 @njit
 def histogram(x, bins, h, a):
     for i in range(x.shape[0]):
@@ -89,12 +102,17 @@ def _stencil_args(n=203):
     return (rng.standard_normal(n), np.zeros(n), 0.3)
 
 
+def _horner_args(n=103, k=7):
+    return (rng.standard_normal(k) * 0.5, rng.uniform(-1.0, 1.0, n), np.zeros(n))
+
+
 CASES = [
     pytest.param(p_gather, _gather_args, {}, ["adj_x"], id="index_gather"),
     pytest.param(p_matvec, _matvec_args, {}, ["adj_x"], id="matvec_rows"),
     pytest.param(p_table_rows, _table_args, {}, ["adj_w", "adj_v"], id="table_rows"),
     pytest.param(p_stencil, _stencil_args, {"gather": False}, ["adj_u"],
                  id="scatter_stencil"),
+    pytest.param(p_horner, _horner_args, {}, ["adj_coeffs"], id="replayed_horner"),
 ]
 
 
@@ -132,6 +150,8 @@ def test_shared_sums_run_in_parts(kernel, make, opts, shared, threads):
     for name in shared:
         assert f"{name}_part" in src and f"_copies_{name}" in src, src
     assert "_thread_parts(" not in ser.adjoint_source(*args)
+    if kernel is p_horner:      # each part's iterations side by side
+        assert "side by side" in src.split("def ")[1], src
     fd_check(par, args, rtol=1e-6, atol=1e-8)
     reference = _adjoints(ser, args)
     for count in (1, numba.config.NUMBA_NUM_THREADS):
@@ -160,6 +180,7 @@ def _source_function(k, args):
     (p_matvec, lambda n: _matvec_args(n, 6), range(0, 12)),
     (p_table_rows, lambda n: _table_args(n, 4, 3), range(0, 12)),
     (p_stencil, lambda n: _stencil_args(n), range(0, 14)),
+    (p_horner, lambda n: _horner_args(n, 4), range(0, 24)),
 ])
 def test_every_iteration_in_exactly_one_part(kernel, make, sizes, monkeypatch):
     """1 to 7 parts (more than this machine's threads: numba.get_num_threads patched

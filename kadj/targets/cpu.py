@@ -123,11 +123,11 @@ def _write(prepared, facts, plan, options):
         index_fresh_saves(fn, wanted)
         made = len(parallel.parallelise(fn, w.ns, wanted, array_sums=not in_parallel))
         made += parallel.parallelise_primal(fn, w.ns, wanted)
-        # replayed iterations side by side where they qualify (on one thread such a
-        # loop ran 2.7 times faster than one iteration at a time in a block: a
-        # per-element Newton solve), the other replayed loops in parallel blocks
-        jam_replayed(fn)
+        # replayed loops in parallel blocks or parts, each block's iterations side by
+        # side where they qualify (kadj.lane_jam.jam_within); the replayed loops that
+        # stay serial side by side where they qualify
         made += parallel_replays(fn, w.ns, wanted)
+        jam_replayed(fn)
         if made:
             vector_sums(fn, w)      # (loops made parallel keep their += reductions)
             _outline_rows(fn, w, options)
