@@ -69,7 +69,7 @@ def test_saves_and_restores_are_paired_and_name_the_overwriting_line():
     line = first + next(n for n, t in enumerate(lines) if "p = p * x[i] + c[k]" in t)
     src = kadj.differentiate(gk.horner).adjoint_source(np.ones(3), np.ones(4), np.zeros(3))
     assert f"# save p (overwritten at golden_kernels.py:{line})" in src
-    # one save and one restore per copy of the loop (the loop run four iterations
+    # one save and one restore per copy of the loop (the loop run eight iterations
     # side by side, kadj.lane_jam, and the plain loop of the leftover iterations)
     assert src.count("# save ") == src.count("# restore ") >= 1
     body = src.splitlines()
@@ -77,7 +77,7 @@ def test_saves_and_restores_are_paired_and_name_the_overwriting_line():
     assert restores
     for at in restores:
         assert any(t.strip().startswith("p = _tape_f64[_sp_f64")
-                   for t in body[at + 1:at + 7]), body[at:at + 7]
+                   for t in body[at + 1:at + 10]), body[at:at + 10]
 
 
 def test_a_lambda_kernel_gets_an_adjoint_named_as_an_identifier():

@@ -6,7 +6,8 @@
   a value saved from the inner loop's previous step (``if k > 0``) with its adjoint
   reset at the end of every reversed step)
   get the jammed loop and pass float64 finite-difference checks at trip counts around the
-  lane count (0, 1, 3, 4, 5, 7, 8, 9: no jammed iteration, only jammed ones, both),
+  lane counts, four and eight (0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17: no jammed iteration,
+  only jammed ones, both),
   with inner loops of zero and one trip, and at sizes whose tape is larger than any
   earlier call's;
 - neighbouring kernels (a branch per element, two inner loops, an output sum read by
@@ -28,7 +29,7 @@ import kadj.targets.cpu as cpu
 from fdcheck import fd_check
 
 JAMMED = "at a time, side by side"
-SIZES = [0, 1, 3, 4, 5, 7, 8, 9]
+SIZES = [0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17]
 
 
 @njit
@@ -157,7 +158,7 @@ def test_recurrence(n, steps):
                         steps), True)
 
 
-@pytest.mark.parametrize("n", [0, 1, 4, 7])
+@pytest.mark.parametrize("n", [0, 1, 4, 7, 9, 17])
 @pytest.mark.parametrize("steps", [0, 1, 5])
 def test_branch_the_same_for_every_lane(n, steps):
     """The tape under a branch that every lane takes alike (stack pointer moved by all
@@ -166,7 +167,7 @@ def test_branch_the_same_for_every_lane(n, steps):
     _check(alternating, (r.uniform(-0.5, 0.5, n), 0.7, 0.2, np.zeros(n), steps), True)
 
 
-@pytest.mark.parametrize("n", [0, 1, 5, 8, 9])
+@pytest.mark.parametrize("n", [0, 1, 5, 8, 9, 16, 17])
 @pytest.mark.parametrize("m", [0, 1, 3])
 def test_tape_addresses_of_two_loops_and_a_saved_value(n, m):
     """Addresses from loop counters (kadj/lane_tape.py): two loops of pushes, one in
@@ -275,3 +276,19 @@ def test_a_value_left_by_a_loop_counts_only_for_a_loop_over_the_same_counters():
     assert _exposed(seq([]), "t", False)[0] is False
     assert _exposed(seq([A.Assign("m", "m + 1")]), "t", False)[0] is True
     assert _exposed(seq([A.If("q > 0", [A.Assign("m", "m + 1")])]), "t", False)[0] is True
+
+
+def test_eight_lanes_where_the_iteration_keeps_few_values():
+    """Eight iterations side by side where an iteration keeps at most four values of its
+    own (Horner: x[i], p and their adjoints), four where it keeps more (two_loops: v, u
+    and the inner loops' values); the same on every machine."""
+    from kadj.lane_jam import FEW_VALUES, LANES, WIDE
+    assert (LANES, WIDE, FEW_VALUES) == (4, 8, 4)
+    r = _rng(3)
+    wide = kadj.differentiate(horner).adjoint_source(
+        r.standard_normal(5), r.uniform(-1, 1, 9), np.zeros(9))
+    assert "iterations 8 at a time" in wide and "xi_l7" in wide, wide
+    assert "_tape_f64 = _kept_array(_keep_tape_f64, 8 * " in wide, wide
+    narrow = kadj.differentiate(two_loops).adjoint_source(
+        r.uniform(-0.5, 0.5, 9), r.uniform(0.5, 0.9, 3), np.zeros(9))
+    assert "iterations 4 at a time" in narrow and "_l4" not in narrow, narrow

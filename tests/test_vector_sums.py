@@ -106,9 +106,10 @@ def test_horner_sums_with_sum_add():
     rng = np.random.default_rng(2)
     args = (rng.uniform(-1, 1, 5), rng.standard_normal(4), np.zeros(5))
     # the local sum of x[i]'s adjoint over the reversed inner loop: one per lane of the
-    # iterations run side by side (kadj/lane_jam.py), then the remainder loop's
+    # iterations run side by side, eight of them (kadj/lane_jam.py), then the
+    # remainder loop's
     lanes = [f"_acc_x1{s} = _sum_add(_acc_x1{s}, adj_p{s} * p{s})"
-             for s in ("_l3", "_l2", "_l1", "")]
+             for s in [f"_l{n}" for n in range(7, 0, -1)] + [""]]
     assert _sum_lines(k.adjoint_source(*args)) == lanes + [lanes[-1]]
     fd_check(k, args)
 
