@@ -15,12 +15,25 @@ recorded with), and at the end the default stream waits for all of them, so what
 after the backward (``tape.grad``) sees the finished gradients.  Barriers (host code:
 checkpointed loops, custom steps, CPU launches, launches on host arrays) run after a
 host synchronisation of the streams, and later adjoints wait for the default stream.
+
+The ``k`` streams are the same at every backward from one host thread on one device
+(:func:`_streams`): creating streams costs a driver call each, and a gather-form
+adjoint keeps its block sums' slots per stream (:mod:`kadj.cuda.slots`), so new
+streams at every backward would each get a new slots array.  Reusing them is safe:
+each backward first makes its streams wait for the work already queued, and ends with
+the default stream waiting for them.
 """
 from __future__ import annotations
+
+import threading
 
 from .tape_graph import schedule
 
 __all__ = ["run"]
+
+_lock = threading.Lock()
+# (device, host thread) -> the streams made there so far
+_pool = {}
 
 
 def run(tape, launches, buffers, scalars, count, barrier):
@@ -37,7 +50,7 @@ def run(tape, launches, buffers, scalars, count, barrier):
         return
     nodes = schedule(launches, count, barrier)
     by_index = {launch.index: launch for launch in launches}
-    streams = [cuda.stream() for _ in range(count)]
+    streams = _streams(cuda, count)
     default = cuda.default_stream()
     for queue in [default, *_recorded_streams(tape._launches)]:
         ready = _event(cuda)
@@ -66,6 +79,18 @@ def run(tape, launches, buffers, scalars, count, barrier):
         done = _event(cuda)
         done.record(stream=s)
         done.wait(stream=default)
+
+
+def _streams(cuda, count):
+    """``count`` streams of this device for this host thread, the same ones at every
+    call (made when first needed)."""
+    from .buffer_pool import _device_id
+    key = (_device_id(), threading.get_ident())
+    with _lock:
+        made = _pool.setdefault(key, [])
+        while len(made) < count:
+            made.append(cuda.stream())
+        return made[:count]
 
 
 def _event(cuda):

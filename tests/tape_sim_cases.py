@@ -162,14 +162,24 @@ def streams_case():
     one, us1, ws1, out1 = run(U0, W0, True, streams=1)
     one.backward(out1)
     tape, us, ws, out = run(U0, W0, True, streams=2)
+    again, us2, ws2, out2 = run(U0, W0, True, streams=2)
     nodes = tape.schedule()
     sim_api.Event.record, sim_api.Event.wait = rec, wt
     CudaDifferentiatedKernel._run_adjoint = launch
     try:
         tape.backward(out)
+        first = len(log)
+        again.backward(out2)
     finally:
         sim_api.Event.record, sim_api.Event.wait = record, wait
         CudaDifferentiatedKernel._run_adjoint = run_adjoint
+    # a second backward runs on the same two streams (kadj.tape_streams keeps them)
+    later = {e[2] for e in log[first:] if e[0] == "launch"}
+    log[first:] = []
+    assert later == {e[2] for e in log if e[0] == "launch"}, "new streams at a backward"
+    for x1, x in ((us1[0], us2[0]), (ws1[0], ws2[0])):
+        a, b = one.grad(x1).copy_to_host(), again.grad(x).copy_to_host()
+        assert np.array_equal(a, b), f"the second backward differs: {a - b}"
     for x1, x in ((us1[0], us[0]), (ws1[0], ws[0])):
         a, b = one.grad(x1).copy_to_host(), tape.grad(x).copy_to_host()
         assert np.array_equal(a, b), f"streams=2 differs from streams=1: {a - b}"
