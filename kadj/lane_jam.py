@@ -104,25 +104,21 @@ def jam_within(fn, seq, loop, starts, lanes=None):
     if loop.body[:len(starts)] != starts or not all(
             isinstance(x, A.Assign) and isinstance(x.target, str) for x in starts):
         return False
+    bounds = _range(loop.iter, simple=False)
+    if bounds is None or bounds[2] != 1:
+        return False
     allocs = [x for x in seq[:seq.index(loop)] if isinstance(x, A.Assign) and
               isinstance(x.target, str) and x.target.startswith("_tape_")]
     taken = {n for x in A.walk(fn.prologue + fn.body) for n in _mentions(x)} | set(fn.params)
     for _decorator, helper in fn.helpers:
         taken |= {n for x in A.walk(helper.prologue + helper.body) for n in _mentions(x)}
-    bounds = _range(loop.iter, simple=False)
-    if bounds is None or bounds[2] != 1:
-        return False
     # the block's bounds as names (the jammed loops and their split point read them)
-    named = []
-    for base, text in zip(("_first", "_last"), bounds[:2]):
-        if not text.isidentifier():
-            name = free_name(fn, base, taken=taken)
-            taken.add(name)
-            named.append(A.Assign(name, text))
-            text = name
-        named.append(text)
-    bound_assigns = [x for x in named if isinstance(x, A.Assign)]
-    first, last = [x for x in named if isinstance(x, str)]
+    bound_assigns = []
+    first, last = bounds[:2]
+    if not first.isidentifier():
+        first = _bound_name(fn, "_first", first, taken, bound_assigns)
+    if not last.isidentifier():
+        last = _bound_name(fn, "_last", last, taken, bound_assigns)
     trial = A.For(loop.var, f"range({first}, {last})",
                   copy.deepcopy(loop.body[len(starts):]), loop.primal, loop.trip)
     trial_allocs = [copy.deepcopy(x) for x in allocs]
@@ -134,7 +130,7 @@ def jam_within(fn, seq, loop, starts, lanes=None):
         return False
     if {target_name(x) for x in starts} - p.private - p.invariant:
         return False        # (a value the lanes share: left as it was)
-    lanes_of = {n: [m[n] if n in m else n for m in p.maps] for n in p.private}
+    lanes_of = {n: [m.get(n, n) for m in p.maps] for n in p.private}
     inits = {}
     for x in scratch.prologue:      # the lanes' values read before assigned, set once
         n = target_name(x)
@@ -149,6 +145,14 @@ def jam_within(fn, seq, loop, starts, lanes=None):
         real.value = planned.value
     seq[at:at + 1] = before + bound_assigns + rl.body[len(trial_allocs):]
     return True
+
+
+def _bound_name(fn, base, text, taken, assigns):
+    """A fresh name for the bound ``text``, its assignment appended to ``assigns``."""
+    name = free_name(fn, base, taken=taken)
+    taken.add(name)
+    assigns.append(A.Assign(name, text))
+    return name
 
 
 # ---- the jammed loop ---------------------------------------------------------------------

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 
+from .buffer_pool import _device_id
 from .tape_graph import schedule
 
 __all__ = ["run"]
@@ -84,7 +85,6 @@ def run(tape, launches, buffers, scalars, count, barrier):
 def _streams(cuda, count):
     """``count`` streams of this device for this host thread, the same ones at every
     call (made when first needed)."""
-    from .buffer_pool import _device_id
     key = (_device_id(), threading.get_ident())
     with _lock:
         made = _pool.setdefault(key, [])
