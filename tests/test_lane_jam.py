@@ -292,3 +292,15 @@ def test_eight_lanes_where_the_iteration_keeps_few_values():
     narrow = kadj.differentiate(two_loops).adjoint_source(
         r.uniform(-0.5, 0.5, 9), r.uniform(0.5, 0.9, 3), np.zeros(9))
     assert "iterations 4 at a time" in narrow and "_l4" not in narrow, narrow
+
+
+@pytest.mark.parametrize("n", [15, 16, 17, 203])
+def test_eight_lanes_bounds_checked(n):
+    """The eight-lane loop and its remainder, the adjoint run with numba's bounds
+    checking (kadj.testing.check_grad), at sizes whose tape is reused many times."""
+    from kadj.testing import check_grad
+    r = _rng(n)
+    k = kadj.differentiate(horner)
+    args = (r.standard_normal(5) / 2, r.uniform(-1, 1, n), np.zeros(n))
+    assert "iterations 8 at a time" in k.adjoint_source(*args)
+    check_grad(k, args)

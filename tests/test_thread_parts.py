@@ -261,3 +261,12 @@ def test_reading_or_assigning_shared_elements_stays_serial(kernel, args):
     src = par.adjoint_source(*args)
     assert not is_parallel_source(src), src
     fd_check(par, args, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("n", [1, 9, 103, 1001])
+def test_replayed_parts_bounds_checked(n, threads):
+    """The parts' jammed loops (each with its own tape) run with numba's bounds checking
+    (kadj.testing.check_grad), on every thread of this machine."""
+    from kadj.testing import check_grad
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    check_grad(kadj.differentiate(p_horner), _horner_args(n, 6))
