@@ -904,6 +904,26 @@ if differentiate is not None:
             return dataclasses.replace(super().compiled(*args), function=self.broken,
                                        disk_cached=False)
 
+    @njit
+    def _doubled_row(i, x, adj_x, adj_y):
+        adj_x[i] += 2.0 * adj_y[i]
+        if adj_y[i + 1] == adj_y[i + 1] + 1.0:    # one element past the end, no effect
+            adj_x[i] += 0.0
+
+    def _doubled_adjoint_through_a_row(x, y, adj_x, adj_y):
+        for i in range(x.shape[0]):
+            _doubled_row(i, x, adj_x, adj_y)
+        for i in range(y.shape[0]):
+            adj_y[i] = 0.0
+
+    class OffByOneInARow(OffByOne):
+        """``doubled`` whose adjoint calls a function of its module (as the bodies of
+        parallel loops are) that reads past the end of adj_y without using the value."""
+
+        def __init__(self):
+            super().__init__()
+            self.broken = njit(_doubled_adjoint_through_a_row)
+
 
 @pytest.fixture
 def no_global_boundscheck(monkeypatch):
@@ -923,6 +943,19 @@ def test_check_grad_runs_the_adjoint_with_bounds_checking(rng, no_global_boundsc
         check_grad(OffByOne(), (rng.standard_normal(6), np.zeros(6)))
     assert "'doubled'" in str(info.value)
     assert isinstance(info.value.__cause__, IndexError)
+
+
+@needs_core
+def test_check_grad_bounds_checks_the_functions_the_adjoint_calls(rng,
+                                                                  no_global_boundscheck):
+    args = (rng.standard_normal(6), np.zeros(6))
+    kernel = OffByOneInARow()
+    kernel.adjoint(*args, np.zeros(6), np.ones(6))      # unchecked, the read goes unseen
+    with pytest.raises(AssertionError, match="indexed an array out of bounds") as info:
+        check_grad(kernel, args)
+    assert isinstance(info.value.__cause__, IndexError)
+    # the module's own function is left as it was
+    assert _doubled_row.targetoptions.get("boundscheck") is None
 
 
 @needs_core
