@@ -73,7 +73,24 @@ def _compile_saved(path, name):
     from numba import njit
     ns = {}
     exec(compile(path.read_text(), str(path), "exec"), ns)
-    return njit(error_model="numpy")(ns[f"{name}_adjoint"])
+    return _with_kept_memory(njit(error_model="numpy")(ns[f"{name}_adjoint"]))
+
+
+def _with_kept_memory(fn):
+    """``fn`` called as kadj calls a compiled adjoint: with the memory it keeps from one
+    call to the next (:mod:`kadj.call_memory`) after its own arguments."""
+    from kadj import call_memory
+    memory = call_memory.for_function(fn.py_func)
+    if memory is None:
+        return fn
+
+    def call(*args):
+        kept = memory.take()
+        try:
+            return fn(*args, *kept.args)
+        finally:
+            memory.give(kept)
+    return call
 
 
 def _buffers(args, rng):
