@@ -197,7 +197,10 @@ def jit(pyfn, disk_cached, options):
     numba's on-disk cache when the adjoint is disk-cached and numba can write a cache.
     A serial adjoint compiles without numba's SSA reconstruction where that cannot
     change what it computes (:mod:`kadj.ssa_free`)."""
-    options = ssa_free.options_for(options)
+    # called from Python (its dispatcher) and from jitted code, never through a C
+    # function pointer: no C-callable wrapper to compile (about 6% of a gallery
+    # adjoint's compile)
+    options = dict(ssa_free.options_for(options), no_cfunc_wrapper=True)
     if disk_cached:
         return cachedir.njit_cached(pyfn, options)
     from numba import njit

@@ -9,7 +9,7 @@ parallel gather adjoint took 12 ms on one thread, the same source with serial lo
 module-level function, compiled with the adjoint's own compiler options and called by
 the loop::
 
-    @numba.njit(error_model='numpy')
+    @numba.njit(error_model='numpy', no_cfunc_wrapper=True)
     def _row1(_p0_1, t5, t6, u, kappa, dt, adj_u_new, adj_kappa, adj_u):
         ...
 
@@ -220,9 +220,13 @@ def _target_name(t):
 
 
 def _decorator(jit_options):
-    """``@numba.njit(...)`` with the adjoint's options, spelled the same in every run."""
+    """``@numba.njit(...)`` with the adjoint's options, spelled the same in every run,
+    and without the wrapper that calls it through a C pointer.  (It keeps the one that
+    calls it from Python: the adjoint's source runs as Python too, and a function
+    without it crashes the interpreter when Python calls it.)"""
     parts = []
-    for key, value in sorted(jit_options.items()):
+    options = dict(jit_options, no_cfunc_wrapper=True)
+    for key, value in sorted(options.items()):
         if value is None:       # numba's default
             continue
         if isinstance(value, (set, frozenset)):

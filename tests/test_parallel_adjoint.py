@@ -239,14 +239,14 @@ def test_parallel_body_with_loops_is_its_own_function():
     args = (rng.standard_normal((29, 6)), rng.standard_normal(29), np.zeros((29, 6)))
     par, ser, psrc, ssrc = _serial_and_parallel(p_rows, args)
     (deco, name, params), = _row_functions(psrc)
-    assert deco == "@numba.njit(error_model='numpy')", psrc
+    assert deco == "@numba.njit(error_model='numpy', no_cfunc_wrapper=True)", psrc
     assert params.split(", ")[0] == "i" and "adj_x" in params and "adj_w" in params
     lines = [ln.strip() for ln in psrc.splitlines()]
     at = lines.index("for i in numba.prange(0, t2):")
     assert lines[at + 1] == f"{name}({params})", psrc
     assert not _row_functions(ssrc) and "numba" not in ssrc
     ir_text = par.show_stage("adjoint-ir", *args)      # the IR shows the function too
-    assert f".helper: @numba.njit(error_model='numpy')" in ir_text
+    assert f".helper: @numba.njit(error_model='numpy', no_cfunc_wrapper=True)" in ir_text
     assert f"Function(name='{name}'" in ir_text and f"Call(text='{name}(i, " in ir_text
     fd_check(par, args, rtol=1e-6, atol=1e-8)
     gp, gs = _both_adjoints(par, ser, args)
@@ -254,7 +254,7 @@ def test_parallel_body_with_loops_is_its_own_function():
         np.testing.assert_array_equal(a, b)
     fast = kadj.differentiate(p_rows_fast)
     (deco, _, _), = _row_functions(fast.adjoint_source(*args))
-    assert deco == "@numba.njit(error_model='numpy', fastmath=True)"
+    assert deco == "@numba.njit(error_model='numpy', fastmath=True, no_cfunc_wrapper=True)"
     # (the difference quotient of a sum of 174 terms of size ~1 carries ~1e-8 of
     # rounding at this step: an element near zero needs that much absolute tolerance)
     fd_check(fast, args, rtol=1e-6, atol=5e-8)
