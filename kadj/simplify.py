@@ -29,7 +29,8 @@ from .simplify_names import drop_free_suffixes
 from .simplify_primal import remove_unused_primal
 from .simplify_scopes import join_scopes, split_scopes
 from .simplify_expr import (drop_bool_casts, drop_orphan_comments, fold_single_uses,
-                            inline_index_offsets, merge_accumulations)
+                            inline_index_offsets, merge_accumulations,
+                            unwrap_bool_of_compare)
 
 
 def simplify(fn, types=None):
@@ -48,6 +49,7 @@ def simplify(fn, types=None):
     fold_single_uses(fn, idx=idx)
     inline_index_offsets(fn, idx=idx)
     fold_single_uses(fn, idx=idx)
+    unwrap_bool_of_compare(fn, idx)
     remove_unused_primal(fn, idx)   # (again: a store's value folded, y[e] = y[e] + v)
     merge_accumulations(fn, idx=idx)
     keep_readded_elements(fn)

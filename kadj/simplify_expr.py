@@ -2,6 +2,8 @@
 
 * :func:`drop_bool_casts`: ``t2 = bool(t1)`` after the comparison ``t1 = a < b`` is
   dropped and ``t2`` read as ``t1``.
+* :func:`unwrap_bool_of_compare`: ``t = bool(a < b)``, left by folding a comparison
+  into its cast, becomes ``t = a < b``.
 * :func:`fold_single_uses`: a temporary defined once and read once, later in the same
   statement list, is replaced by its expression (``t5 = i - 1; t6 = u[t5]`` becomes
   ``t6 = u[i - 1]``), parenthesised by precedence (:mod:`kadj.expr_text`), within
@@ -140,6 +142,24 @@ def _drop_one_bool_cast(fn, idx):
             idx.delete(seq, pos)
             return True
     return False
+
+
+def unwrap_bool_of_compare(fn, idx=None):
+    """``t = bool(a < b)`` (a comparison folded into the cast after the cast's own pass
+    ran) becomes ``t = a < b``: the comparison of two numbers is a boolean already.
+    ``idx``: the function's :class:`~kadj.adj_refs.Index`, told of each change."""
+    for x in A.walk(fn.prologue + fn.body):
+        if isinstance(x, A.Assign) and x.op == "=" and isinstance(x.value, str) and \
+                x.value.startswith("bool(") and x.value.endswith(")"):
+            tree = E.parse(x.value)
+            if isinstance(tree, E.ast.Call) and isinstance(tree.func, E.ast.Name) and \
+                    tree.func.id == "bool" and len(tree.args) == 1 and \
+                    not tree.keywords and isinstance(tree.args[0], E.ast.Compare):
+                inner = x.value[len("bool("):-1].strip()
+                if E.parse(inner) is not None:
+                    x.value = inner
+                    if idx is not None:
+                        idx.touch([x])
 
 
 def _repeat(step, fn, idx, *args):

@@ -3,9 +3,13 @@ run (:func:`kadj.simplify.simplify`).
 
 The gather form of a CUDA adjoint repeats the kernel's forward and reverse code once
 per neighbouring thread, each copy in its own ``if`` at the top of the function,
-reusing the same names.  A name that such a block defines before any read of it, and
-that nothing after the block reads before defining it again, is the block's own
-variable: :func:`split_scopes` renames it there, so that the passes (which treat a
+reusing the same names; and the reverse of a loop recomputes the values its forward
+sweep computed, under the same names (a helper's branches returning a value: ``t9 =
+t8`` in the forward loop and again in the reversed one).  A name that such a block (a
+top-level ``if`` or loop) defines before any read of it, and that nothing after the
+block reads before defining it again, is the block's own variable (in a loop: defined
+before any read in each iteration, so that no value passes from one iteration to the
+next): :func:`split_scopes` renames it there, so that the passes (which treat a
 name defined in several places as one variable) simplify each block as they simplify
 a single one; :func:`join_scopes` gives the names back afterwards, where the block
 still holds only its own copy (else it keeps a ``_2``-style name).
@@ -139,11 +143,12 @@ def _rename(block, mapping):
 
 
 # ---- the passes --------------------------------------------------------------------------
+_SCOPES = (A.If, A.For, A.While, A.ReverseLoop)
 def split_scopes(fn):
-    """Rename each top-level ``if`` block's own variables that other top-level
+    """Rename each top-level ``if`` block's or loop's own variables that other top-level
     statements reuse; returns what :func:`join_scopes` needs."""
     body = fn.body
-    if not any(isinstance(x, A.If) for x in body):
+    if not any(isinstance(x, _SCOPES) for x in body):
         return []       # (no block to rename in)
     params = set(fn.params)
     mentions = [mentioned(x) for x in body]
@@ -158,7 +163,7 @@ def split_scopes(fn):
     # it only, so before that statement is renamed itself
     reads_first = {}
     for k, x in enumerate(body):
-        if not isinstance(x, A.If):
+        if not isinstance(x, _SCOPES):
             continue
         reused = {n for n in mentions[k] if count[n] > 1} - params
         if not reused:

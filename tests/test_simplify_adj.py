@@ -3,11 +3,15 @@ that follows, copies of an adjoint replaced by the adjoint itself) and
 kadj/simplify_scopes.py (top-level blocks that reuse names simplified each on its own),
 on hand-built IR and on generated adjoints whose gradients are checked against an
 analytic formula."""
+import copy
+import re
+
 import numpy as np
 from numba import njit
 
 import kadj
 from kadj import adj_ir as A
+from kadj.printer import render
 from kadj.simplify import simplify
 from kadj.simplify_adj import sink_resets
 from kadj.simplify_scopes import exposed, join_scopes, split_scopes
@@ -122,6 +126,61 @@ def test_blocks_reusing_a_name_are_simplified_each_on_its_own():
     # a name read after the block is not the block's own
     fn = _fn([block(0), A.Return("t")])
     assert split_scopes(fn) == [] and join_scopes(fn, []) is fn
+
+
+def test_loops_reusing_a_name_are_simplified_each_on_its_own():
+    """A forward loop and the reversed loop that recomputes its values define the same
+    temporaries: each loop's own are told apart while the passes run, so that a copy or
+    a cast in one is simplified as if it were the only definition."""
+    def loop(var):
+        return A.For(var, "range(0, n, 1)", body=[
+            A.Assign("t1", f"x[{var}] < 0.5"), A.Assign("t2", "bool(t1)"),
+            A.If("t2", then=[A.Assign("t3", f"x[{var}]"), A.Assign("s", "s + t3")])])
+    carried = A.For("j", "range(0, n, 1)", body=[
+        A.Assign("t4", "t5 + 1.0"), A.Assign("t5", "x[j]")])     # t5: from the last trip
+    fn = _fn([A.Assign("s", "0.0"), A.Assign("t5", "0.0"), loop("i"), carried, loop("k"),
+              A.Return("s + t5")], params=("x", "n"))
+    fn.temps = frozenset({"t1", "t2", "t3", "t4", "t5"})
+    before = copy.deepcopy(fn)
+    scopes = split_scopes(copy.deepcopy(fn))
+    assert {old for _, old, _ in scopes} == {"t1", "t2", "t3"}     # not t5, not s
+    simplify(fn)
+    src = render(fn)
+    assert "bool(" not in src and "t3 =" not in src, src
+    assert src.count("if x[i] < 0.5:") + src.count("t1 = x[i] < 0.5") >= 1, src
+    for x in (np.array([0.25, 0.75, 0.125]), np.array([0.9, 0.1, 0.3, 0.2])):
+        got, want = {}, {}
+        exec(render(fn), got)
+        exec(render(before), want)
+        assert got["f"](x, x.shape[0]) == want["f"](x, x.shape[0])
+
+
+def test_a_helper_with_branches_recomputes_only_what_its_reverse_reads():
+    src = kadj.differentiate(huber_sum).adjoint_source(np.array([0.3, -2.0]), 1.0)
+    assert "bool(" not in src, src
+    # no copy of a copy (the branches' return values), in the forward nor the recompute
+    assert not re.search(r"^\s*t\d+ = t\d+$", src, re.M), src
+    reverse = src[src.index("# ---- reverse sweep ----"):]
+    assert "0.5 * delta" in reverse and "delta * t" not in reverse, src
+    x = np.array([0.3, -2.0, 0.9, 1.5, -0.2])
+    adj_x = np.zeros(5)
+    kadj.differentiate(huber_sum).adjoint(x, 1.0, adj_x, np.zeros(1), adj_return=1.0)
+    np.testing.assert_allclose(adj_x, np.clip(x, -1.0, 1.0), rtol=1e-15)
+
+
+@njit
+def _huber(r, delta):
+    if abs(r) <= delta:
+        return 0.5 * r * r
+    return delta * (abs(r) - 0.5 * delta)
+
+
+@njit
+def huber_sum(x, delta):
+    total = 0.0
+    for i in range(x.shape[0]):
+        total += _huber(x[i], delta)
+    return total
 
 
 @njit

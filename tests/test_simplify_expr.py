@@ -6,7 +6,8 @@ import copy
 
 from kadj import adj_ir as A
 from kadj.printer import render
-from kadj.simplify_expr import drop_bool_casts, fold_single_uses, merge_accumulations
+from kadj.simplify_expr import (drop_bool_casts, fold_single_uses, merge_accumulations,
+                                unwrap_bool_of_compare)
 
 
 def v(name):
@@ -95,6 +96,16 @@ def test_bool_of_a_comparison_is_the_comparison():
     g = fn(A.Assign("t1", "x[0]"), A.Assign("t2", "bool(t1)"),
            A.If("t2", [A.Assign("x[2]", "1.0")]))
     assert "bool(t1)" in same_result(g, drop_bool_casts)   # not a comparison
+
+
+def test_bool_of_a_folded_comparison_is_the_comparison():
+    f = fn(A.Assign("t2", "bool(x[0] < x[1] - 1.0)"), A.If("t2", [A.Assign("x[2]", "1.0")]),
+           A.Assign("t3", "bool(x[3])"), A.Assign("t4", "bool(x[0] < 2.0) + 1"),
+           A.If("t3", [A.Assign("x[1]", "t4")]))
+    src = same_result(f, unwrap_bool_of_compare)
+    assert "t2 = x[0] < x[1] - 1.0\n" in src
+    # not a comparison, or the cast only part of the value: left as they are
+    assert "t3 = bool(x[3])" in src and "t4 = bool(x[0] < 2.0) + 1" in src
 
 
 def test_repeated_accumulations_into_one_element_merge():
