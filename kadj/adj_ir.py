@@ -82,9 +82,14 @@ class Assign(Node):
 
 @dataclass(eq=False)
 class If(Node):
+    """``fresh``: the branch that saves, from a loop's second iteration on, the previous
+    iteration's values that each iteration assigns before reading them
+    (:meth:`kadj.forward_sweep.ForwardSweep.push_fresh`): it reads only what the
+    previous iteration of its loop assigned."""
     cond: str
     then: list = field(default_factory=list)
     orelse: list = field(default_factory=list)
+    fresh: bool = False
 
     def children(self):
         return (self.then, self.orelse)

@@ -444,7 +444,7 @@ class ForwardSweep:
         defs, form = self.fresh_saves(loop)
         if not defs or self.nopush:
             return
-        self.put(depth, A.If(cond))
+        self.put(depth, A.If(cond, fresh=True))
         self.put(depth + 1, A.Comment("# the previous iteration's values, before this "
                                       "one redefines them"))
         for x in defs:

@@ -16,6 +16,9 @@ code as built (where names occur: :mod:`kadj.adj_refs`).
 * the passes of :mod:`kadj.simplify_expr`: ``bool()`` of a comparison dropped,
   single-use temporaries folded into their use, index offsets spelled out, repeated accumulations into one
   element merged.
+* :func:`kadj.simplify_joins.coalesce_joins`: a branch value or a loop counter computed
+  under a temporary's name and copied into the kernel's name is computed under that
+  name.
 """
 from __future__ import annotations
 
@@ -25,19 +28,24 @@ from . import adj_ir as A
 from .adj_refs import DEF, FIXED, IDENT, USE, Index, names, pure, rewrite
 from .simplify_adj import keep_readded_elements, sink_resets
 from .simplify_zero import assign_first_contributions, float64_only
+from .simplify_joins import coalesce_joins
 from .simplify_names import drop_free_suffixes
 from .simplify_primal import remove_unused_primal
 from .simplify_scopes import join_scopes, split_scopes
 from .simplify_expr import (drop_bool_casts, drop_orphan_comments, fold_single_uses,
-                            inline_index_offsets, merge_accumulations,
+                            inline_index_offsets, is_temporary, merge_accumulations,
                             unwrap_bool_of_compare)
 
 
-def simplify(fn, types=None):
+def simplify(fn, types=None, joins=True):
     """``fn`` (an :class:`adj_ir.Function`) made easier to read; returns it.
     ``types``: the kernel's typemap; given, a contribution of the adjoint's own type to
-    an adjoint known to be zero assigns it (:mod:`kadj.simplify_zero`)."""
-    scopes = split_scopes(fn)
+    an adjoint known to be zero assigns it (:mod:`kadj.simplify_zero`).  ``joins``:
+    coalesce branch values and loop counters (:mod:`kadj.simplify_joins`), and tell a
+    block's names apart also where a later ``if`` on the same condition reads them
+    (:func:`kadj.simplify_scopes.exposed`); CUDA adjoints keep numba's shape of guard
+    chains and their names, which :mod:`kadj.cuda.guard_hoist` reads."""
+    scopes = split_scopes(fn, correlate=joins)
     sink_resets(fn)
     if types is not None:
         assign_first_contributions(fn, float64_only(types))
@@ -47,6 +55,8 @@ def simplify(fn, types=None):
     remove_unused_primal(fn, idx)
     drop_bool_casts(fn, idx)
     fold_single_uses(fn, idx=idx)
+    if joins:
+        coalesce_joins(fn, idx, lambda n: is_temporary(n, fn.temps))
     inline_index_offsets(fn, idx=idx)
     fold_single_uses(fn, idx=idx)
     unwrap_bool_of_compare(fn, idx)

@@ -178,6 +178,12 @@ def _is_temp_def(x, temps):
             and isinstance(x.value, str))
 
 
+def is_temporary(name, temps):
+    """Is ``name`` a temporary: ``t<n>`` or one of ``temps`` (the kernel's temporaries,
+    :attr:`kadj.adj_naming.Naming.temp_names`)?"""
+    return _temp_name(name) or name in temps
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def _temp_name(name):
     return _TEMP.match(name) is not None

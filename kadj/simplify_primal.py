@@ -146,33 +146,51 @@ def _drop_empty_loops(fn, touched, idx):
 
 def _drop_dead_loops(fn, idx, touched):
     """A primal ``for`` at the function's top level whose body only assigns plain names
-    pure values (a forward sweep's loop left with the loads of its dropped stores),
-    when nothing after it may read one of those names (or its counter) before
-    assigning it: it computes nothing that is used."""
-    from .parallel import _exposed
+    pure values (a forward sweep's loop left with the loads of its dropped stores), also
+    under ``if`` and in inner ``for``/``while`` loops left by ``break`` and ``continue``
+    (a Newton iteration per element whose every reversed iteration replays it), when
+    nothing after it may read one of those names (or its counter) before assigning it:
+    it computes nothing that is used.  (Its loops end as the kernel's own did: the
+    forward ran them, and the reverse replays them.)"""
+    from .simplify_scopes import exposed
     body = fn.body
     gone = set()
     for k, x in enumerate(body):
         if not (isinstance(x, A.For) and x.primal and _pure_range(x.iter)):
             continue
-        assigned = {x.var}
-        for y in A.walk(x.body):
-            if isinstance(y, (A.Comment, A.Pass)) or isinstance(y, A.Reserve) and \
-                    not y.amounts:      # (a reservation of nothing prints nothing)
-                continue
-            if isinstance(y, A.For) and _pure_range(y.iter):
-                assigned.add(y.var)
-                continue
-            if not (isinstance(y, A.Assign) and isinstance(y.target, str) and
-                    IDENT.match(y.target) and y.op == "=" and _pure(y.value)):
-                break
-            assigned.add(y.target)
-        else:
-            if not _exposed(body[k + 1:], assigned):
-                gone.add(id(x))
+        assigned = _assigns_only(x.body, {x.var})
+        if assigned is not None and not assigned & exposed(body[k + 1:], loops=True)[0]:
+            gone.add(id(x))
+            if k and isinstance(body[k - 1], A.Comment) and \
+                    body[k - 1].text.startswith(_NOT_RECORDED):
+                gone.add(id(body[k - 1]))   # (what it said of the loop)
     if gone:
         idx.drop_from(body, gone)
         touched[id(body)] = body
+
+
+_NOT_RECORDED = "# (not recorded here"
+
+
+def _assigns_only(seq, assigned):
+    """``assigned`` with every name the statements of ``seq`` assign, when all they do
+    is assign plain names pure values (in branches and loops on pure conditions, left
+    by ``break`` and ``continue``); None otherwise."""
+    for y in A.walk(seq):
+        if isinstance(y, (A.Comment, A.Pass, A.Break, A.Continue)) or \
+                isinstance(y, A.Reserve) and not y.amounts:
+            continue        # (a reservation of nothing prints nothing)
+        if isinstance(y, A.For) and _pure_range(y.iter):
+            assigned.add(y.var)
+        elif isinstance(y, (A.If, A.While)) and isinstance(y.cond, str) and \
+                _pure(y.cond):
+            continue
+        elif isinstance(y, A.Assign) and isinstance(y.target, str) and \
+                IDENT.match(y.target) and y.op in ("=", "+=", "-=") and _pure(y.value):
+            assigned.add(y.target)
+        else:
+            return None
+    return assigned
 
 
 def _pure_range(text):

@@ -20,7 +20,7 @@ import dataclasses
 import re
 
 from . import adj_ir as A
-from .adj_refs import IDENT, mentioned, names, refs
+from .adj_refs import IDENT, USE, mentioned, names, refs
 
 _HANDLED = (A.Assign, A.Accumulate, A.If, A.For, A.While, A.Return, A.Consume,
             A.Push, A.Pop, A.Comment, A.Break, A.Continue, A.Pass, A.Barrier,
@@ -41,14 +41,38 @@ def _target_defs(t):
     return set(), set(names(t))
 
 
-def exposed(seq, defined=frozenset()):
-    """(names read before being defined, names defined on every path) of ``seq``."""
+def exposed(seq, defined=frozenset(), held=None, correlate=True, in_loop=False,
+            loops=False, _shared=False):
+    """(names read before being defined, names defined on every path) of ``seq``.
+
+    A condition that is one name (``if t5:``, ``if not t5:``) is remembered with what
+    each of its branches defines, as long as nothing assigns that name: a later ``if``
+    on the same condition takes that branch exactly when the earlier one did, so the
+    names its branch defined are defined there (a reverse sweep's recomputation ``if
+    t5: t7 = i - 1``, then its reverse ``if t5: adj_x[t7] += ...``).  ``held``: {(name,
+    truth): names defined when the condition had that truth} from the enclosing code.
+    ``correlate=False``: no condition is remembered (every ``if`` stands alone).
+
+    ``loops=True`` also knows what only the running of loops shows: a ``while True:``
+    loop defines what its body defines before anything in it may leave the iteration
+    (its first iteration always runs that far), and inside a loop (``in_loop``) a
+    branch that saves the previous iteration's values (``A.If.fresh``) reads only what
+    that iteration assigned.  (Not for renaming: numba, which does not know this,
+    needs such names declared before the loop.)"""
     out, defined = set(), set(defined)
+    # (a block at the level of its surroundings shares their conditions: ``_shared``)
+    held = held if _shared and held is not None else dict(held or {})
 
     def read(ns):
         out.update(set(ns) - defined)
 
     for x in seq:
+        if loops and in_loop and isinstance(x, A.If) and x.fresh:
+            continue    # (reads what the loop's previous iteration assigned)
+        changed = _assigned_in(x) if isinstance(x, (A.If, A.For, A.While, A.Block,
+                                                    A.ReverseLoop)) else None
+        if changed:     # (a loop's body may assign it before a later iteration's test)
+            _forget(held, changed)
         if isinstance(x, (A.Assign, A.Accumulate)):
             d, r = _target_defs(x.target)
             read(names(x.value))
@@ -56,35 +80,86 @@ def exposed(seq, defined=frozenset()):
             if x.op not in ("=", "= -"):
                 read(d)
             defined |= d
+            _forget(held, d)
         elif isinstance(x, A.If):
             read(names(x.cond))
-            e1, d1 = exposed(x.then, defined)
-            e2, d2 = exposed(x.orelse, defined)
+            test = _test(x.cond) if correlate else None
+            known = (lambda truth: held.get((test[0], test[1] == truth), set())) \
+                if test else (lambda truth: set())
+            e1, d1 = exposed(x.then, defined | known(True), held, correlate, in_loop, loops)
+            e2, d2 = exposed(x.orelse, defined | known(False), held, correlate, in_loop,
+                             loops)
             out |= e1 | e2
             defined |= d1 & d2
+            if test and test[0] not in changed:
+                held[(test[0], test[1])] = d1
+                held[(test[0], not test[1])] = d2
         elif isinstance(x, A.For):
             read(names(x.iter))
             d, r = _target_defs(x.var)
             read(r)
-            e, _ = exposed(x.body, defined | d)
+            e, _ = exposed(x.body, defined | d, held, correlate, True, loops)
             out |= e
         elif isinstance(x, A.While):
             read(names(x.cond))
-            e, _ = exposed(x.body, defined)
+            e, _ = exposed(x.body, defined, held, correlate, True, loops)
             out |= e
+            if loops and x.cond.strip() == "True":
+                defined |= _first_run(x.body, defined, held)
         elif isinstance(x, (A.Block, A.ReverseLoop)):
-            e, defined = exposed(x.body, defined)
+            e, defined = exposed(x.body, defined, held, correlate, in_loop, loops, True)
             out |= e
         elif isinstance(x, A.Pop):
             read(names(x.cond))
             d, r = _target_defs(x.target)
             read(r)
             defined |= d
+            _forget(held, d)
         else:  # any other node reads every name it mentions
             read(n for n, _, _ in refs(x))
             for child in x.children():
-                out |= exposed(child, defined)[0]
+                out |= exposed(child, defined, None, correlate, in_loop, loops)[0]
+            _forget(held, _assigned_in(x))
     return out, defined
+
+
+def _first_run(body, defined, held):
+    """What a ``while True:`` body defines before its first statement that may leave the
+    iteration (a ``break``, ``continue`` or ``return`` in it)."""
+    prefix = []
+    for x in body:
+        if any(isinstance(y, (A.Break, A.Continue, A.Return)) for y in A.walk([x])):
+            break
+        prefix.append(x)
+    return exposed(prefix, defined, held, True, True, True)[1]
+
+
+def _test(cond):
+    """(name, truth) of a condition that is a name or ``not`` a name, else None."""
+    if not isinstance(cond, str):
+        return None
+    text = cond.strip()
+    truth = True
+    while text.startswith("not ") or text.startswith("(") and text.endswith(")"):
+        if text.startswith("not "):
+            text, truth = text[4:].strip(), not truth
+        else:
+            text = text[1:-1].strip()
+    return (text, truth) if IDENT.match(text) else None
+
+
+def _assigned_in(x):
+    """Every name a statement of ``x`` (itself or nested) may assign: each name in a
+    target, in a loop header's counter, or in a node this module does not know."""
+    out = set()
+    for y in A.walk([x]):
+        out.update(n for n, role, _ in refs(y) if role != USE)
+    return out
+
+
+def _forget(held, changed):
+    for key in [k for k in held if k[0] in changed]:
+        del held[key]
 
 
 def _unhandled(x):
@@ -144,9 +219,10 @@ def _rename(block, mapping):
 
 # ---- the passes --------------------------------------------------------------------------
 _SCOPES = (A.If, A.For, A.While, A.ReverseLoop)
-def split_scopes(fn):
+def split_scopes(fn, correlate=True):
     """Rename each top-level ``if`` block's or loop's own variables that other top-level
-    statements reuse; returns what :func:`join_scopes` needs."""
+    statements reuse; returns what :func:`join_scopes` needs.  ``correlate``: see
+    :func:`exposed`."""
     body = fn.body
     if not any(isinstance(x, _SCOPES) for x in body):
         return []       # (no block to rename in)
@@ -168,11 +244,11 @@ def split_scopes(fn):
         reused = {n for n in mentions[k] if count[n] > 1} - params
         if not reused:
             continue
-        reads, _ = exposed([x])
+        reads, _ = exposed([x], correlate=correlate)
         own = reused - reads - _unhandled(x)
         mapping = {}    # (the new names are fresh, so renaming all at once is the same)
         for n in sorted(own):
-            if not _dead_after(body, mentions, k, n, reads_first):
+            if not _dead_after(body, mentions, k, n, reads_first, correlate):
                 continue
             new = mapping[n] = _fresh(n, taken)
             renamed.append((x, n, new))
@@ -182,11 +258,11 @@ def split_scopes(fn):
     return renamed
 
 
-def _dead_after(body, mentions, k, n, reads_first):
+def _dead_after(body, mentions, k, n, reads_first, correlate=True):
     for j in range(k + 1, len(body)):
         if n in mentions[j]:
             if j not in reads_first:
-                reads_first[j] = exposed([body[j]])[0]
+                reads_first[j] = exposed([body[j]], correlate=correlate)[0]
             return n not in reads_first[j]
     return True
 

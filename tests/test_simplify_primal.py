@@ -1,6 +1,7 @@
 """Primal values nothing reads are not computed (kadj.simplify_primal), and a
 temporary's name loses a suffix it no longer needs (kadj.simplify_names): each rewrite
 happens where it keeps the meaning, and is refused where it would not."""
+import copy
 import math
 import re
 
@@ -256,6 +257,49 @@ def test_a_forward_loop_whose_values_a_restore_replaces_goes():
     args = (np.linspace(0.1, 1.0, 9), np.zeros(9), np.zeros(9))
     k = kadj.differentiate(_two_loops_one_name)
     src = k.adjoint_source(*args)
-    forward = src[src.index("forward sweep"):src.index("reverse sweep")]
+    forward = src[src.index("# ---- forward sweep"):src.index("# ---- reverse sweep")]
     assert "math.cos" not in forward, src
     fd_check(k, args)
+
+
+def test_a_forward_loop_of_branches_and_inner_while_loops_goes():
+    """A forward sweep's loop whose iterations each run a Newton iteration (a `while`
+    left by `break`, `continue`), computing values only the replayed iterations of the
+    reverse read: it goes, with the comment that said it was not recorded."""
+    from kadj.simplify_scopes import exposed
+    from kernels.cpu import GALLERY
+    from kadj.testing import check_grad
+    for name in ("newton_cbrt_converge", "kepler_newton", "euler_until",
+                 "fixed_point_cos", "bracket_interp"):
+        ex = next(e for e in GALLERY if e.name == name)
+        args = ex.make_args(np.random.default_rng(4))
+        k = kadj.differentiate(ex.kernel, wrt=ex.wrt)
+        src = k.adjoint_source(*args)
+        forward = src[src.index("# ---- forward sweep"):src.index("# ---- reverse sweep")]
+        code = [ln.strip() for ln in forward.splitlines() if not ln.strip().startswith("#")]
+        assert not any(ln.startswith(("for ", "while ")) for ln in code), src
+        assert "not recorded here" not in forward, src
+        check_grad(k, args)
+    # what only running a loop shows: a `while True` body's first run, and the saves of
+    # the previous iteration's values (read only from the second iteration on)
+    loop = A.While("True", [A.If("_trips > 1", [A.Push("f64", "t5")], fresh=True),
+                            A.Assign("t5", "x[0]"), A.If("t5 > 1.0", [A.Break()]),
+                            A.Assign("t6", "t5")])
+    seq = [loop, A.Assign("out[0]", "t5 + t6")]
+    assert exposed(seq, loops=True)[0] & {"t5", "t6"} == {"t6"}
+    assert exposed(seq)[0] & {"t5", "t6"} == {"t5", "t6"}
+    # the same saves outside any loop read what was there before
+    assert "t5" in exposed(loop.body, loops=True)[0]
+
+
+def test_a_forward_loop_read_after_a_while_that_may_not_assign_stays():
+    body = [A.Assign("k", "0"), A.While("k < n", [A.Assign("t5", "x[k]"),
+                                                  A.Assign("k", "k + 1")])]
+    fwd = A.For("i", "range(0, n, 1)", list(body), primal=True)
+    rev = A.For("i", "range(n - 1, -1, -1)", copy.deepcopy(body) + [
+        A.Assign("out[i]", "t5")])
+    f = fn(A.Assign("n", "x.shape[0]"), A.Assign("t5", "0.0"), fwd, rev,
+           params=("x", "out"))
+    remove_unused_primal(f)
+    # the reverse's while may run no iteration, and then reads t5 as the forward left it
+    assert "for i in range(0, n, 1):" in lines(f), lines(f)
