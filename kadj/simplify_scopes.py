@@ -42,7 +42,7 @@ def _target_defs(t):
 
 
 def exposed(seq, defined=frozenset(), held=None, correlate=True, in_loop=False,
-            loops=False, _shared=False):
+            loops=False, _shared=False, _memo=None):
     """(names read before being defined, names defined on every path) of ``seq``.
 
     A condition that is one name (``if t5:``, ``if not t5:``) is remembered with what
@@ -62,6 +62,7 @@ def exposed(seq, defined=frozenset(), held=None, correlate=True, in_loop=False,
     out, defined = set(), set(defined)
     # (a block at the level of its surroundings shares their conditions: ``_shared``)
     held = held if _shared and held is not None else dict(held or {})
+    memo = {} if _memo is None else _memo     # id(statement) -> what it may assign
 
     def read(ns):
         out.update(set(ns) - defined)
@@ -69,8 +70,8 @@ def exposed(seq, defined=frozenset(), held=None, correlate=True, in_loop=False,
     for x in seq:
         if loops and in_loop and isinstance(x, A.If) and x.fresh:
             continue    # (reads what the loop's previous iteration assigned)
-        changed = _assigned_in(x) if isinstance(x, (A.If, A.For, A.While, A.Block,
-                                                    A.ReverseLoop)) else None
+        changed = _assigned_in(x, memo) if correlate and isinstance(
+            x, (A.If, A.For, A.While, A.Block, A.ReverseLoop)) else None
         if changed:     # (a loop's body may assign it before a later iteration's test)
             _forget(held, changed)
         if isinstance(x, (A.Assign, A.Accumulate)):
@@ -86,9 +87,10 @@ def exposed(seq, defined=frozenset(), held=None, correlate=True, in_loop=False,
             test = _test(x.cond) if correlate else None
             known = (lambda truth: held.get((test[0], test[1] == truth), set())) \
                 if test else (lambda truth: set())
-            e1, d1 = exposed(x.then, defined | known(True), held, correlate, in_loop, loops)
+            e1, d1 = exposed(x.then, defined | known(True), held, correlate, in_loop, loops,
+                             _memo=memo)
             e2, d2 = exposed(x.orelse, defined | known(False), held, correlate, in_loop,
-                             loops)
+                             loops, _memo=memo)
             out |= e1 | e2
             defined |= d1 & d2
             if test and test[0] not in changed:
@@ -98,16 +100,17 @@ def exposed(seq, defined=frozenset(), held=None, correlate=True, in_loop=False,
             read(names(x.iter))
             d, r = _target_defs(x.var)
             read(r)
-            e, _ = exposed(x.body, defined | d, held, correlate, True, loops)
+            e, _ = exposed(x.body, defined | d, held, correlate, True, loops, _memo=memo)
             out |= e
         elif isinstance(x, A.While):
             read(names(x.cond))
-            e, _ = exposed(x.body, defined, held, correlate, True, loops)
+            e, _ = exposed(x.body, defined, held, correlate, True, loops, _memo=memo)
             out |= e
             if loops and x.cond.strip() == "True":
-                defined |= _first_run(x.body, defined, held)
+                defined |= _first_run(x.body, defined, held, memo)
         elif isinstance(x, (A.Block, A.ReverseLoop)):
-            e, defined = exposed(x.body, defined, held, correlate, in_loop, loops, True)
+            e, defined = exposed(x.body, defined, held, correlate, in_loop, loops, True,
+                                 memo)
             out |= e
         elif isinstance(x, A.Pop):
             read(names(x.cond))
@@ -119,11 +122,12 @@ def exposed(seq, defined=frozenset(), held=None, correlate=True, in_loop=False,
             read(n for n, _, _ in refs(x))
             for child in x.children():
                 out |= exposed(child, defined, None, correlate, in_loop, loops)[0]
-            _forget(held, _assigned_in(x))
+            if held:
+                _forget(held, _assigned_in(x, memo))
     return out, defined
 
 
-def _first_run(body, defined, held):
+def _first_run(body, defined, held, memo):
     """What a ``while True:`` body defines before its first statement that may leave the
     iteration (a ``break``, ``continue`` or ``return`` in it)."""
     prefix = []
@@ -131,7 +135,7 @@ def _first_run(body, defined, held):
         if any(isinstance(y, (A.Break, A.Continue, A.Return)) for y in A.walk([x])):
             break
         prefix.append(x)
-    return exposed(prefix, defined, held, True, True, True)[1]
+    return exposed(prefix, defined, held, True, True, True, _memo=memo)[1]
 
 
 def _test(cond):
@@ -148,13 +152,18 @@ def _test(cond):
     return (text, truth) if IDENT.match(text) else None
 
 
-def _assigned_in(x):
+def _assigned_in(x, memo):
     """Every name a statement of ``x`` (itself or nested) may assign: each name in a
-    target, in a loop header's counter, or in a node this module does not know."""
-    out = set()
-    for y in A.walk([x]):
-        out.update(n for n, role, _ in refs(y) if role != USE)
-    return out
+    target, in a loop header's counter, or in a node this module does not know.
+    ``memo``: id(statement) -> that set, filled here."""
+    found = memo.get(id(x))
+    if found is None:
+        found = {n for n, role, _ in refs(x) if role != USE}
+        for child in x.children():
+            for y in child:
+                found |= _assigned_in(y, memo)
+        memo[id(x)] = found
+    return found
 
 
 def _forget(held, changed):
