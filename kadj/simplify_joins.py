@@ -33,7 +33,7 @@ sweep's recomputation, which reuse the temporaries, are each rewritten on their 
 from __future__ import annotations
 
 from . import adj_ir as A
-from .adj_refs import IDENT, USE, mentioned
+from .adj_refs import IDENT, USE, mentioned, names
 
 __all__ = ["coalesce_joins"]
 
@@ -73,8 +73,8 @@ def _branch_value(branch, after, idx, is_temp):
         return False
     v, t = copy
     last = (branch.then[-1], branch.orelse[-1])
-    if not is_temp(t) or not all(_plain_def(x, t) for x in last) or \
-            v in mentioned(branch):
+    if not is_temp(t) or not all(_plain_def(x, t) and t not in names(x.value)
+                                 for x in last) or v in mentioned(branch):
         return False
     if {id(node) for _, node in idx.occ().get(t, ())} != {id(after), *map(id, last)}:
         return False

@@ -59,7 +59,11 @@ def test_branch_value_stays_where_the_name_is_read_or_the_temporary_used_again()
     again = _fn([_branch(), A.Assign("left", "t9"), A.Return("left + t9")])
     # a kernel name, not a temporary, computed in the branches
     named = _fn([_branch("value"), A.Assign("left", "value"), A.Return("left")])
-    for fn in (reads, again, named):
+    # a branch's value reads the temporary itself (the previous iteration's value)
+    itself = _fn([A.Assign("s", "0.0"), A.For("k", "range(0, n, 1)", body=[
+        A.If("k > 0", then=[A.Assign("t9", "t9 + 1.0")], orelse=[A.Assign("t9", "0.5")]),
+        A.Assign("left", "t9"), A.Assign("s", "s + left")]), A.Return("s")])
+    for fn in (reads, again, named, itself):
         before = render(fn)
         coalesce_joins(fn, Index(fn), _is_temp)
         assert render(fn) == before
