@@ -33,7 +33,7 @@ from .simplify_names import drop_free_suffixes
 from .simplify_primal import remove_unused_primal
 from .simplify_scopes import join_scopes, split_scopes
 from .simplify_expr import (drop_bool_casts, drop_orphan_comments, fold_single_uses,
-                            inline_index_offsets, is_temporary, merge_accumulations,
+                            inline_index_offsets, merge_accumulations,
                             unwrap_bool_of_compare)
 
 
@@ -56,7 +56,7 @@ def simplify(fn, types=None, joins=True):
     drop_bool_casts(fn, idx)
     fold_single_uses(fn, idx=idx)
     if joins:
-        coalesce_joins(fn, idx, lambda n: is_temporary(n, fn.temps))
+        coalesce_joins(fn, idx)
     inline_index_offsets(fn, idx=idx)
     fold_single_uses(fn, idx=idx)
     unwrap_bool_of_compare(fn, idx)

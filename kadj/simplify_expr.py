@@ -174,7 +174,7 @@ def _is_temp_def(x, temps):
     """``x`` defines a temporary: a ``t<n>`` or a name in ``temps`` (the kernel's
     temporaries, :attr:`kadj.adj_naming.Naming.temp_names`)."""
     return (isinstance(x, A.Assign) and x.op == "=" and isinstance(x.target, str)
-            and (_temp_name(x.target) or x.target in temps)
+            and is_temporary(x.target, temps)
             and isinstance(x.value, str))
 
 

@@ -34,14 +34,17 @@ from __future__ import annotations
 
 from . import adj_ir as A
 from .adj_refs import IDENT, USE, mentioned, names
+from .simplify_expr import is_temporary
 
 __all__ = ["coalesce_joins"]
 
 
-def coalesce_joins(fn, idx, is_temp):
+def coalesce_joins(fn, idx):
     """Both rewrites of the module docstring, everywhere in ``fn``; ``idx``: its
-    :class:`~kadj.adj_refs.Index`, told of every change; ``is_temp(name)``: may the
-    name go."""
+    :class:`~kadj.adj_refs.Index`, told of every change."""
+    def is_temp(name):
+        return is_temporary(name, fn.temps)
+
     for seq in list(idx.lists()):
         pos = 0
         while pos < len(seq):

@@ -22,10 +22,6 @@ def _fn(body, params=("x", "n")):
     return A.Function("f", params, "", body=body)
 
 
-def _is_temp(name):
-    return re.fullmatch(r"t\d+", name) is not None
-
-
 def _run(fn, *args):
     ns = {}
     exec(render(fn), ns)
@@ -42,7 +38,7 @@ def test_branch_value_is_computed_under_the_kernels_name():
     body = [_branch(), A.Assign("left", "t9"), A.Return("left + t7 if x[0] > 0.0 else left")]
     fn = _fn(body)
     before = copy.deepcopy(fn)
-    coalesce_joins(fn, Index(fn), _is_temp)
+    coalesce_joins(fn, Index(fn))
     src = render(fn)
     assert "t9" not in src and src.count("left = ") == 2, src
     for x in ([1.0, 2.0], [-1.0, 2.0]):
@@ -65,7 +61,7 @@ def test_branch_value_stays_where_the_name_is_read_or_the_temporary_used_again()
         A.Assign("left", "t9"), A.Assign("s", "s + left")]), A.Return("s")])
     for fn in (reads, again, named, itself):
         before = render(fn)
-        coalesce_joins(fn, Index(fn), _is_temp)
+        coalesce_joins(fn, Index(fn))
         assert render(fn) == before
 
 
@@ -74,7 +70,7 @@ def test_loop_counter_counts_in_the_kernels_name():
         A.Assign("i", "t3"), A.Assign("s", "s + x[i] * i")])
     fn = _fn([A.Assign("s", "0.0"), A.Assign("i", "-1"), loop, A.Return("s + i")])
     before = copy.deepcopy(fn)
-    coalesce_joins(fn, Index(fn), _is_temp)
+    coalesce_joins(fn, Index(fn))
     assert loop.var == "i" and "t3" not in render(fn), render(fn)
     for x, n in (([1.0, 2.0, 4.0], 3), ([1.0], 0)):     # (no iteration: i stays -1)
         assert _run(fn, x, n) == _run(before, x, n)
@@ -82,7 +78,7 @@ def test_loop_counter_counts_in_the_kernels_name():
     again = A.For("t3", "range(0, n, 1)", body=[
         A.Assign("i", "t3"), A.Assign("i", "i + 1"), A.Assign("s", "s + x[i - 1]")])
     fn = _fn([A.Assign("s", "0.0"), again, A.Return("s")])
-    coalesce_joins(fn, Index(fn), _is_temp)
+    coalesce_joins(fn, Index(fn))
     assert again.var == "t3"
 
 
