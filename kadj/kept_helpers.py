@@ -3,78 +3,70 @@
 :mod:`kadj.kept_memory` writes an adjoint's allocations as calls of these
 (``_kept_array``, ``_kept_zeros``, ``_kept_copy``, ``_kept_like``,
 ``_kept_zeros_like``); :mod:`kadj.call_memory` passes the kept bytes.  Each returns a
-view of the kept bytes ``keep`` (a ``uint8`` array) when they are enough, else new
-memory, as the allocation it replaces would have made, and then notes the bytes it
-asked for in ``need[slot]`` and sets ``need[0]`` (the slots start at 1).
+C-ordered array over the kept bytes ``keep`` (a ``uint8`` array) when they are enough,
+else new memory, as the allocation it replaces would have made, and then notes the
+bytes it asked for in ``need[slot]`` and sets ``need[0]`` (the slots start at 1).
 
-Each is a function numba compiles through an overload that ignores literal values
-(``prefer_literal=False``): a generated call passes its slot, and often a size, as a
-constant, and a jitted function called with constants would be compiled once per
-constant.  The overload calls one jitted implementation per kind of argument (dtype,
-dimensions), cached on disk like kadj's other runtime helpers.  Called from Python (an
-adjoint's source run as plain Python) they run that implementation.
+Each is a numba builtin (a typing template and a lowering, like
+:mod:`kadj.sum_intrinsic`): the allocation is written in place at each call, a
+comparison of the bytes asked for with the bytes kept, an array that points into the
+kept bytes, and numba's own allocation when they are not enough.  No function is
+compiled for it and none is linked into the adjoint: a jitted helper called there
+was linked into every adjoint that used it and optimised and compiled to machine code
+again in each (a tenth to a quarter of such an adjoint's compile time).  A shape or
+dtype these do not know (a dtype given as a string) is allocated by numba's
+``np.empty`` / ``np.zeros`` as written.  Called from Python (an adjoint's source run
+as plain Python) they do the same with NumPy.
 """
 from __future__ import annotations
 
 import numpy as np
-from numba.core import types
-from numba.extending import overload
-
-from .cachedir import cached_njit
+from numba.core import cgutils, types
+from numba.core.imputils import impl_ret_new_ref, lower_builtin
+from numba.core.typing.templates import AbstractTemplate, infer_global, signature
+from numba.np.arrayobj import _empty_nd_impl, _parse_shape, make_array, populate_array
 
 __all__ = ["_kept_array", "_kept_zeros", "_kept_copy", "_kept_like", "_kept_zeros_like"]
 
 
-@cached_njit()
+# ---- as Python -----------------------------------------------------------------------
 def _array(keep, shape, dtype, need, slot):
-    """An array of ``shape`` (a tuple of integers) and ``dtype``: a view of ``keep``
-    when it holds enough bytes, else new memory."""
-    nbytes = keep[:0].view(dtype).itemsize
-    fits = True
+    """An array of ``shape`` and ``dtype``: a view of ``keep`` when it holds enough
+    bytes, else new memory (``need`` noted)."""
+    shape = tuple(int(d) for d in np.atleast_1d(np.asarray(shape, dtype=np.int64)))
+    dt = np.dtype(dtype)
+    nbytes = dt.itemsize
     for d in shape:
-        if d < 0:              # np.empty raises, as it would have
-            fits = False
+        if d < 0:
+            return np.empty(shape, dt)      # raises, as np.empty would
         nbytes *= d
-    if fits and nbytes <= keep.shape[0]:
-        return keep[:nbytes].view(dtype).reshape(shape)
-    if fits:
-        if nbytes > need[slot]:
-            need[slot] = nbytes    # what the caller's pool grows this slot to
-        need[0] = 1                # (slot 0: some slot asked for more than it keeps)
-    return np.empty(shape, dtype)
+    if nbytes <= keep.shape[0]:
+        return keep[:nbytes].view(dt).reshape(shape)
+    if nbytes >= 2 ** 63:
+        return np.empty(shape, dt)          # raises: too big
+    if nbytes > need[slot]:
+        need[slot] = nbytes        # what the caller's pool grows this slot to
+    need[0] = 1                    # (slot 0: some slot asked for more than it keeps)
+    return np.empty(shape, dt)
 
 
-@cached_njit()
-def _zeros(keep, shape, dtype, need, slot):
+def _kept_array(keep, shape, dtype, need, slot):
+    """``np.empty(shape, dtype)`` in kept memory."""
+    return _array(keep, shape, dtype, need, slot)
+
+
+def _kept_zeros(keep, shape, dtype, need, slot):
+    """``np.zeros(shape, dtype)`` in kept memory."""
     a = _array(keep, shape, dtype, need, slot)
     a.fill(0)
     return a
 
 
-@cached_njit()
-def _copy(keep, x, need, slot):
-    a = _array(keep, x.shape, x.dtype, need, slot)
-    flat = a.reshape(a.size)
-    k = 0
-    for v in x.flat:           # (a slice assignment compiles its shape-error messages)
-        flat[k] = v
-        k += 1
-    return a
-
-
-def _kept_array(keep, shape, dtype, need, slot):
-    """``np.empty(shape, dtype)`` in kept memory."""
-    return _array(keep, tuple(np.atleast_1d(shape)), dtype, need, slot)
-
-
-def _kept_zeros(keep, shape, dtype, need, slot):
-    """``np.zeros(shape, dtype)`` in kept memory."""
-    return _zeros(keep, tuple(np.atleast_1d(shape)), dtype, need, slot)
-
-
 def _kept_copy(keep, x, need, slot):
     """``x.copy()`` (C order) in kept memory."""
-    return _copy(keep, x, need, slot)
+    a = _array(keep, x.shape, x.dtype, need, slot)
+    a[...] = x
+    return a
 
 
 def _kept_like(keep, x, need, slot):
@@ -84,49 +76,186 @@ def _kept_like(keep, x, need, slot):
 
 def _kept_zeros_like(keep, x, need, slot):
     """``np.zeros_like(x)`` of a C-ordered ``x`` in kept memory."""
-    return _zeros(keep, x.shape, x.dtype, need, slot)
+    return _kept_zeros(keep, x.shape, x.dtype, need, slot)
 
 
-def _kind(shape):
-    """How an overload passes ``shape`` on: "int" (as a 1-tuple), "tuple" (a tuple of
-    integers, as it is), or None when kept memory cannot take it (np.empty instead)."""
-    if isinstance(shape, types.Integer):
-        return "int"
-    if isinstance(shape, types.UniTuple) and isinstance(shape.dtype, types.Integer):
-        return "tuple"
+# ---- typing ---------------------------------------------------------------------------
+def _dtype_of(ty):
+    """The numba type of the elements a dtype argument names, or None."""
+    if isinstance(ty, types.DType):
+        return ty.dtype
+    if isinstance(ty, types.NumberClass):
+        return ty.instance_type
     return None
 
 
-def _overload_new(stub, impl, fallback):
-    """Overload ``stub(keep, shape, dtype, need, slot)`` by ``impl`` with ``shape`` as
-    a tuple, or by ``fallback(shape, dtype)`` (np.empty, np.zeros) for other shapes."""
-    @overload(stub, prefer_literal=False)
-    def _ov(keep, shape, dtype, need, slot):
-        kind = _kind(shape)
-        if kind == "int":
-            return lambda keep, shape, dtype, need, slot: impl(keep, (shape,), dtype, need,
-                                                               slot)
-        if kind == "tuple":
-            return lambda keep, shape, dtype, need, slot: impl(keep, shape, dtype, need,
-                                                               slot)
-        return lambda keep, shape, dtype, need, slot: fallback(shape, dtype)
-    return _ov
+def _shape_rank(ty):
+    """The rank of a shape argument (an integer, or a tuple of integers), or None."""
+    if isinstance(ty, types.Integer):
+        return 1
+    if isinstance(ty, types.BaseTuple) and all(isinstance(t, types.Integer) for t in ty):
+        return len(ty)
+    return None
 
 
-_overload_new(_kept_array, _array, np.empty)
-_overload_new(_kept_zeros, _zeros, np.zeros)
+def _kept_args(keep, need, slot):
+    return (isinstance(keep, types.Array) and keep.ndim == 1 and keep.dtype == types.uint8
+            and isinstance(need, types.Array) and need.ndim == 1
+            and isinstance(need.dtype, types.Integer) and isinstance(slot, types.Integer))
 
 
-@overload(_kept_copy, prefer_literal=False)
-def _ov_copy(keep, x, need, slot):
-    return lambda keep, x, need, slot: _copy(keep, x, need, slot)
+class _NewTemplate(AbstractTemplate):
+    """``(keep, shape, dtype, need, slot)`` -> a C-ordered array; other shapes and
+    dtypes: what numba's ``np.empty`` / ``np.zeros`` gives for ``(shape, dtype)``."""
+    fallback = None
+
+    def generic(self, args, kws):
+        if kws or len(args) != 5 or not _kept_args(args[0], args[3], args[4]):
+            return None
+        keep, shape, dtype, need, slot = args
+        rank, dt = _shape_rank(shape), _dtype_of(dtype)
+        if rank is not None and dt is not None:
+            return signature(types.Array(dt, rank, "C"), *args)
+        found = self.context.resolve_function_type(self.fallback, (shape, dtype), {})
+        return None if found is None else signature(found.return_type, *args)
 
 
-@overload(_kept_like, prefer_literal=False)
-def _ov_like(keep, x, need, slot):
-    return lambda keep, x, need, slot: _array(keep, x.shape, x.dtype, need, slot)
+class _LikeTemplate(AbstractTemplate):
+    """``(keep, x, need, slot)`` -> a C-ordered array of ``x``'s shape and dtype."""
+
+    def generic(self, args, kws):
+        if kws or len(args) != 4 or not _kept_args(args[0], args[2], args[3]):
+            return None
+        x = args[1]
+        if not isinstance(x, types.Array):
+            return None
+        return signature(types.Array(x.dtype, x.ndim, "C"), *args)
 
 
-@overload(_kept_zeros_like, prefer_literal=False)
-def _ov_zeros_like(keep, x, need, slot):
-    return lambda keep, x, need, slot: _zeros(keep, x.shape, x.dtype, need, slot)
+@infer_global(_kept_array)
+class _KeptArrayTyping(_NewTemplate):
+    fallback = np.empty
+
+
+@infer_global(_kept_zeros)
+class _KeptZerosTyping(_NewTemplate):
+    fallback = np.zeros
+
+
+for _fn in (_kept_copy, _kept_like, _kept_zeros_like):
+    infer_global(_fn)(type(f"{_fn.__name__}_typing", (_LikeTemplate,), {}))
+
+
+# ---- lowering -------------------------------------------------------------------------
+def _allocate(context, builder, keepty, keep_v, retty, shapes, needty, need_v, slotty,
+              slot_v):
+    """The array of ``retty`` and ``shapes`` (intp values, checked non-negative): over
+    the kept bytes when they are enough, else new (``need[slot]`` and ``need[0]``
+    noted).  A new reference either way."""
+    intp = types.intp
+    dt = retty.dtype
+    itemsize = context.get_constant(intp, context.get_abi_sizeof(context.get_data_type(dt)))
+    nbytes, overflow = itemsize, cgutils.false_bit
+    for s in shapes:
+        prod = builder.smul_with_overflow(nbytes, s)
+        nbytes = builder.extract_value(prod, 0)
+        overflow = builder.or_(overflow, builder.extract_value(prod, 1))
+    keep = make_array(keepty)(context, builder, keep_v)
+    fits = builder.and_(builder.not_(overflow), builder.icmp_signed("<=", nbytes, keep.nitems))
+    out = cgutils.alloca_once(builder, context.get_value_type(retty))
+    with builder.if_else(fits, likely=True) as (kept, new):
+        with kept:
+            view = make_array(retty)(context, builder)
+            strides, acc = [None] * len(shapes), itemsize
+            for k in range(len(shapes) - 1, -1, -1):
+                strides[k] = acc
+                acc = builder.mul(acc, shapes[k])
+            populate_array(view, data=builder.bitcast(keep.data, view.data.type),
+                           shape=shapes, strides=strides, itemsize=itemsize,
+                           meminfo=keep.meminfo)
+            context.nrt.incref(builder, keepty, keep_v)     # the view's own reference
+            builder.store(view._getvalue(), out)
+        with new:
+            with builder.if_then(builder.not_(overflow)):
+                need = make_array(needty)(context, builder, need_v)
+                idx = context.cast(builder, slot_v, slotty, intp)
+                ptr = cgutils.get_item_pointer(context, builder, needty, need, [idx])
+                asked = context.cast(builder, nbytes, intp, needty.dtype)
+                old = builder.load(ptr)
+                builder.store(builder.select(builder.icmp_signed(">", asked, old), asked, old),
+                              ptr)
+                first = cgutils.get_item_pointer(context, builder, needty, need,
+                                                 [context.get_constant(intp, 0)])
+                builder.store(context.get_constant(needty.dtype, 1), first)
+            builder.store(_empty_nd_impl(context, builder, retty, shapes)._getvalue(), out)
+    return builder.load(out)
+
+
+def _zero(context, builder, retty, value):
+    ary = make_array(retty)(context, builder, value)
+    size = builder.mul(ary.nitems, ary.itemsize)
+    cgutils.memset(builder, ary.data, size, 0)
+
+
+def _lower_new(zeros):
+    def lower(context, builder, sig, args):
+        retty = sig.return_type
+        keepty, shapety, dtypety, needty, slotty = sig.args
+        if _shape_rank(shapety) is None or _dtype_of(dtypety) is None:
+            fn = np.zeros if zeros else np.empty
+            fnty = context.typing_context.resolve_value_type(fn)
+            fsig = fnty.get_call_type(context.typing_context, (shapety, dtypety), {})
+            value = context.get_function(fnty, fsig)(builder, args[1:3])
+            return impl_ret_new_ref(context, builder, retty, value)
+        shapes = _parse_shape(context, builder, shapety, args[1])   # raises if negative
+        value = _allocate(context, builder, keepty, args[0], retty, shapes, needty,
+                          args[3], slotty, args[4])
+        if zeros:
+            _zero(context, builder, retty, value)
+        return impl_ret_new_ref(context, builder, retty, value)
+    return lower
+
+
+def _lower_like(zeros, copy):
+    def lower(context, builder, sig, args):
+        retty = sig.return_type
+        keepty, xty, needty, slotty = sig.args
+        x = make_array(xty)(context, builder, args[1])
+        shapes = cgutils.unpack_tuple(builder, x.shape, xty.ndim)
+        value = _allocate(context, builder, keepty, args[0], retty, shapes, needty,
+                          args[2], slotty, args[3])
+        if zeros:
+            _zero(context, builder, retty, value)
+        if copy:
+            _copy_into(context, builder, xty, x, retty, value, shapes)
+        return impl_ret_new_ref(context, builder, retty, value)
+    return lower
+
+
+def _copy_into(context, builder, xty, x, retty, value, shapes):
+    """Copy ``x``'s elements into the new C-ordered array ``value``."""
+    dst = make_array(retty)(context, builder, value)
+    if xty.layout == "C":
+        itemsize = context.get_abi_sizeof(context.get_data_type(xty.dtype))
+        cgutils.raw_memcpy(builder, dst.data, x.data, x.nitems, itemsize)
+        return
+    src_strides = cgutils.unpack_tuple(builder, x.strides, xty.ndim)
+    dst_strides = cgutils.unpack_tuple(builder, dst.strides, retty.ndim)
+    with cgutils.loop_nest(builder, shapes, context.get_value_type(types.intp)) as idx:
+        src = cgutils.get_item_pointer2(context, builder, x.data, shapes, src_strides,
+                                        xty.layout, idx)
+        out = cgutils.get_item_pointer2(context, builder, dst.data, shapes, dst_strides,
+                                        "C", idx)
+        builder.store(builder.load(src), out)
+
+
+lower_builtin(_kept_array, types.Array, types.Any, types.Any, types.Array,
+              types.Integer)(_lower_new(False))
+lower_builtin(_kept_zeros, types.Array, types.Any, types.Any, types.Array,
+              types.Integer)(_lower_new(True))
+lower_builtin(_kept_like, types.Array, types.Array, types.Array,
+              types.Integer)(_lower_like(False, False))
+lower_builtin(_kept_zeros_like, types.Array, types.Array, types.Array,
+              types.Integer)(_lower_like(True, False))
+lower_builtin(_kept_copy, types.Array, types.Array, types.Array,
+              types.Integer)(_lower_like(False, True))

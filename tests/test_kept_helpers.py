@@ -1,0 +1,154 @@
+"""The kept-memory allocation builtins (kadj/kept_helpers.py) in compiled code and as
+Python: the same arrays as NumPy's allocations, a view of the kept bytes exactly when
+they are enough, the bytes asked for noted otherwise, NumPy's errors, and no helper
+function linked into an adjoint."""
+import gc
+
+import numpy as np
+import pytest
+from numba import njit
+
+import kadj
+from kadj.kept_helpers import (_kept_array, _kept_copy, _kept_like, _kept_zeros,
+                               _kept_zeros_like)
+
+
+@njit
+def _c_array(keep, n, need):
+    return _kept_array(keep, n, np.float64, need, 1)
+
+
+@njit
+def _c_array_2d(keep, shape, need):
+    return _kept_array(keep, shape, np.int64, need, 2)
+
+
+@njit
+def _c_zeros(keep, shape, need):
+    return _kept_zeros(keep, shape, np.complex128, need, 1)
+
+
+@njit
+def _c_copy(keep, x, need):
+    return _kept_copy(keep, x, need, 1)
+
+
+@njit
+def _c_like(keep, x, need):
+    return _kept_like(keep, x, need, 2)
+
+
+@njit
+def _c_zeros_like(keep, x, need):
+    return _kept_zeros_like(keep, x, need, 1)
+
+
+@njit
+def _c_dtype_of(keep, x, need):
+    return _kept_array(keep, (x.shape[0], 2), x.dtype, need, 1)
+
+
+@njit
+def _c_scalar_shape(keep, need):
+    return _kept_array(keep, (), np.float32, need, 1)
+
+
+def _need(n=3):
+    return np.zeros(n, np.int64)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_array_fits_is_a_view_of_the_kept_bytes(compiled):
+    f = _c_array if compiled else _c_array.py_func
+    keep, need = np.empty(100, np.uint8), _need()
+    a = f(keep, 12, need)
+    assert a.shape == (12,) and a.dtype == np.float64 and a.flags.c_contiguous
+    assert np.shares_memory(a, keep) and list(need) == [0, 0, 0]
+    a[:] = np.arange(12.0)
+    np.testing.assert_array_equal(keep[:96].view(np.float64), np.arange(12.0))
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_array_too_big_is_new_memory_and_notes_the_bytes(compiled):
+    f = _c_array if compiled else _c_array.py_func
+    keep, need = np.empty(95, np.uint8), _need()
+    a = f(keep, 12, need)
+    assert a.shape == (12,) and not np.shares_memory(a, keep)
+    assert list(need) == [1, 96, 0]
+    need[1] = 1000                   # a larger earlier request stays
+    f(keep, 13, need)
+    assert list(need) == [1, 1000, 0]
+    g = _c_array_2d if compiled else _c_array_2d.py_func
+    b = g(keep, (3, 5), need)
+    assert b.shape == (3, 5) and b.dtype == np.int64 and list(need) == [1, 1000, 120]
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_zeros_and_likes(compiled):
+    pick = (lambda f: f) if compiled else (lambda f: f.py_func)
+    keep = np.full(4096, 7, np.uint8)
+    z = pick(_c_zeros)(keep, (3, 5), _need())
+    assert z.shape == (3, 5) and z.dtype == np.complex128 and not z.any()
+    assert np.shares_memory(z, keep)
+    x = np.arange(24.0).reshape(2, 3, 4)
+    e = pick(_c_like)(keep, x, _need())
+    assert e.shape == x.shape and e.dtype == x.dtype and e.flags.c_contiguous
+    zl = pick(_c_zeros_like)(np.empty(0, np.uint8), x, _need())
+    assert zl.shape == x.shape and not zl.any()
+    d = pick(_c_dtype_of)(keep, np.zeros(5, np.float32), _need())
+    assert d.shape == (5, 2) and d.dtype == np.float32
+    s = pick(_c_scalar_shape)(keep, _need())
+    assert s.shape == () and s.dtype == np.float32
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+@pytest.mark.parametrize("layout", ["C", "F", "strided"])
+def test_copy_of_any_layout_is_c_ordered_and_equal(compiled, layout):
+    f = _c_copy if compiled else _c_copy.py_func
+    base = np.arange(60.0).reshape(6, 10) * 1.5
+    x = {"C": base, "F": np.asfortranarray(base), "strided": base[::2, 1::3]}[layout]
+    for keep in (np.empty(8 * x.size, np.uint8), np.empty(3, np.uint8)):
+        need = _need()
+        c = f(keep, x, need)
+        np.testing.assert_array_equal(c, x)
+        assert c.flags.c_contiguous and not np.shares_memory(c, x)
+        assert np.shares_memory(c, keep) == (keep.size >= 8 * x.size)
+        assert need[1] == (0 if keep.size >= 8 * x.size else 8 * x.size)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_numpys_errors(compiled):
+    f = _c_array if compiled else _c_array.py_func
+    need = _need()
+    with pytest.raises(ValueError):
+        f(np.empty(4096, np.uint8), -1, need)
+    assert list(need) == [0, 0, 0]
+    with pytest.raises((ValueError, MemoryError)):
+        f(np.empty(16, np.uint8), 2 ** 62, need)     # 8 * 2**62 bytes overflows
+
+
+def test_a_view_keeps_the_kept_bytes_alive():
+    keep = np.empty(800, np.uint8)
+    a = _c_array(keep, 100, _need())
+    a[:] = 3.0
+    del keep
+    gc.collect()
+    np.testing.assert_array_equal(a, 3.0)
+
+
+def test_adjoints_link_no_helper_function():
+    """The allocations are written in place: the compiled adjoint's module defines no
+    function of kadj's (a linked helper is optimised and compiled again in each)."""
+    from kernels.cpu import GALLERY
+    from kadj.tape_measure import adjoint_buffers
+    ex = {e.name: e for e in GALLERY}["softmax_f32"]
+    args = ex.make_args(np.random.default_rng(0))
+    k = kadj.differentiate(njit(ex.kernel.py_func), wrt=ex.wrt)
+    assert "_kept_copy(" in k.adjoint_source(*args) and "_kept_array(" in \
+        k.adjoint_source(*args)
+    k.adjoint(*[a.copy() if isinstance(a, np.ndarray) else a for a in args],
+              *adjoint_buffers(k.adjoint_plan(*args), args, fill=0.0))
+    lib = next(iter(k._last.function.overloads.values())).library
+    defined = [line for line in lib.get_llvm_str().splitlines()
+               if line.startswith("define") and "kept_helpers" in line]
+    assert defined == []
