@@ -152,3 +152,17 @@ def test_adjoints_link_no_helper_function():
     defined = [line for line in lib.get_llvm_str().splitlines()
                if line.startswith("define") and "kept_helpers" in line]
     assert defined == []
+
+
+@njit
+def _c_string_dtype(keep, n, need):
+    return _kept_array(keep, n, "float32", need, 1), _kept_zeros(keep, (n, 2), "int64",
+                                                                  need, 1)
+
+
+def test_a_dtype_given_as_text_is_numbas_own_allocation():
+    keep, need = np.empty(4096, np.uint8), _need()
+    a, b = _c_string_dtype(keep, 3, need)
+    assert a.dtype == np.float32 and a.shape == (3,) and not np.shares_memory(a, keep)
+    assert b.dtype == np.int64 and b.shape == (3, 2) and not b.any()
+    assert list(need) == [0, 0, 0]
