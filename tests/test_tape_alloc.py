@@ -42,6 +42,27 @@ def test_reserve_grows_an_empty_tape():
 
 
 @njit
+def _reserve_compiled(tape, need):
+    return _reserve(tape, need)
+
+
+@pytest.mark.parametrize("grow", [_reserve_compiled, _reserve_compiled.py_func],
+                         ids=["compiled", "python"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_reserve_keeps_the_tape_or_doubles_it_keeping_its_entries(grow, dtype):
+    tape = np.arange(6).astype(dtype)
+    assert grow(tape, 6) is tape or np.shares_memory(grow(tape, 6), tape)
+    assert np.shares_memory(grow(tape, np.int32(3)), tape)
+    bigger = grow(tape, 7)
+    assert bigger.dtype == tape.dtype and bigger.shape == (12,)
+    assert not np.shares_memory(bigger, tape)
+    np.testing.assert_array_equal(bigger[:6], tape)
+    assert grow(tape, 100).shape == (192,)
+    assert grow(np.empty(0, dtype), 5).shape == (8,)
+    assert grow(np.empty(0, dtype), 1).shape == (1,)
+
+
+@njit
 def _horner(c, x, y):
     for i in range(x.shape[0]):
         acc = c[c.shape[0] - 1]
