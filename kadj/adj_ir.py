@@ -68,7 +68,10 @@ class Function(Node):
 
 @dataclass(eq=False)
 class Comment(Node):
+    """``of_next``: the comment says something of the statement after it (a pass that
+    drops that statement drops the comment too)."""
     text: str
+    of_next: bool = False
 
 
 @dataclass(eq=False)

@@ -64,7 +64,8 @@ class CheckpointedLoops:
             self.push(depth, self.n(v), self.T[v])
         cnt = self._count_name(s)
         self.put(depth, A.Assign(cnt, "0"))
-        self.put(depth, A.Comment("# (not recorded here: reversed from checkpoints)"))
+        self.put(depth, A.Comment("# (not recorded here: reversed from checkpoints)",
+                                  of_next=True))
         self.put(depth, A.While("True", primal=True))
         self.put(depth + 1, A.Assign(cnt, "1", "+="))
         with self.mode(nopush=True):

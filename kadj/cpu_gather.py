@@ -313,4 +313,4 @@ def build_gather_adjoint(kernel, an, slot_args, returns_value, nest, lowered=Tru
     if not lowered:
         return fn, w
     fn = lower_declarations(fn, w, w.ctx.declarations)
-    return A.built(simplify(fn, w.T), "gather"), w
+    return A.built(simplify(fn, w.T, joins=w.ctx.join_names), "gather"), w

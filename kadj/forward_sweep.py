@@ -315,7 +315,7 @@ class ForwardSweep:
                         trip_src=(s.start, s.stop, s.step))
         if replay:
             self.put(depth, A.Comment("# (not recorded here: each reversed iteration "
-                                      "replays its own forward part)"))
+                                      "replays its own forward part)", of_next=True))
         trip = None
         if all(isinstance(x, ir.Const) and isinstance(x.value, int)
                for x in (s.start, s.stop, s.step)) and s.step.value != 0:

@@ -118,6 +118,11 @@ class Context:
     growable_tape, merge_repeated_loads, declares_allocations, kernel_returns,
     entry_state_live, space: the writer's policies (:mod:`kadj.forward_sweep`,
                     :mod:`kadj.reverse_sweep`, :mod:`kadj.memory_liveness`).
+    join_names:     may the readability passes compute branch values and loop counters
+                    under the kernel's names and remember conditions across ``if``
+                    blocks (``simplify(..., joins=)``)?  False where a later pass reads
+                    numba's shape of guard chains and their names
+                    (:mod:`kadj.cuda.guard_hoist`).
     namespace:      objects the adjoint's source names besides ``math`` and ``np``.
     state:          the target's per-build state its functions read and fill.
     """
@@ -134,6 +139,7 @@ class Context:
     declares_allocations: bool = False
     kernel_returns: bool = True
     entry_state_live: bool = False
+    join_names: bool = True
     space: Mapping = field(default_factory=lambda: MappingProxyType({}))
     namespace: Mapping = field(default_factory=lambda: MappingProxyType({}))
     state: object = None

@@ -291,7 +291,7 @@ def build_adjoint(kernel, an, slot_args, returns_value, slots=None, lowered=True
     if not lowered:
         return fn, w
     fn = lower_declarations(fn, w, w.ctx.declarations)
-    return A.built(simplify(fn, w.T), "scatter"), w
+    return A.built(simplify(fn, w.T, joins=w.ctx.join_names), "scatter"), w
 
 
 def write_adjoint(kernel, an, slot_args, returns_value, slots=None):

@@ -43,8 +43,9 @@ def simplify(fn, types=None, joins=True):
     an adjoint known to be zero assigns it (:mod:`kadj.simplify_zero`).  ``joins``:
     coalesce branch values and loop counters (:mod:`kadj.simplify_joins`), and tell a
     block's names apart also where a later ``if`` on the same condition reads them
-    (:func:`kadj.simplify_scopes.exposed`); CUDA adjoints keep numba's shape of guard
-    chains and their names, which :mod:`kadj.cuda.guard_hoist` reads."""
+    (:func:`kadj.simplify_scopes.exposed`): the target's ``join_names`` policy
+    (:class:`kadj.lowering.Context`; CUDA adjoints keep numba's shape of guard chains
+    and their names, which :mod:`kadj.cuda.guard_hoist` reads)."""
     scopes = split_scopes(fn, correlate=joins)
     sink_resets(fn)
     if types is not None:

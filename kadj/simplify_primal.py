@@ -161,15 +161,12 @@ def _drop_dead_loops(fn, idx, touched):
         assigned = _assigns_only(x.body, {x.var})
         if assigned is not None and not assigned & exposed(body[k + 1:], loops=True)[0]:
             gone.add(id(x))
-            if k and isinstance(body[k - 1], A.Comment) and \
-                    body[k - 1].text.startswith(_NOT_RECORDED):
+            if k and isinstance(body[k - 1], A.Comment) and body[k - 1].of_next:
                 gone.add(id(body[k - 1]))   # (what it said of the loop)
     if gone:
         idx.drop_from(body, gone)
         touched[id(body)] = body
 
-
-_NOT_RECORDED = "# (not recorded here"
 
 
 def _assigns_only(seq, assigned):

@@ -106,6 +106,7 @@ def cuda_context(kernel, an, cells=None, lowerings=SCATTER, expressions=()):
                    declares_allocations=True,   # local/shared arrays: in the prologue
                    kernel_returns=False,
                    entry_state_live=True,       # not an unset register at loop entry
+                   join_names=False,            # guard chains as numba wrote them
                    space=state.space, namespace={"cuda": cuda}, state=state)
 
 

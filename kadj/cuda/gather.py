@@ -347,7 +347,7 @@ def build_gather(kernel, an, slot_args, plan, mode, cells=None, lowered=True):
     if not lowered:
         return fn, w
     fn = lower_declarations(fn, w, w.ctx.declarations)
-    fn = hoist_guards(simplify(fn, w.T, joins=False))
+    fn = hoist_guards(simplify(fn, w.T, joins=w.ctx.join_names))
     return A.built(lower.complex_atomics(fn, w), mode), w
 
 

@@ -90,7 +90,7 @@ def build_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS, cells=None,
     if not lowered:
         return fn, w
     fn = lower_declarations(fn, w, w.ctx.declarations)
-    return A.built(complex_atomics(simplify(fn, w.T, joins=False), w), "scatter"), w
+    return A.built(complex_atomics(simplify(fn, w.T, joins=w.ctx.join_names), w), "scatter"), w
 
 
 def write_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS, cells=None):
