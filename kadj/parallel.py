@@ -765,35 +765,11 @@ def _purged(guards, assigned):
 
 def _exposed(seq, tracked):
     """Names of ``tracked`` that running ``seq`` may read before assigning them (an
-    assignment inside a loop or one branch does not count; a statement this does not
-    know reads every name it mentions)."""
-    out = set()
-
-    def visit(seq, defined):
-        defined = set(defined)
-        for x in seq:
-            if isinstance(x, A.If):
-                out.update((set(names(x.cond)) & tracked) - defined)
-                defined |= visit(x.then, defined) & visit(x.orelse, defined)
-            elif isinstance(x, A.For):
-                out.update((set(names(x.iter)) & tracked) - defined)
-                visit(x.body, defined | {x.var})
-            elif isinstance(x, (A.Block, A.ReverseLoop)):
-                defined = visit(x.body, defined)
-            elif isinstance(x, (A.Assign, A.Accumulate)) and x.op in ("=", "= -") and \
-                    _plain_target(x.target) is not None:
-                out.update((set(names(x.value)) & tracked) - defined)
-                defined.add(_plain_target(x.target))
-            elif isinstance(x, A.Pop) and x.cond is None and x.target.isidentifier():
-                defined.add(x.target)       # (a restore reads only the tape)
-            else:
-                out.update((_mentioned(x) & tracked) - defined)
-                for body in x.children():
-                    visit(body, defined)
-        return defined
-
-    visit(seq, set())
-    return out
+    assignment inside a loop or one branch does not count; a statement the analysis
+    does not know reads every name it mentions): :func:`kadj.simplify_scopes.exposed`,
+    every ``if`` taken on its own."""
+    from .simplify_scopes import exposed
+    return exposed(seq, correlate=False)[0] & set(tracked)
 
 
 def _plain_target(t):

@@ -116,7 +116,8 @@ def exposed(seq, defined=frozenset(), held=None, correlate=True, in_loop=False,
             read(names(x.cond))
             d, r = _target_defs(x.target)
             read(r)
-            defined |= d
+            if x.cond is None:      # (a pop under a condition may leave it as it was)
+                defined |= d
             _forget(held, d)
         else:  # any other node reads every name it mentions
             read(n for n, _, _ in refs(x))
