@@ -29,7 +29,7 @@ RESERVED_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | {
     "math", "np", "cuda", "numba", "float32", "float64", "int64", "_reserve", "_trips",
     "_push", "_sign", "_retval", "adj_return", "_tape_f64", "_tape_f32", "_tape_i64",
     "_sp_f64", "_sp_f32", "_sp_i64", "_p0", "_p1", "_p2", "_g0", "_g1", "_g2",
-    "_keep_need", "_kept_array", "_kept_zeros", "_kept_copy", "_kept_like",
+    "_keep_need", "_keep_bytes", "_kept_array", "_kept_zeros", "_kept_copy", "_kept_like",
     "_kept_zeros_like"}
 _SYM_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _SYM_CMP = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}

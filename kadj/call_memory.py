@@ -7,14 +7,17 @@ at most 32 MiB, or once freed memory at the top of its heap exceeds its trim thr
 and is given back), and the first write to each 4 KiB page then faults: on arrays of
 tens of MiB the faults can cost more than the adjoint's arithmetic (a 38 MB tape: 25-27
 ms fresh, 5.6 ms reused).  So an adjoint takes these arrays from memory its caller
-keeps (:mod:`kadj.kept_memory` writes it so): one parameter ``_keep_<name>`` (a 1-D
-``uint8`` array) per allocation it makes once per call, and ``_keep_need`` (int64, one
-entry per allocation after entry 0).  An allocation is a view of its kept bytes when
-they are enough; otherwise it is new memory as before, and the adjoint notes the bytes
-it asked for in its entry and sets entry 0.  After a call that set it, the pool grows
-each kept array to what was asked, so the next call of the same compiled adjoint finds
-its arrays in memory that is already mapped (a call that needs nothing new costs one
-look at entry 0).
+keeps (:mod:`kadj.kept_memory` writes it so): two parameters, ``_keep_bytes`` (a
+1-D ``uint8`` array holding every kept allocation of the call, each in a region of its
+own) and ``_keep_need`` (int64: :func:`layout`); the adjoint's docstring names the
+allocations in order ("Kept between calls: ...").  An allocation is a view of its
+region when the region is large enough; otherwise it is new memory as before, and the
+adjoint notes the bytes it asked for and sets entry 0.  After a call that set it, the
+pool lays the regions out anew, each as large as asked, in one new buffer, so the next
+call of the same compiled adjoint finds its arrays in memory that is already mapped (a
+call that needs nothing new costs one look at entry 0).  One buffer rather than an
+array per allocation: numba unboxes every array argument of a call, in code compiled
+into each adjoint's wrapper and at every call.
 
 One :class:`KeptMemory` per compiled adjoint, holding sets of kept arrays: a call takes
 a set (or a new empty one when every set is in use: calls on several threads never
@@ -33,11 +36,12 @@ import weakref
 
 import numpy as np
 
-__all__ = ["KeptMemory", "KeptSet", "clear", "for_function", "fresh", "fresh_for", "limit", "set_limit", "slots_of",
+__all__ = ["KeptMemory", "KeptSet", "clear", "layout", "for_function", "fresh", "fresh_for", "limit", "set_limit", "slots_of",
            "stats"]
 
 DEFAULT_LIMIT = 1 << 30
 PREFIX = "_keep_"
+BYTES = "_keep_bytes"
 NEED = "_keep_need"
 ENV = "KADJ_KEPT_MEMORY_BYTES"
 
@@ -80,19 +84,34 @@ def set_limit(nbytes):
         clear()
 
 
+#: the line of an adjoint's docstring that names its kept allocations, in slot order
+SLOTS_LINE = "Kept between calls: "
+#: every kept region starts at a multiple of this many bytes of the buffer
+ALIGN = 64
+
+
+def layout(nslots):
+    """Where slot ``s`` (1 to ``nslots``) keeps its numbers in ``_keep_need``: entry
+    ``s`` the bytes an allocation asked for beyond its region, entry ``nslots + s`` the
+    region's offset in ``_keep_bytes``, entry ``2 * nslots + s`` its size; entry 0 is
+    set when some allocation asked for more than its region.  Returns (need, offset,
+    size) index functions of the slot."""
+    return (lambda s: s), (lambda s: nslots + s), (lambda s: 2 * nslots + s)
+
+
 def slots_of(pyfn):
     """The names of the allocations whose memory the adjoint ``pyfn`` takes from its
-    caller: its ``_keep_<name>`` parameters just before its last, ``_keep_need`` (a
-    user's name never is ``_keep_need``, and the adjoint's own parameters end in
-    ``adj_...``), or ()."""
+    caller (its docstring's "Kept between calls: " line, when its last parameters are
+    ``_keep_bytes, _keep_need``), or ()."""
     code = pyfn.__code__
     names = code.co_varnames[:code.co_argcount]
-    if not names or names[-1] != NEED:
+    if len(names) < 2 or names[-2:] != (BYTES, NEED):
         return ()
-    k = len(names) - 1
-    while k > 0 and names[k - 1].startswith(PREFIX):
-        k -= 1
-    return tuple(n[len(PREFIX):] for n in names[k:-1])
+    for line in (pyfn.__doc__ or "").splitlines():
+        line = line.strip()
+        if line.startswith(SLOTS_LINE):
+            return tuple(n.strip() for n in line[len(SLOTS_LINE):].rstrip(".").split(","))
+    return ()
 
 
 def for_function(pyfn):
@@ -107,7 +126,7 @@ def fresh(nslots):
     write past a tape's reservation still fails); none for no slots."""
     if not nslots:
         return []
-    return [np.empty(0, np.uint8) for _ in range(nslots)] + [np.zeros(nslots + 1, np.int64)]
+    return [np.empty(0, np.uint8), np.zeros(3 * nslots + 1, np.int64)]
 
 
 def fresh_for(pyfn):
@@ -116,16 +135,13 @@ def fresh_for(pyfn):
 
 
 class KeptSet:
-    """One call's kept memory: ``args`` (the kept arrays, then the need counts: the
-    arguments appended to the call) and ``caps``, the kept arrays' sizes.  Need count
-    ``j + 1`` is the most allocation ``j`` asked for beyond its kept bytes; count 0 is
-    set when some allocation did."""
+    """One call's kept memory: ``args`` (the buffer, then its layout and the need
+    counts, :func:`layout`: the arguments appended to the call)."""
 
-    __slots__ = ("args", "caps")
+    __slots__ = ("args",)
 
     def __init__(self, nslots):
         self.args = fresh(nslots)
-        self.caps = np.zeros(nslots, np.int64)
 
 
 class KeptMemory:
@@ -153,7 +169,7 @@ class KeptMemory:
         return fresh(len(self.slots))
 
     def give(self, kept):
-        """Take back a set after its call: each array grown to what the calls needed,
+        """Take back a set after its call: its regions grown to what the calls needed,
         while everything kept stays within :func:`limit`."""
         if kept.args[-1][0]:
             self._grow(kept)
@@ -161,15 +177,25 @@ class KeptMemory:
             self._free.append(kept)
 
     def _grow(self, kept):
-        need, caps = kept.args[-1], kept.caps
-        need[0] = 0
-        grow = [(j, int(need[j + 1])) for j in range(len(self.slots))
-                if need[j + 1] > caps[j]]
-        extra = sum(n - int(caps[j]) for j, n in grow)
-        if _kept_bytes() + _bytes(kept) + extra <= limit():
-            for j, n in grow:
-                kept.args[j] = np.empty(n, np.uint8)
-                caps[j] = n
+        n = len(self.slots)
+        meta = kept.args[-1]
+        meta[0] = 0
+        need, offset, size = layout(n)
+        now = [int(meta[size(s)]) for s in range(1, n + 1)]
+        sizes = [max(b, int(meta[need(s)])) for s, b in zip(range(1, n + 1), now)]
+        if sizes == now:
+            return
+        total = sum(-(-b // ALIGN) * ALIGN for b in sizes)
+        buf = kept.args[0]
+        if total > buf.shape[0]:
+            if _kept_bytes() + total - buf.shape[0] > limit():
+                return
+            buf = np.empty(total, np.uint8)
+        at = 0
+        for s, b in enumerate(sizes, start=1):
+            meta[offset(s)], meta[size(s)] = at, b
+            at += -(-b // ALIGN) * ALIGN
+        kept.args[0] = buf
 
     def nbytes(self):
         return sum(_bytes(s) for s in list(self._free))
@@ -182,7 +208,7 @@ _MAX_SETS = max(2, os.cpu_count() or 1)   # concurrent calls of one adjoint kept
 
 
 def _bytes(kept):
-    return int(kept.caps.sum())
+    return int(kept.args[0].shape[0]) if kept.args else 0
 
 
 def _kept_bytes():

@@ -2,10 +2,12 @@
 
 :mod:`kadj.kept_memory` writes an adjoint's allocations as calls of these
 (``_kept_array``, ``_kept_zeros``, ``_kept_copy``, ``_kept_like``,
-``_kept_zeros_like``); :mod:`kadj.call_memory` passes the kept bytes.  Each returns a
-C-ordered array over the kept bytes ``keep`` (a ``uint8`` array) when they are enough,
-else new memory, as the allocation it replaces would have made, and then notes the
-bytes it asked for in ``need[slot]`` and sets ``need[0]`` (the slots start at 1).
+``_kept_zeros_like``); :mod:`kadj.call_memory` passes the kept bytes ``keep`` (a
+``uint8`` array) and ``need``, which says where each slot's region of them lies
+(:func:`kadj.call_memory.layout`).  Each returns a C-ordered array in its slot's region
+when the region is large enough, else new memory, as the allocation it replaces would
+have made, and then notes the bytes it asked for in ``need[slot]`` and sets
+``need[0]`` (the slots start at 1).
 
 Each is a numba builtin (a typing template and a lowering, like
 :mod:`kadj.sum_intrinsic`): the allocation is written in place at each call, a
@@ -21,6 +23,7 @@ as plain Python) they do the same with NumPy.
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.imputils import impl_ret_new_ref, lower_builtin
 from numba.core.typing.templates import AbstractTemplate, infer_global, signature
@@ -30,9 +33,22 @@ __all__ = ["_kept_array", "_kept_zeros", "_kept_copy", "_kept_like", "_kept_zero
 
 
 # ---- as Python -----------------------------------------------------------------------
+def _region(keep, need, slot):
+    """Slot ``slot``'s region of the kept bytes (:func:`kadj.call_memory.layout`): a
+    1-D ``uint8`` view, empty when the layout gives it none."""
+    nslots = (need.shape[0] - 1) // 3
+    if not 1 <= slot <= nslots:
+        return keep[:0]
+    at, size = int(need[nslots + slot]), int(need[2 * nslots + slot])
+    if at < 0 or size < 0 or at + size > keep.shape[0]:
+        return keep[:0]
+    return keep[at:at + size]
+
+
 def _array(keep, shape, dtype, need, slot):
-    """An array of ``shape`` and ``dtype``: a view of ``keep`` when it holds enough
-    bytes, else new memory (``need`` noted)."""
+    """An array of ``shape`` and ``dtype``: a view of slot ``slot``'s region of the
+    kept bytes ``keep`` when it holds enough bytes, else new memory (``need[slot]``
+    noted)."""
     shape = tuple(int(d) for d in np.atleast_1d(np.asarray(shape, dtype=np.int64)))
     dt = np.dtype(dtype)
     nbytes = dt.itemsize
@@ -40,10 +56,13 @@ def _array(keep, shape, dtype, need, slot):
         if d < 0:
             return np.empty(shape, dt)      # raises, as np.empty would
         nbytes *= d
-    if nbytes <= keep.shape[0]:
-        return keep[:nbytes].view(dt).reshape(shape)
+    region = _region(keep, need, slot)
+    if nbytes <= region.shape[0]:
+        return region[:nbytes].view(dt).reshape(shape)
     if nbytes >= 2 ** 63:
         return np.empty(shape, dt)          # raises: too big
+    if not 1 <= slot <= (need.shape[0] - 1) // 3:
+        return np.empty(shape, dt)          # (a slot the layout does not have)
     if nbytes > need[slot]:
         need[slot] = nbytes        # what the caller's pool grows this slot to
     need[0] = 1                    # (slot 0: some slot asked for more than it keeps)
@@ -149,9 +168,9 @@ for _fn in (_kept_copy, _kept_like, _kept_zeros_like):
 # ---- lowering -------------------------------------------------------------------------
 def _allocate(context, builder, keepty, keep_v, retty, shapes, needty, need_v, slotty,
               slot_v):
-    """The array of ``retty`` and ``shapes`` (intp values, checked non-negative): over
-    the kept bytes when they are enough, else new (``need[slot]`` and ``need[0]``
-    noted).  A new reference either way."""
+    """The array of ``retty`` and ``shapes`` (intp values, checked non-negative): in its
+    slot's region of the kept bytes when the region is large enough, else new
+    (``need[slot]`` and ``need[0]`` noted).  A new reference either way."""
     intp = types.intp
     dt = retty.dtype
     itemsize = context.get_constant(intp, context.get_abi_sizeof(context.get_data_type(dt)))
@@ -161,7 +180,11 @@ def _allocate(context, builder, keepty, keep_v, retty, shapes, needty, need_v, s
         nbytes = builder.extract_value(prod, 0)
         overflow = builder.or_(overflow, builder.extract_value(prod, 1))
     keep = make_array(keepty)(context, builder, keep_v)
-    fits = builder.and_(builder.not_(overflow), builder.icmp_signed("<=", nbytes, keep.nitems))
+    need = make_array(needty)(context, builder, need_v)
+    idx = context.cast(builder, slot_v, slotty, intp)
+    at, size, known = _slot_region(context, builder, needty, need, idx, keep.nitems)
+    fits = builder.and_(known, builder.and_(builder.not_(overflow),
+                                            builder.icmp_signed("<=", nbytes, size)))
     out = cgutils.alloca_once(builder, context.get_value_type(retty))
     with builder.if_else(fits, likely=True) as (kept, new):
         with kept:
@@ -170,15 +193,14 @@ def _allocate(context, builder, keepty, keep_v, retty, shapes, needty, need_v, s
             for k in range(len(shapes) - 1, -1, -1):
                 strides[k] = acc
                 acc = builder.mul(acc, shapes[k])
-            populate_array(view, data=builder.bitcast(keep.data, view.data.type),
+            data = builder.gep(keep.data, [at])
+            populate_array(view, data=builder.bitcast(data, view.data.type),
                            shape=shapes, strides=strides, itemsize=itemsize,
                            meminfo=keep.meminfo)
             context.nrt.incref(builder, keepty, keep_v)     # the view's own reference
             builder.store(view._getvalue(), out)
         with new:
-            with builder.if_then(builder.not_(overflow)):
-                need = make_array(needty)(context, builder, need_v)
-                idx = context.cast(builder, slot_v, slotty, intp)
+            with builder.if_then(builder.and_(known, builder.not_(overflow))):
                 ptr = cgutils.get_item_pointer(context, builder, needty, need, [idx])
                 asked = context.cast(builder, nbytes, intp, needty.dtype)
                 old = builder.load(ptr)
@@ -189,6 +211,33 @@ def _allocate(context, builder, keepty, keep_v, retty, shapes, needty, need_v, s
                 builder.store(context.get_constant(needty.dtype, 1), first)
             builder.store(_empty_nd_impl(context, builder, retty, shapes)._getvalue(), out)
     return builder.load(out)
+
+
+def _slot_region(context, builder, needty, need, idx, kept_bytes):
+    """(offset, size, known) of slot ``idx``'s region (:func:`kadj.call_memory.layout`):
+    ``known`` is false, and the region empty, when the layout has no such slot or gives
+    it a region outside the kept bytes."""
+    intp = types.intp
+    ity = context.get_value_type(intp)
+    zero, one, three = (ir.Constant(ity, v) for v in (0, 1, 3))
+    nslots = builder.sdiv(builder.sub(need.nitems, one), three)
+    known = builder.and_(builder.icmp_signed(">=", idx, one),
+                         builder.icmp_signed("<=", idx, nslots))
+    out_at = cgutils.alloca_once_value(builder, zero)
+    out_size = cgutils.alloca_once_value(builder, zero)
+    with builder.if_then(known, likely=True):
+        def entry(k):
+            ptr = cgutils.get_item_pointer(context, builder, needty, need, [k])
+            return context.cast(builder, builder.load(ptr), needty.dtype, intp)
+        at = entry(builder.add(nslots, idx))
+        size = entry(builder.add(builder.add(nslots, nslots), idx))
+        inside = builder.and_(
+            builder.and_(builder.icmp_signed(">=", at, zero),
+                         builder.icmp_signed(">=", size, zero)),
+            builder.icmp_signed("<=", builder.add(at, size), kept_bytes))
+        builder.store(builder.select(inside, at, zero), out_at)
+        builder.store(builder.select(inside, size, zero), out_size)
+    return builder.load(out_at), builder.load(out_size), known
 
 
 def _zero(context, builder, retty, value):

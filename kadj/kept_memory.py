@@ -3,25 +3,26 @@
 :func:`keep_memory` is the last rewrite of a CPU adjoint before it is printed.  Every
 array the adjoint allocates where it runs once and unconditionally (its prologue, or
 the straight-line part of its body: what :mod:`kadj.tape_alloc` and
-:mod:`kadj.lane_jam` make) gets a parameter ``_keep_<name>``, a ``uint8`` array of
-kept bytes, and the allocation takes its memory from there:
+:mod:`kadj.lane_jam` make) gets a slot, a region of the kept bytes ``_keep_bytes`` (one
+``uint8`` parameter for all of them, whose layout ``_keep_need`` gives), and the
+allocation takes its memory from there (the docstring names the slots in order):
 
 ===============================================  ========================================
 allocation                                       kept
 ===============================================  ========================================
-``_tape_f64 = np.empty((n,), np.float64)``       ``_kept_array(_keep_tape_f64, n, ...)``
-growable tape's first (prologue) allocation      all of the kept bytes when more
-``x_work = x.copy()``                            ``_kept_copy(_keep_x_work, x, ...)``
-``x_work = np.empty_like(x)``                    ``_kept_like(_keep_x_work, x, ...)``
-``adj_t = np.zeros_like(t)``                     ``_kept_zeros_like(_keep_adj_t, t, ...)``
+``_tape_f64 = np.empty((n,), np.float64)``       ``_kept_array(_keep_bytes, n, ...)``
+growable tape's first (prologue) allocation      all of its region when more
+``x_work = x.copy()``                            ``_kept_copy(_keep_bytes, x, ...)``
+``x_work = np.empty_like(x)``                    ``_kept_like(_keep_bytes, x, ...)``
+``adj_t = np.zeros_like(t)``                     ``_kept_zeros_like(_keep_bytes, t, ...)``
 ``t = np.empty(shape[, dtype])``, ``np.zeros``   ``_kept_array`` / ``_kept_zeros``
 ===============================================  ========================================
 
-A helper returns a view of the kept bytes when they are enough, else new memory (so an
+A helper returns a view of its region when it is large enough, else new memory (so an
 adjoint called without kept memory allocates exactly what it did before, and a
 bounds-checked run still catches a write past a tape's reservation); each notes the
 bytes it asked for in ``_keep_need`` when they were more than it keeps (and sets its
-entry 0), from which the pool grows the kept array after the call.  Each growth of a
+entry 0), from which the pool lays the regions out anew after the call.  Each growth of a
 kept tape (a reservation or capacity check calling ``_reserve``) notes the grown tape's
 size too.
 
@@ -41,7 +42,7 @@ from numba.core import types as nbtypes
 
 from . import adj_ir as A
 from . import expr_text
-from .call_memory import NEED, PREFIX
+from .call_memory import BYTES, NEED, SLOTS_LINE, layout
 from .lowering import GROWABLE_START, TAPE_DTYPES
 from .tape_alloc import straight_line
 
@@ -67,11 +68,12 @@ def _c_ordered(name, layouts):
     return isinstance(t, nbtypes.Array) and t.layout in "CA"
 
 
-def _rewrite(x, keep, slot, in_prologue, layouts):
-    """The kept form of allocation ``x`` (its value text), or None when ``x`` is not an
-    allocation kept memory can serve."""
+def _rewrite(x, slot, nslots, in_prologue, layouts):
+    """The kept form of allocation ``x`` (its value text) in slot ``slot`` (0-based) of
+    ``nslots``, or None when ``x`` is not an allocation kept memory can serve."""
     if not (isinstance(x, A.Assign) and x.op == "=" and isinstance(x.target, str)):
         return None
+    keep = BYTES
     tail = f"{NEED}, {slot + 1}"     # (need[0] says that some slot needs more)
     m = _TAPE.fullmatch(x.value)
     if x.target.startswith("_tape_"):
@@ -79,8 +81,9 @@ def _rewrite(x, keep, slot, in_prologue, layouts):
         if m is None or TAPE_DTYPES.get(kind) != m.group(2):
             return None
         n = m.group(1)
-        if in_prologue and n == str(GROWABLE_START):     # growable: all it keeps
-            n = f"max({n}, {keep}.shape[0] // {_ITEMSIZE[m.group(2)]})"
+        if in_prologue and n == str(GROWABLE_START):     # growable: all its region
+            size = layout(nslots)[2](slot + 1)
+            n = f"max({n}, {NEED}[{size}] // {_ITEMSIZE[m.group(2)]})"
         return f"_kept_array({keep}, {n}, np.{m.group(2)}, {tail})"
     call = _call(x.value)
     if call is None:
@@ -99,11 +102,11 @@ def _rewrite(x, keep, slot, in_prologue, layouts):
     return None
 
 
-def keep_memory(fn, ns, layouts, used=None):
+def keep_memory(fn, ns, layouts):
     """Rewrite ``fn`` (see the module's doc); ``layouts`` maps the source's array names
-    to their numba types, ``ns`` gets the helpers, ``used`` (the writer's name registry,
-    :class:`kadj.adj_naming.Naming`) the parameter names, each made unlike any name the
-    source already has.  Returns the kept names, in parameter order."""
+    to their numba types, ``ns`` gets the helpers.  The two parameters' names are
+    reserved (:data:`kadj.adj_naming.RESERVED_NAMES`): a kernel's own names never take
+    them.  Returns the kept names, in slot order."""
     once = {id(x) for x in fn.prologue} | {id(x) for x, _ in straight_line(fn.body)}
     prologue = {id(x) for x in fn.prologue}
     found = {}          # target -> [allocation nodes]
@@ -111,35 +114,26 @@ def keep_memory(fn, ns, layouts, used=None):
     for x in A.walk(fn.prologue + fn.body):
         if isinstance(x, A.Assign) and isinstance(x.target, str):
             everywhere[x.target] = everywhere.get(x.target, 0) + 1
-            if id(x) in once and _rewrite(x, "k", 0, id(x) in prologue, layouts):
+            if id(x) in once and _rewrite(x, 0, 1, id(x) in prologue, layouts):
                 found.setdefault(x.target, []).append(x)
     kept = [t for t in found if everywhere[t] == len(found[t]) and
             (len(found[t]) == 1 or t.startswith("_tape_"))]
     if not kept:
         return ()
     slot = {t: j for j, t in enumerate(kept)}
-    used = set(fn.params) | set(everywhere) if used is None else used
-    param = {t: _fresh(PREFIX + t.lstrip("_"), used) for t in kept}
     for t in kept:
         for x in found[t]:
-            x.value = _rewrite(x, param[t], slot[t], id(x) in prologue, layouts)
+            x.value = _rewrite(x, slot[t], len(kept), id(x) in prologue, layouts)
     tapes = {t[len("_tape_"):]: slot[t] for t in kept if t.startswith("_tape_")}
     if tapes:
         fn.prologue[:] = _grown(fn.prologue, tapes)
         fn.body[:] = _grown(fn.body, tapes)
-    fn.params = tuple(fn.params) + tuple(param[t] for t in kept) + (NEED,)
+    fn.params = tuple(fn.params) + (BYTES, NEED)
+    names = [t.lstrip("_") for t in kept]
+    fn.doc = f"{fn.doc}\n\n    {SLOTS_LINE}{', '.join(names)}."
     from . import kept_helpers
     ns.update({h: getattr(kept_helpers, h) for h in _HELPERS})
     return tuple(kept)
-
-
-def _fresh(name, used):
-    """``name``, or ``name`` with a suffix when the source already uses it."""
-    out, k = name, 1
-    while out in used:
-        out, k = f"{name}_{k}", k + 1
-    used.add(out)
-    return out
 
 
 def _grown(seq, slot):

@@ -55,8 +55,8 @@ def rng_for(name, *size):
 
 _PUSH = re.compile(r"^(?P<pad>\s*)(?P<sp>_sp_(?P<kind>\w+)) \+= 1$", re.M)
 # a growable tape's first allocation (kadj.kept_memory), its size set to 0 in strict runs
-_TAPE_DECL = re.compile(r"^(?P<head>\s*_tape_\w+ = _kept_array\(_keep_\w+, )"
-                        r"max\(\d+, _keep_\w+\.shape\[0\] // \d+\)(?P<tail>, )", re.M)
+_TAPE_DECL = re.compile(r"^(?P<head>\s*_tape_\w+ = _kept_array\(_keep_bytes, )"
+                        r"max\(\d+, _keep_need\[\d+\] // \d+\)(?P<tail>, )", re.M)
 _SP_DECL = re.compile(r"^\s*(_sp_\w+) = 0$", re.M)
 _RETURN = re.compile(r"^(?P<pad>\s*)return\b", re.M)
 

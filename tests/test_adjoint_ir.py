@@ -122,7 +122,7 @@ def test_overwritten_scalar_is_pushed_and_popped_in_pairs():
     # tape is first used: it is allocated there (kadj/tape_alloc.py), the loop's trip
     # count written as arithmetic
     allocs = [x.value for x in nodes(fn, A.Assign) if x.target == "_tape_f64"]
-    assert len(allocs) == 1 and allocs[0].startswith("_kept_array(_keep_tape_f64, 2 * max(0, "), allocs
+    assert len(allocs) == 1 and allocs[0].startswith("_kept_array(_keep_bytes, 2 * max(0, "), allocs
     assert not [r for r in nodes(fn, A.Reserve) if r.amounts]
     assert strategies(fn) == ["taped"]
 

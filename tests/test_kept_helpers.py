@@ -53,17 +53,23 @@ def _c_scalar_shape(keep, need):
     return _kept_array(keep, (), np.float32, need, 1)
 
 
-def _need(n=3):
-    return np.zeros(n, np.int64)
+def _need(keep=None, nslots=2):
+    """The layout (kadj.call_memory.layout) of ``nslots`` slots, each given the whole of
+    ``keep`` as its region (None: no region)."""
+    need = np.zeros(3 * nslots + 1, np.int64)
+    if keep is not None:
+        need[2 * nslots + 1:] = keep.shape[0]
+    return need
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
 def test_array_fits_is_a_view_of_the_kept_bytes(compiled):
     f = _c_array if compiled else _c_array.py_func
-    keep, need = np.empty(100, np.uint8), _need()
+    keep = np.empty(100, np.uint8)
+    need = _need(keep)
     a = f(keep, 12, need)
     assert a.shape == (12,) and a.dtype == np.float64 and a.flags.c_contiguous
-    assert np.shares_memory(a, keep) and list(need) == [0, 0, 0]
+    assert np.shares_memory(a, keep) and list(need[:3]) == [0, 0, 0]
     a[:] = np.arange(12.0)
     np.testing.assert_array_equal(keep[:96].view(np.float64), np.arange(12.0))
 
@@ -71,33 +77,34 @@ def test_array_fits_is_a_view_of_the_kept_bytes(compiled):
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
 def test_array_too_big_is_new_memory_and_notes_the_bytes(compiled):
     f = _c_array if compiled else _c_array.py_func
-    keep, need = np.empty(95, np.uint8), _need()
+    keep = np.empty(95, np.uint8)
+    need = _need(keep)
     a = f(keep, 12, need)
     assert a.shape == (12,) and not np.shares_memory(a, keep)
-    assert list(need) == [1, 96, 0]
+    assert list(need[:3]) == [1, 96, 0]
     need[1] = 1000                   # a larger earlier request stays
     f(keep, 13, need)
-    assert list(need) == [1, 1000, 0]
+    assert list(need[:3]) == [1, 1000, 0]
     g = _c_array_2d if compiled else _c_array_2d.py_func
     b = g(keep, (3, 5), need)
-    assert b.shape == (3, 5) and b.dtype == np.int64 and list(need) == [1, 1000, 120]
+    assert b.shape == (3, 5) and b.dtype == np.int64 and list(need[:3]) == [1, 1000, 120]
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
 def test_zeros_and_likes(compiled):
     pick = (lambda f: f) if compiled else (lambda f: f.py_func)
     keep = np.full(4096, 7, np.uint8)
-    z = pick(_c_zeros)(keep, (3, 5), _need())
+    z = pick(_c_zeros)(keep, (3, 5), _need(keep))
     assert z.shape == (3, 5) and z.dtype == np.complex128 and not z.any()
     assert np.shares_memory(z, keep)
     x = np.arange(24.0).reshape(2, 3, 4)
-    e = pick(_c_like)(keep, x, _need())
+    e = pick(_c_like)(keep, x, _need(keep))
     assert e.shape == x.shape and e.dtype == x.dtype and e.flags.c_contiguous
     zl = pick(_c_zeros_like)(np.empty(0, np.uint8), x, _need())
     assert zl.shape == x.shape and not zl.any()
-    d = pick(_c_dtype_of)(keep, np.zeros(5, np.float32), _need())
+    d = pick(_c_dtype_of)(keep, np.zeros(5, np.float32), _need(keep))
     assert d.shape == (5, 2) and d.dtype == np.float32
-    s = pick(_c_scalar_shape)(keep, _need())
+    s = pick(_c_scalar_shape)(keep, _need(keep))
     assert s.shape == () and s.dtype == np.float32
 
 
@@ -108,7 +115,7 @@ def test_copy_of_any_layout_is_c_ordered_and_equal(compiled, layout):
     base = np.arange(60.0).reshape(6, 10) * 1.5
     x = {"C": base, "F": np.asfortranarray(base), "strided": base[::2, 1::3]}[layout]
     for keep in (np.empty(8 * x.size, np.uint8), np.empty(3, np.uint8)):
-        need = _need()
+        need = _need(keep)
         c = f(keep, x, need)
         np.testing.assert_array_equal(c, x)
         assert c.flags.c_contiguous and not np.shares_memory(c, x)
@@ -119,17 +126,18 @@ def test_copy_of_any_layout_is_c_ordered_and_equal(compiled, layout):
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
 def test_numpys_errors(compiled):
     f = _c_array if compiled else _c_array.py_func
-    need = _need()
+    keep = np.empty(4096, np.uint8)
+    need = _need(keep)
     with pytest.raises(ValueError):
-        f(np.empty(4096, np.uint8), -1, need)
-    assert list(need) == [0, 0, 0]
+        f(keep, -1, need)
+    assert list(need[:3]) == [0, 0, 0]
     with pytest.raises((ValueError, MemoryError)):
-        f(np.empty(16, np.uint8), 2 ** 62, need)     # 8 * 2**62 bytes overflows
+        f(keep, 2 ** 62, need)     # 8 * 2**62 bytes overflows
 
 
 def test_a_view_keeps_the_kept_bytes_alive():
     keep = np.empty(800, np.uint8)
-    a = _c_array(keep, 100, _need())
+    a = _c_array(keep, 100, _need(keep))
     a[:] = 3.0
     del keep
     gc.collect()
@@ -167,8 +175,48 @@ def _c_string_dtype(keep, n, need):
 
 
 def test_a_dtype_given_as_text_is_numbas_own_allocation():
-    keep, need = np.empty(4096, np.uint8), _need()
+    keep = np.empty(4096, np.uint8)
+    need = _need(keep)
     a, b = _c_string_dtype(keep, 3, need)
     assert a.dtype == np.float32 and a.shape == (3,) and not np.shares_memory(a, keep)
     assert b.dtype == np.int64 and b.shape == (3, 2) and not b.any()
-    assert list(need) == [0, 0, 0]
+    assert list(need[:3]) == [0, 0, 0]
+
+
+@njit
+def _c_two(keep, need):
+    return (_kept_array(keep, 4, np.float64, need, 1),
+            _kept_array(keep, (2, 3), np.int32, need, 2))
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_each_slot_takes_its_own_region(compiled):
+    f = _c_two if compiled else _c_two.py_func
+    keep = np.zeros(192, np.uint8)
+    need = np.array([0, 0, 0, 0, 64, 32, 24], np.int64)    # offsets 0, 64; sizes 32, 24
+    a, b = f(keep, need)
+    a[:] = 1.5
+    b[:] = 7
+    np.testing.assert_array_equal(keep[:32].view(np.float64), 1.5)
+    np.testing.assert_array_equal(keep[64:88].view(np.int32), 7)
+    assert not keep[32:64].any() and not keep[88:].any()
+    assert list(need[:3]) == [0, 0, 0]
+    need[6] = 23                     # slot 2's region one byte short
+    a, b = f(keep, need)
+    assert np.shares_memory(a, keep) and not np.shares_memory(b, keep)
+    assert list(need[:3]) == [1, 0, 24]
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_a_layout_outside_the_kept_bytes_is_never_used(compiled):
+    """A region beyond the buffer, or a slot the layout does not have: new memory, no
+    view out of bounds."""
+    f = _c_two if compiled else _c_two.py_func
+    keep = np.zeros(64, np.uint8)
+    need = np.array([0, 0, 0, 40, 0, 32, 64], np.int64)    # slot 1 at 40..72: outside
+    a, b = f(keep, need)
+    assert not np.shares_memory(a, keep) and np.shares_memory(b, keep)
+    g = _c_array if compiled else _c_array.py_func
+    short = np.zeros(1, np.int64)                            # no slots at all
+    c = g(keep, 2, short)
+    assert not np.shares_memory(c, keep) and list(short) == [0]

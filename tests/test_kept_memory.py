@@ -131,6 +131,21 @@ def _same(a, b):
         np.testing.assert_array_equal(x, y)
 
 
+def _regions(kept):
+    """[(offset, size, asked)] of each slot of a kept set (kadj.call_memory.layout),
+    checked to lie apart inside its buffer."""
+    buf, meta = kept.args
+    n = (meta.shape[0] - 1) // 3
+    need, offset, size = call_memory.layout(n)
+    out = [(int(meta[offset(s)]), int(meta[size(s)]), int(meta[need(s)]))
+           for s in range(1, n + 1)]
+    spans = sorted((at, at + b) for at, b, _ in out if b)
+    assert all(a % call_memory.ALIGN == 0 for a, _ in spans), spans
+    assert all(e <= a2 for (_, e), (a2, _) in zip(spans, spans[1:])), spans
+    assert not spans or spans[-1][1] <= buf.shape[0], (spans, buf.shape)
+    return out
+
+
 @pytest.fixture(autouse=True)
 def _default_limit():
     call_memory.set_limit(None)
@@ -149,9 +164,11 @@ def test_adjoint_keeps_its_memory_and_computes_the_same(name):
         args = make(n, seed=n)
         _same(_pooled(k, args), _fresh(k, args))
         kept = comp.memory._free[-1]
-        assert any(a.shape[0] > 0 for a in kept.args[:-1]), "nothing kept after a call"
-        assert [a.shape[0] for a in kept.args[:-1]] == list(kept.caps) == \
-            list(kept.args[-1][1:]), "kept sizes are not the most the calls asked for"
+        regions = _regions(kept)
+        assert len(regions) == len(comp.memory.slots)
+        assert any(b > 0 for _, b, _ in regions), "nothing kept after a call"
+        assert all(b == asked for _, b, asked in regions), \
+            "kept sizes are not the most the calls asked for"
         assert kept.args[-1][0] == 0, "a need flag left set"
     fd_check(k, make(9, seed=3))
 
@@ -159,9 +176,10 @@ def test_adjoint_keeps_its_memory_and_computes_the_same(name):
 def test_what_is_kept_in_a_scratch_kernel():
     k = kadj.differentiate(scratch_steps)
     src = k.adjoint_source(*_args_scratch(10))
-    assert "u_work = _kept_copy(_keep_u_work, u, _keep_need, " in src, src
-    assert "b = _kept_zeros(_keep_b, n, np.float64, _keep_need, " in src, src
-    assert "adj_b = _kept_zeros_like(_keep_adj_b, b, _keep_need, " in src, src
+    assert "u_work = _kept_copy(_keep_bytes, u, _keep_need, " in src, src
+    assert "b = _kept_zeros(_keep_bytes, n, np.float64, _keep_need, " in src, src
+    assert "adj_b = _kept_zeros_like(_keep_bytes, b, _keep_need, " in src, src
+    assert "Kept between calls: " in src and "u_work" in src.split("Kept between")[1]
 
 
 def test_an_f_ordered_argument_keeps_its_own_work_copy():
@@ -171,7 +189,7 @@ def test_an_f_ordered_argument_keeps_its_own_work_copy():
     f_src = k.adjoint_source(*_args_grid_f(21))
     c_src = k.adjoint_source(*_args_grid(21))
     assert "a_work = _kept_" in c_src
-    assert "a_work = _kept_" not in f_src and "_keep_w," in f_src
+    assert "a_work = _kept_" not in f_src and "Kept between calls: w" in f_src
 
 
 def test_kept_memory_is_what_the_largest_call_needed():
@@ -181,7 +199,7 @@ def test_kept_memory_is_what_the_largest_call_needed():
     for n in (100, 2000, 50):
         _pooled(k, _args_chain(n))
     (kept,) = comp.memory._free
-    assert [a.shape[0] for a in kept.args[:-1]] == [2000 * 8]    # one f64 per element
+    assert [b for _, b, _ in _regions(kept)] == [2000 * 8]    # one f64 per element
 
 
 def test_growable_tape_is_kept_at_its_grown_size():
@@ -191,10 +209,10 @@ def test_growable_tape_is_kept_at_its_grown_size():
     tape = comp.memory.slots.index("tape_f64")
     _same(_pooled(k, args), _fresh(k, args))
     (kept,) = comp.memory._free
-    big = kept.args[tape].shape[0]
+    big = _regions(kept)[tape][1]
     assert big > 1024 * 8, "the tape never grew past its first allocation"
     _same(_pooled(k, args), _fresh(k, args))
-    assert comp.memory._free[0].args[tape].shape[0] == big, "grew again on the same call"
+    assert _regions(comp.memory._free[0])[tape][1] == big, "grew again on the same call"
     fd_check(k, _args_grow(3, t_end=0.3))
 
 
@@ -291,15 +309,16 @@ def test_only_allocations_made_once_are_kept():
     ns = {}
     layouts = {"x": nbtypes.float64[:]}
     assert keep_memory(fn, ns, layouts) == ("_tape_f64", "x_work", "y", "_tape_f32")
-    assert fn.params == ("n", "x", "_keep_tape_f64", "_keep_x_work", "_keep_y",
-                         "_keep_tape_f32", "_keep_need")
+    assert fn.params == ("n", "x", "_keep_bytes", "_keep_need")
+    assert fn.doc == "doc\n\n    Kept between calls: tape_f64, x_work, y, tape_f32."
     values = [x.value for x in fn.prologue]
-    assert values[0] == "_kept_array(_keep_tape_f64, max(1024, _keep_tape_f64.shape[0] " \
-                        "// 8), np.float64, _keep_need, 1)"
-    assert values[2] == "_kept_copy(_keep_x_work, x, _keep_need, 2)"
-    assert values[3] == "_kept_array(_keep_y, (n, 3), np.float32, _keep_need, 3)"
+    # (slot 1's region size: entry 2 * 4 + 1 of the layout)
+    assert values[0] == "_kept_array(_keep_bytes, max(1024, _keep_need[9] // 8), " \
+                        "np.float64, _keep_need, 1)"
+    assert values[2] == "_kept_copy(_keep_bytes, x, _keep_need, 2)"
+    assert values[3] == "_kept_array(_keep_bytes, (n, 3), np.float32, _keep_need, 3)"
     assert values[4:] == ["np.zeros(n)", "np.zeros(n)"]     # z, s: assigned again
-    assert fn.body[1].body[0].value == "_kept_array(_keep_tape_f32, n, np.float32, " \
+    assert fn.body[1].body[0].value == "_kept_array(_keep_bytes, n, np.float32, " \
                                        "_keep_need, 4)"
     assert loop.body[0].value == "np.empty((n,), np.int64)"
     assert {"_kept_array", "_kept_copy"} <= set(ns)
@@ -334,12 +353,12 @@ def test_helpers_keep_numpys_errors():
     need, keep = np.zeros(1, np.int64), np.empty(4096, np.uint8)
     with pytest.raises(ValueError):
         _kept_array(keep, -1, np.float64, need, 0)
-    need = np.zeros(2, np.int64)
+    need = np.array([0, 0, 0, 4096], np.int64)     # one slot: all 4096 bytes
     z = _kept_zeros(keep, (3, 5), np.complex128, need, 1)
     assert z.shape == (3, 5) and z.dtype == np.complex128 and not z.any()
-    assert list(need) == [0, 0]                  # it fits in the 4096 kept bytes
+    assert list(need[:2]) == [0, 0]              # it fits in the 4096 kept bytes
     z = _kept_zeros(keep, (30, 50), np.complex128, need, 1)
-    assert not z.any() and list(need) == [1, 30 * 50 * 16]
+    assert not z.any() and list(need[:2]) == [1, 30 * 50 * 16]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -369,14 +388,14 @@ def test_repeated_call_does_not_fault_its_tape_in_again():
 
 
 @njit
-def named_like_kept(x, _keep_need, _keep_b):
+def named_like_kept(x, _keep_need, _keep_bytes):
     """A user's names that look like the kept-memory parameters."""
     b = np.zeros(x.shape[0])
     _keep_tmp = 0.0
     for i in range(x.shape[0]):
         b[i] = math.sin(x[i]) * _keep_need
         _keep_tmp += b[i]
-    _keep_b[0] = _keep_tmp * b[x.shape[0] - 1]
+    _keep_bytes[0] = _keep_tmp * b[x.shape[0] - 1]
 
 
 def test_user_names_like_the_kept_parameters_get_their_own():
@@ -385,9 +404,8 @@ def test_user_names_like_the_kept_parameters_get_their_own():
     src = k.adjoint_source(*args)
     params = src.split("def named_like_kept_adjoint(")[1].split(")")[0].split(", ")
     assert len(set(params)) == len(params), params
-    assert params[-1] == "_keep_need" and params[1] == "_keep_need_2", params
-    slots = k.compiled(*args).memory.slots
-    assert params[-1 - len(slots):-1] == ["_keep_" + s for s in slots], params
-    assert "_keep_b_1" in params and "_keep_b" in params[:3], params   # b's, the user's
+    assert params[-2:] == ["_keep_bytes", "_keep_need"], params
+    assert params[1] == "_keep_need_2" and params[2] == "_keep_bytes_2", params  # the user's
+    assert "b" in k.compiled(*args).memory.slots
     for _ in range(2):
         fd_check(k, args)

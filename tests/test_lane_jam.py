@@ -288,7 +288,7 @@ def test_eight_lanes_where_the_iteration_keeps_few_values():
     wide = kadj.differentiate(horner).adjoint_source(
         r.standard_normal(5), r.uniform(-1, 1, 9), np.zeros(9))
     assert "iterations 8 at a time" in wide and "xi_l7" in wide, wide
-    assert "_tape_f64 = _kept_array(_keep_tape_f64, 8 * " in wide, wide
+    assert "_tape_f64 = _kept_array(_keep_bytes, 8 * " in wide, wide
     narrow = kadj.differentiate(two_loops).adjoint_source(
         r.uniform(-0.5, 0.5, 9), r.uniform(0.5, 0.9, 3), np.zeros(9))
     assert "iterations 4 at a time" in narrow and "_l4" not in narrow, narrow

@@ -79,7 +79,7 @@ def test_cubic_update_records_only_the_overwritten_value(n, steps):
     kernel, f = _facts(cubic_in_place, *args)
     assert f.pushed == {"v"}
     # one value per iteration: the tape holds n * steps entries
-    assert "_kept_array(_keep_tape_f64, max(0, " in k.adjoint_source(*args)
+    assert "_kept_array(_keep_bytes, max(0, " in k.adjoint_source(*args)
 
 
 def test_two_recorded_operands_keep_the_record():

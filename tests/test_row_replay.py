@@ -88,7 +88,7 @@ def test_softmax_rows_inplace_replays_rows():
     assert replayed and "x" not in restored
     assert re.search(r"x_work\[r, (_j\d+)\] = x\[r, \1\]", src)   # the row restored,
     assert "save x_work" not in src                  # ... not recorded,
-    assert "x_work = _kept_like(_keep_x_work, x, " in src   # no copy of the whole argument
+    assert "x_work = _kept_like(_keep_bytes, x, " in src   # no copy of the whole argument
 
 
 def test_thomas_private_scratch_keeps_recording():

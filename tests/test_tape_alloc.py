@@ -110,7 +110,7 @@ def test_horner_tape_allocated_at_first_reservation(nc, nx):
     c, x, y = rng.normal(size=nc), rng.uniform(-1, 1, nx), np.zeros(nx)
     src = k.adjoint_source(c, x, y)
     assert "_reserve(" not in src and "_trips(" not in src, src
-    assert "_tape_f64 = _kept_array(_keep_tape_f64, " in src and f"max({GROWABLE_START}" not in src
+    assert "_tape_f64 = _kept_array(_keep_bytes, " in src and f"max({GROWABLE_START}" not in src
     w = rng.normal(size=nx)
     adj_c, adj_x = np.zeros(nc), np.zeros(nx)
     k.adjoint(c.copy(), x.copy(), np.zeros(nx), adj_c, adj_x, w.copy())
@@ -151,8 +151,8 @@ def test_straight_line_loops_allocated_once(n):
     rng = np.random.default_rng(n)
     x = rng.uniform(-1, 1, n)
     src = k.adjoint_source(x, np.zeros(n))
-    assert "_tape_f64 = _kept_array(_keep_tape_f64, 1 + max(0, x.shape[0]), np.float64, _keep_need, " in src, src
-    assert "_tape_i64 = _kept_array(_keep_tape_i64, " in src and "_reserve" not in src, src
+    assert "_tape_f64 = _kept_array(_keep_bytes, 1 + max(0, x.shape[0]), np.float64, _keep_need, " in src, src
+    assert "_tape_i64 = _kept_array(_keep_bytes, " in src and "_reserve" not in src, src
     _check_two_loops(k, x, rng.normal(size=n), rng)
 
 
@@ -180,7 +180,7 @@ def test_later_loop_of_data_dependent_count_grows_the_tape(n):
     rng = np.random.default_rng(n)
     x = rng.uniform(-1, 1, n)
     src = k.adjoint_source(x, np.zeros(n))
-    assert "_tape_f64 = _kept_array(_keep_tape_f64, " in src and "_tape_f64 = _reserve(" in src, src
+    assert "_tape_f64 = _kept_array(_keep_bytes, " in src and "_tape_f64 = _reserve(" in src, src
     _check_two_loops(k, x, rng.normal(size=n), rng)
 
 

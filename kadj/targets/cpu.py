@@ -162,7 +162,7 @@ def _written(fn, w):
     """The adjoint's source, the arrays it allocates once per call taken from memory
     its caller keeps (:mod:`kadj.kept_memory`)."""
     layouts = {w.names[v]: t for v, t in w.T.items() if v in w.names}
-    keep_memory(fn, w.ns, layouts, w.used)
+    keep_memory(fn, w.ns, layouts)
     return Written(reverse.adjoint_source(fn, w.syntax, w.ns))
 
 
