@@ -40,7 +40,6 @@ __all__ = ["KeptMemory", "KeptSet", "clear", "layout", "for_function", "fresh", 
            "stats"]
 
 DEFAULT_LIMIT = 1 << 30
-PREFIX = "_keep_"
 BYTES = "_keep_bytes"
 NEED = "_keep_need"
 ENV = "KADJ_KEPT_MEMORY_BYTES"
@@ -188,7 +187,7 @@ class KeptMemory:
         total = sum(-(-b // ALIGN) * ALIGN for b in sizes)
         buf = kept.args[0]
         if total > buf.shape[0]:
-            if _kept_bytes() + total - buf.shape[0] > limit():
+            if _kept_bytes() + total > limit():    # (this set is in no pool now)
                 return
             buf = np.empty(total, np.uint8)
         at = 0

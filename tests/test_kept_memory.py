@@ -261,6 +261,25 @@ def test_limit_zero_keeps_nothing_and_a_small_limit_keeps_no_more():
     assert pool._free == []
 
 
+def test_a_kept_set_never_grows_past_the_limit():
+    """A set that holds memory and would grow beyond the limit stays as it is (its
+    larger calls allocate as without it)."""
+    k = kadj.differentiate(tanh_chain)
+    args = _args_chain(5000)
+    pool = k.compiled(*args).memory
+    call_memory.clear()
+    call_memory.set_limit(5000 * 8 + 100)          # room for this call's tape, not twice
+    _pooled(k, args)
+    assert pool._free[0].args[0].shape[0] == 5000 * 8
+    big = _args_chain(9000)
+    _same(_pooled(k, big), _fresh(k, big))
+    assert call_memory.stats()["bytes"] <= 5000 * 8 + 100
+    assert pool._free[0].args[0].shape[0] == 5000 * 8
+    call_memory.set_limit(None)
+    _pooled(k, big)
+    assert pool._free[0].args[0].shape[0] == 9000 * 8
+
+
 def test_limit_is_checked():
     for bad in (-1, "1 GB", 1.5, True):
         with pytest.raises(ValueError, match="number of bytes"):
