@@ -59,6 +59,7 @@ CUSTOM: dict = {}
 # Functions whose result carries no derivative (integer-valued, boolean, or piecewise
 # constant): their outputs are inactive.
 from .ir import make_tuple as _make_tuple  # noqa: E402
+from .fused_ops import x_sqrt_x  # noqa: E402
 
 NONDIFFERENTIABLE = {
     _make_tuple,
@@ -444,6 +445,9 @@ def _log(g, out, x, base=None):
 
 register(math.sqrt, np.sqrt, cmath.sqrt, domain=_POS, complex_domain=_POSC, name="sqrt")(
     lambda g, out, x: (_sz(g, g / _cj(2.0 * out)),))
+# x * sqrt(x) written by the kernel, differentiated as x ** 1.5 (kadj.fused_ops)
+register(x_sqrt_x, domain=_POS, name="x_sqrt_x")(
+    lambda g, out, x: (g * (1.5 * o.sqrt(x)),))
 register(np.cbrt, domain=_POS, name="cbrt")(
     lambda g, out, x: (_sz(g, g / (3.0 * out * out)),))
 register(math.hypot, np.hypot, domain=((0.3, 2.0), (-2.0, -0.3)), name="hypot")(
