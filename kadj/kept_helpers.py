@@ -11,8 +11,8 @@ have made, and then notes the bytes it asked for in ``need[slot]`` and sets
 
 Each is a numba builtin (a typing template and a lowering, like
 :mod:`kadj.sum_intrinsic`): the allocation is written in place at each call, a
-comparison of the bytes asked for with the bytes kept, an array that points into the
-kept bytes, and numba's own allocation when they are not enough.  No function is
+comparison of the bytes asked for with the size of the slot's region, an array that
+points into the region, and numba's own allocation when it is too small.  No function is
 compiled for it and none is linked into the adjoint: a jitted helper called there
 was linked into every adjoint that used it and optimised and compiled to machine code
 again in each (a tenth to a quarter of such an adjoint's compile time).  A shape or
