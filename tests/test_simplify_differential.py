@@ -21,7 +21,7 @@ def _gallery():
     return GALLERY
 
 
-def _raw(fn, types=None):
+def _raw(fn, types=None, joins=True):
     kadj.simplify._fill_empty_bodies([fn])
     return fn
 
