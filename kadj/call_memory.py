@@ -89,6 +89,11 @@ SLOTS_LINE = "Kept between calls: "
 ALIGN = 64
 
 
+def _aligned(nbytes):
+    """``nbytes`` rounded up to a multiple of :data:`ALIGN`."""
+    return -(-nbytes // ALIGN) * ALIGN
+
+
 def layout(nslots):
     """Where slot ``s`` (1 to ``nslots``) keeps its numbers in ``_keep_need``: entry
     ``s`` the bytes an allocation asked for beyond its region, entry ``nslots + s`` the
@@ -184,7 +189,7 @@ class KeptMemory:
         sizes = [max(b, int(meta[need(s)])) for s, b in zip(range(1, n + 1), now)]
         if sizes == now:
             return
-        total = sum(-(-b // ALIGN) * ALIGN for b in sizes)
+        total = sum(_aligned(b) for b in sizes)
         buf = kept.args[0]
         if total > buf.shape[0]:
             if _kept_bytes() + total > limit():    # (this set is in no pool now)
@@ -193,7 +198,7 @@ class KeptMemory:
         at = 0
         for s, b in enumerate(sizes, start=1):
             meta[offset(s)], meta[size(s)] = at, b
-            at += -(-b // ALIGN) * ALIGN
+            at += _aligned(b)
         kept.args[0] = buf
 
     def nbytes(self):

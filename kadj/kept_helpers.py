@@ -36,10 +36,12 @@ __all__ = ["_kept_array", "_kept_zeros", "_kept_copy", "_kept_like", "_kept_zero
 def _region(keep, need, slot):
     """Slot ``slot``'s region of the kept bytes (:func:`kadj.call_memory.layout`): a
     1-D ``uint8`` view, empty when the layout gives it none."""
+    from .call_memory import layout
     nslots = (need.shape[0] - 1) // 3
     if not 1 <= slot <= nslots:
         return keep[:0]
-    at, size = int(need[nslots + slot]), int(need[2 * nslots + slot])
+    _, offset, size_at = layout(nslots)
+    at, size = int(need[offset(slot)]), int(need[size_at(slot)])
     if at < 0 or size < 0 or at + size > keep.shape[0]:
         return keep[:0]
     return keep[at:at + size]
@@ -214,7 +216,8 @@ def _allocate(context, builder, keepty, keep_v, retty, shapes, needty, need_v, s
 
 
 def _slot_region(context, builder, needty, need, idx, kept_bytes):
-    """(offset, size, known) of slot ``idx``'s region (:func:`kadj.call_memory.layout`):
+    """(offset, size, known) of slot ``idx``'s region (the entries
+    :func:`kadj.call_memory.layout` gives, computed here in LLVM IR):
     ``known`` is false, and the region empty, when the layout has no such slot or gives
     it a region outside the kept bytes."""
     intp = types.intp
