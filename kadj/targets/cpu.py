@@ -38,6 +38,8 @@ from ..iteration_slots import index_fresh_saves
 from ..lane_jam import jam_replayed
 from ..replay_blocks import parallel_replays, serial_unless_outlined
 from ..row_outline import outline_rows
+from ..shared_factors import share_factors
+from ..simplify_zero import float64_only
 from ..thread_parts import launch_threads
 from ..vector_sums import vector_sums
 from .base import CompiledAdjoint, Prepared, Target, Written, checkpoint_slots
@@ -160,7 +162,9 @@ def _write(prepared, facts, plan, options):
 
 def _written(fn, w):
     """The adjoint's source, the arrays it allocates once per call taken from memory
-    its caller keeps (:mod:`kadj.kept_memory`)."""
+    its caller keeps (:mod:`kadj.kept_memory`); sums its accumulations share computed
+    once (:mod:`kadj.shared_factors`, float64 adjoints)."""
+    share_factors(fn, factor=float64_only(w.T))
     layouts = {w.names[v]: t for v, t in w.T.items() if v in w.names}
     keep_memory(fn, w.ns, layouts)
     return Written(reverse.adjoint_source(fn, w.syntax, w.ns))

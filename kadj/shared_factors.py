@@ -1,0 +1,398 @@
+"""Adjoint sums that share a factor, computed once (CPU adjoints).
+
+The reverse of ``ax += m * dx * s; ay += m * dy * s; az += m * dz * s`` (n-body's
+accelerations, any weighted sum over components) adds three products into the adjoint
+of ``s`` and three into that of ``m``::
+
+    adj_s = adj_az * t15 + adj_ay * t13 + adj_ax * t11      # t15 = m * dz, ...
+    adj_m += adj_t15 * dz + adj_t13 * dy + adj_t11 * dx     # adj_t15 = adj_az * s, ...
+
+Both are ``m`` (or ``s``) times the one sum ``adj_az * dz + adj_ay * dy + adj_ax * dx``,
+which an expert writes once::
+
+    _shared1 = adj_az * dz + adj_ay * dy + adj_ax * dx
+    adj_s = m * _shared1
+    adj_m += s * _shared1
+
+:func:`share_factors` finds such sums in a statement list: it reads each sum of
+products in an adjoint accumulation with the products of the list's temporaries written
+out (``t15`` as ``m * dz`` where the list computed it and nothing between changed what
+it read), takes out the factors every product has, and where two or more
+accumulations are left with the same sum, computes that sum once before the first of
+them.  Two exact steps prepare it: adjacent ``if`` statements on the same condition
+become one (the recomputed values and the adjoint statements of a branch of the
+kernel then share a list), and the contributions to a scalar adjoint that a list
+assigns and then adds to, with nothing reading it in between, become one sum
+(``adj_s = a; ...; adj_s += b`` is ``adj_s = a + b``: the same additions in the same
+order; only where the sum fits a line of 70 characters, and only in a float64
+adjoint: numba gives a variable one type, so in a float32 adjoint ``adj_s = a``
+rounds ``a`` to float32 before ``b`` is added).
+
+Taking a factor out of a sum changes how it rounds (``m * (a + b)`` against ``m * a +
+m * b``), as a hand-written adjoint does; nothing else changes.  It is done only in
+float64 adjoints (a float32 or complex kernel keeps its products as written: numba
+types a product of mixed precisions by its operands), only for products of names and
+array elements (no constants, no calls), and only where a sum is shared, so that it
+saves work.  Temporaries left unread go (:func:`kadj.simplify_primal.remove_unused_primal`).
+"""
+from __future__ import annotations
+
+import ast
+
+from . import adj_ir as A
+from . import expr_text as E
+from .adj_refs import IDENT, lists, names, pure
+from .simplify_expr import WIDTH, _stable, _writes
+from .simplify_primal import remove_unused_primal
+
+__all__ = ["share_factors", "join_same_condition_ifs", "merge_scalar_sums"]
+
+#: how deep a temporary's product is written out (a temporary of temporaries)
+_DEPTH = 3
+
+
+def share_factors(fn, factor=True):
+    """``fn`` and the functions it defines (:class:`adj_ir.Function`), their shared
+    sums computed once (see the module docstring); ``factor=False`` (an adjoint with
+    float32 or complex values): only the ifs joined.  Returns ``fn``."""
+    for f in [fn] + [h for _dec, h in fn.helpers]:
+        join_same_condition_ifs(f)
+        if factor:
+            merge_scalar_sums(f)
+            used = _all_names(f)
+            if any(_factor_list(seq, used) for seq in lists(f)):
+                remove_unused_primal(f)
+    return fn
+
+
+# ---- adjacent ifs on one condition ------------------------------------------------------
+def join_same_condition_ifs(fn):
+    """``if c: A`` directly followed by ``if c: B`` becomes ``if c: A; B`` (and their
+    ``else`` branches likewise) when ``c`` is pure and neither branch of the first
+    writes a name ``c`` reads."""
+    for seq in lists(fn):
+        k = 0
+        while k + 1 < len(seq):
+            x, y = seq[k], seq[k + 1]
+            if _joinable(x, y):
+                x.then.extend(y.then)
+                x.orelse.extend(y.orelse)
+                del seq[k + 1]
+                continue
+            k += 1
+
+
+def _joinable(x, y):
+    if not (isinstance(x, A.If) and isinstance(y, A.If) and x.cond == y.cond
+            and x.fresh == y.fresh and pure(x.cond)):
+        return False
+    reads = set(names(x.cond))
+    return not any(reads & _writes(s) or "<all>" in _writes(s) for s in x.then + x.orelse)
+
+
+# ---- contributions to one scalar adjoint ------------------------------------------------
+def _scalar_contribution(x, op):
+    return (isinstance(x, A.Accumulate) and x.op == op and x.how == "plain"
+            and isinstance(x.target, A.AdjVar) and isinstance(x.value, str))
+
+
+def merge_scalar_sums(fn):
+    """``adj_v = a`` followed in the same list by ``adj_v += b``, with nothing between
+    reading or writing ``adj_v`` or changing what ``a`` reads: one ``adj_v = a + b`` in
+    the place of the second."""
+    for seq in lists(fn):
+        pos = 0
+        while pos < len(seq):
+            x = seq[pos]
+            if _scalar_contribution(x, "=") and pure(x.value) and \
+                    _merge_into_later(seq, pos, x):
+                continue        # (x is gone: seq[pos] is the next statement)
+            pos += 1
+
+
+def _merge_into_later(seq, pos, x):
+    name = x.target.name
+    if name in names(x.value):
+        return False
+    for at in range(pos + 1, len(seq)):
+        y = seq[at]
+        if _scalar_contribution(y, "+=") and y.target.name == name:
+            if name in names(y.value) or not pure(y.value) or \
+                    not _stable(seq, pos + 1, at, x.value):
+                return False
+            value = _sum_of(x.value, y.value)
+            if value is None or len(value) > WIDTH:
+                return False
+            y.op, y.value = "=", value
+            del seq[pos]
+            return True
+        if name in _mentioned(y):
+            return False
+    return False
+
+
+def _sum_of(a, b):
+    """``a + b``; ``a - c`` where ``b`` is ``-c`` (the same number)."""
+    try:
+        tree = ast.parse(b, mode="eval").body
+    except SyntaxError:
+        return None
+    if isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.USub):
+        return E.combine(a, "-", ast.unparse(tree.operand))
+    return E.combine(a, "+", b)
+
+
+def _mentioned(x):
+    """Every name ``x`` or a statement inside it reads or writes."""
+    out = set()
+    for y in A.walk([x]):
+        out |= _writes(y)
+        for f in ("value", "cond", "iter", "zero", "elem", "var", "text"):
+            v = getattr(y, f, None)
+            if isinstance(v, str):
+                out |= set(names(v))
+        t = getattr(y, "target", None)
+        if isinstance(t, A.AdjElem):
+            out.add(t.base)
+            for s in t.index_texts:
+                out |= set(names(s))
+        elif isinstance(t, str):
+            out |= set(names(t))
+    return out
+
+
+# ---- factors taken out of shared sums ---------------------------------------------------
+def _products(text):
+    """``text`` as a sum of products: a list of terms, each the list of its factors'
+    texts (names and array elements only); None for any other expression."""
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+    terms = []
+
+    def add(node):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return add(node.left) and add(node.right)
+        factors = []
+        if not mul(node, factors):
+            return False
+        terms.append(factors)
+        return True
+
+    def mul(node, out):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            return mul(node.left, out) and mul(node.right, out)
+        if _atom(node):
+            out.append(ast.unparse(node))
+            return True
+        return False
+
+    return terms if add(tree) else None
+
+
+def _atom(node):
+    """A name, or an element ``a[i, j]`` of an array name at indices that are names
+    or integers."""
+    if isinstance(node, ast.Name):
+        return True
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        idx = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        return all(isinstance(i, ast.Name) or (isinstance(i, ast.Constant) and
+                                               type(i.value) is int) for i in idx)
+    return False
+
+
+def _defining(x):
+    """``(name, value)`` when ``x`` assigns a plain name a value (a primal value or an
+    adjoint variable's first contribution), else None."""
+    if isinstance(x, A.Assign) and isinstance(x.target, str) and x.op == "=" and \
+            IDENT.match(x.target) and isinstance(x.value, str):
+        return x.target, x.value
+    if isinstance(x, A.Accumulate) and x.op == "=" and x.how == "plain" and \
+            isinstance(x.target, A.AdjVar) and isinstance(x.value, str):
+        return x.target.name, x.value
+    return None
+
+
+def _expand(seq, pos, factor, depth):
+    """The factors ``factor`` stands for at ``seq[pos]``: a name the list assigned a
+    product of factors earlier, with nothing between writing the name or changing what
+    the product reads, is that product (written out again, ``depth`` levels); a name
+    the list loaded an array element into is the first name the list loaded that
+    element into, while both hold it (:func:`_first_holder`); anything else stands for
+    itself."""
+    if not IDENT.match(factor):
+        return [factor]
+    got = _nearest_def(seq, pos, factor)
+    if got is None:
+        return [factor]
+    q, value = got
+    terms = _products(value)
+    if terms is None or len(terms) != 1 or factor in names(value):
+        return [factor]
+    if len(terms[0]) == 1 and not IDENT.match(terms[0][0]):      # a load: x = a[i]
+        return [_first_holder(seq, q, pos, factor, value)]
+    if depth == 0 or not pure(value) or not _stable(seq, q + 1, pos, value):
+        return [factor]
+    out = []
+    for f in terms[0]:
+        out.extend(_expand(seq, q, f, depth - 1))
+    # each factor holds at q what the product read there; it must hold it until pos
+    # (a name another load was reduced to, a temporary's factor)
+    if not all(_stable(seq, q + 1, pos, f) for f in out):
+        return [factor]
+    return out
+
+
+def _nearest_def(seq, pos, name):
+    """``(position, value)`` of the statement before ``seq[pos]`` that last assigned
+    ``name`` a value, when that is a plain assignment in ``seq`` itself; else None."""
+    for q in range(pos - 1, -1, -1):
+        x = seq[q]
+        got = _defining(x)
+        if got is not None and got[0] == name:
+            return q, got[1]
+        w = _writes(x)
+        if name in w or "<all>" in w:
+            return None
+    return None
+
+
+def _first_holder(seq, q, pos, name, load):
+    """The first name ``seq`` loaded the element ``load`` into, when it loaded the same
+    value as ``seq[q]`` (``name = load``) and still holds it at ``seq[pos]``."""
+    for q0 in range(q):
+        got = _defining(seq[q0])
+        if got is not None and got[1] == load and got[0] != name and \
+                _stable(seq, q0 + 1, q, load) and _stable(seq, q0 + 1, pos, got[0]):
+            return got[0]
+    return name
+
+
+def _common(terms):
+    """The factors every term has (with multiplicity, in the first term's order) and
+    each term without them; None when there are none or a term would be left empty."""
+    common = []
+    rest = [list(t) for t in terms]
+    for f in terms[0]:
+        if all(f in r for r in rest[1:]) and f in rest[0]:
+            common.append(f)
+            for r in rest:
+                r.remove(f)
+    if not common or any(not r for r in rest):
+        return None
+    return common, rest
+
+
+def _product_text(factors):
+    text = factors[0]
+    for f in factors[1:]:
+        text = E.combine(text, "*", f)
+    return text
+
+
+def _sum_text(terms):
+    text = _product_text(terms[0])
+    for t in terms[1:]:
+        text = E.combine(text, "+", _product_text(t))
+    return text
+
+
+def _candidate(seq, pos):
+    """``(common factors, inner sum's text)`` of the adjoint accumulation at
+    ``seq[pos]`` whose value is a sum of two or more products with a common factor."""
+    x = seq[pos]
+    if not (isinstance(x, A.Accumulate) and x.how == "plain" and x.op in ("=", "+=")
+            and isinstance(x.target, (A.AdjVar, A.AdjElem)) and isinstance(x.value, str)):
+        return None
+    terms = _products(x.value)
+    if terms is None or len(terms) < 2:
+        return None
+    expanded = []
+    for t in terms:
+        out = []
+        for f in t:
+            out.extend(_expand(seq, pos, f, _DEPTH))
+        expanded.append(out)
+    got = _common(expanded)
+    if got is None:
+        return None
+    common, rest = got
+    inner = _sum_text(rest)
+    if inner is None or _target_name(x.target) in names(inner) + tuple(common):
+        return None
+    return common, inner
+
+
+def _target_text(t):
+    return t.name if isinstance(t, A.AdjVar) else f"{t.base}[{', '.join(t.index_texts)}]"
+
+
+def _target_name(t):
+    return t.name if isinstance(t, A.AdjVar) else t.base
+
+
+def _factor_list(seq, used):
+    """Compute each sum that two or more accumulations of ``seq`` share once, before
+    the first of them; True when something changed."""
+    changed = False
+    while _factor_one(seq, used):
+        changed = True
+    return changed
+
+
+def _factor_one(seq, used):
+    found = {}
+    for pos in range(len(seq)):
+        got = _candidate(seq, pos)
+        if got is not None:
+            found.setdefault(got[1], []).append((pos, got[0]))
+    for inner, members in found.items():
+        first = members[0][0]
+        members = [(p, c) for p, c in members if _stable(seq, first, p, inner)]
+        if len(members) < 2:
+            continue
+        values = [E.combine(_product_text([_spell(seq, p, f) for f in common]), "*",
+                            "_shared")
+                  for p, common in members]
+        if any(v is None for v in values):
+            continue
+        tmp = _fresh("_shared", used)
+        for (p, _common), v in zip(members, values):
+            seq[p].value = E.substitute(v, "_shared", tmp)
+        shared = " and ".join(_target_text(seq[p].target) for p, _c in members)
+        seq[first:first] = [A.Comment(f"# the sum {shared} share", of_next=True),
+                            A.Assign(tmp, inner)]
+        return True
+    return False
+
+
+def _spell(seq, pos, factor):
+    """``factor`` (an array element) as the name the list loaded it into before
+    ``seq[pos]``, when that name still holds it there; else as it is."""
+    if IDENT.match(factor):
+        return factor
+    for q in range(pos - 1, -1, -1):
+        got = _defining(seq[q])
+        if got is not None and got[1] == factor and \
+                _stable(seq, q + 1, pos, got[0]) and _stable(seq, q + 1, pos, factor):
+            return got[0]
+    return factor
+
+
+def _fresh(base, used):
+    k = 1
+    while f"{base}{k}" in used:
+        k += 1
+    name = f"{base}{k}"
+    used.add(name)
+    return name
+
+
+def _all_names(fn):
+    out = set(fn.params)
+    for seq in lists(fn):
+        for x in seq:
+            out |= _mentioned(x)
+    return out
