@@ -98,8 +98,8 @@ def _scalar_contribution(x, op):
 
 def merge_scalar_sums(fn):
     """``adj_v = a`` followed in the same list by ``adj_v += b``, with nothing between
-    reading or writing ``adj_v`` or changing what ``a`` reads: one ``adj_v = a + b`` in
-    the place of the second."""
+    reading or writing ``adj_v``, changing what ``a`` reads or leaving the block: one
+    ``adj_v = a + b`` in the place of the second."""
     for seq in lists(fn):
         pos = 0
         while pos < len(seq):
@@ -126,9 +126,16 @@ def _merge_into_later(seq, pos, x):
             y.op, y.value = "=", value
             del seq[pos]
             return True
-        if name in _mentioned(y):
+        if name in _mentioned(y) or _leaves(y):
             return False
     return False
+
+
+def _leaves(x):
+    """May ``x`` leave the block (a ``break``, ``continue`` or ``return`` in it)?  The
+    first contribution must not be moved past that: the block may end before the
+    second."""
+    return any(isinstance(y, (A.Break, A.Continue, A.Return)) for y in A.walk([x]))
 
 
 def _sum_of(a, b):

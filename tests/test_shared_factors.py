@@ -208,3 +208,10 @@ def test_a_factor_written_out_must_still_hold_where_the_sum_is():
     share_factors(fn)
     values = [getattr(x, "value", None) for x in fn.body]
     assert values.count("m * _shared1") == 2 and values.count("a * d + b * e") == 1, values
+
+
+def test_no_merge_past_a_statement_that_may_leave_the_block():
+    for leave in (A.Break(), A.If("c", then=[A.Continue()]), A.Return("None")):
+        fn = _fn([_acc("adj_v", "=", "a * x"), leave, _acc("adj_v", "+=", "b")])
+        merge_scalar_sums(fn)
+        assert len(fn.body) == 3 and fn.body[0].value == "a * x", leave
