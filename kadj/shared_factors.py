@@ -69,7 +69,7 @@ def share_factors(fn, factor=True):
 def join_same_condition_ifs(fn):
     """``if c: A`` directly followed by ``if c: B`` becomes ``if c: A; B`` (and their
     ``else`` branches likewise) when ``c`` is pure and neither branch of the first
-    writes a name ``c`` reads."""
+    may change what ``c`` reads (a name, memory, the tape)."""
     for seq in lists(fn):
         k = 0
         while k + 1 < len(seq):
@@ -86,8 +86,8 @@ def _joinable(x, y):
     if not (isinstance(x, A.If) and isinstance(y, A.If) and x.cond == y.cond
             and x.fresh == y.fresh and pure(x.cond)):
         return False
-    reads = set(names(x.cond))
-    return not any(reads & _writes(s) or "<all>" in _writes(s) for s in x.then + x.orelse)
+    first = x.then + x.orelse
+    return _stable(first, 0, len(first), x.cond)    # (names, memory it reads, the tape)
 
 
 # ---- contributions to one scalar adjoint ------------------------------------------------

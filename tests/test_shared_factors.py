@@ -215,3 +215,10 @@ def test_no_merge_past_a_statement_that_may_leave_the_block():
         fn = _fn([_acc("adj_v", "=", "a * x"), leave, _acc("adj_v", "+=", "b")])
         merge_scalar_sums(fn)
         assert len(fn.body) == 3 and fn.body[0].value == "a * x", leave
+
+
+def test_ifs_on_a_condition_reading_memory_the_first_writes_stay_apart():
+    fn = _fn([A.If("x[i] > 0.0", then=[_elem("adj_y", "i", "+=", "a")]),
+              A.If("x[i] > 0.0", then=[_acc("adj_u", "=", "b")])])
+    join_same_condition_ifs(fn)
+    assert len(fn.body) == 2
