@@ -19,9 +19,10 @@ products in an adjoint accumulation with the products of the list's temporaries 
 out (``t15`` as ``m * dz`` where the list computed it and nothing between changed what
 it read), takes out the factors every product has, and where two or more
 accumulations are left with the same sum, computes that sum once before the first of
-them.  Two exact steps prepare it: adjacent ``if`` statements on the same condition
+them.  Exact steps prepare it: adjacent ``if`` statements on the same condition
 become one (the recomputed values and the adjoint statements of a branch of the
-kernel then share a list), and the contributions to a scalar adjoint that a list
+kernel then share a list), an element the list loads twice is read under one name
+(:mod:`kadj.reused_loads`), and the contributions to a scalar adjoint that a list
 assigns and then adds to, with nothing reading it in between, become one sum
 (``adj_s = a; ...; adj_s += b`` is ``adj_s = a + b``: the same additions in the same
 order; only where the sum fits a line of 70 characters, and only in a float64
@@ -42,6 +43,7 @@ import ast
 from . import adj_ir as A
 from . import expr_text as E
 from .adj_refs import IDENT, lists, names, pure
+from .reused_loads import defining, sum_of_products, reuse_loads
 from .simplify_expr import WIDTH, _stable, _writes
 from .simplify_primal import remove_unused_primal
 
@@ -57,6 +59,7 @@ def share_factors(fn, factor=True):
     float32 or complex values): only the ifs joined.  Returns ``fn``."""
     for f in [fn] + [h for _dec, h in fn.helpers]:
         join_same_condition_ifs(f)
+        reuse_loads(f)
         if factor:
             merge_scalar_sums(f)
             used = _all_names(f)
@@ -169,59 +172,6 @@ def _mentioned(x):
 
 
 # ---- factors taken out of shared sums ---------------------------------------------------
-def _products(text):
-    """``text`` as a sum of products: a list of terms, each the list of its factors'
-    texts (names and array elements only); None for any other expression."""
-    try:
-        tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
-        return None
-    terms = []
-
-    def add(node):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            return add(node.left) and add(node.right)
-        factors = []
-        if not mul(node, factors):
-            return False
-        terms.append(factors)
-        return True
-
-    def mul(node, out):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-            return mul(node.left, out) and mul(node.right, out)
-        if _atom(node):
-            out.append(ast.unparse(node))
-            return True
-        return False
-
-    return terms if add(tree) else None
-
-
-def _atom(node):
-    """A name, or an element ``a[i, j]`` of an array name at indices that are names
-    or integers."""
-    if isinstance(node, ast.Name):
-        return True
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
-        idx = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        return all(isinstance(i, ast.Name) or (isinstance(i, ast.Constant) and
-                                               type(i.value) is int) for i in idx)
-    return False
-
-
-def _defining(x):
-    """``(name, value)`` when ``x`` assigns a plain name a value (a primal value or an
-    adjoint variable's first contribution), else None."""
-    if isinstance(x, A.Assign) and isinstance(x.target, str) and x.op == "=" and \
-            IDENT.match(x.target) and isinstance(x.value, str):
-        return x.target, x.value
-    if isinstance(x, A.Accumulate) and x.op == "=" and x.how == "plain" and \
-            isinstance(x.target, A.AdjVar) and isinstance(x.value, str):
-        return x.target.name, x.value
-    return None
-
-
 def _expand(seq, pos, factor, depth):
     """The factors ``factor`` stands for at ``seq[pos]``: a name the list assigned a
     product of factors earlier, with nothing between writing the name or changing what
@@ -235,7 +185,7 @@ def _expand(seq, pos, factor, depth):
     if got is None:
         return [factor]
     q, value = got
-    terms = _products(value)
+    terms = sum_of_products(value)
     if terms is None or len(terms) != 1 or factor in names(value):
         return [factor]
     if len(terms[0]) == 1 and not IDENT.match(terms[0][0]):      # a load: x = a[i]
@@ -257,7 +207,7 @@ def _nearest_def(seq, pos, name):
     ``name`` a value, when that is a plain assignment in ``seq`` itself; else None."""
     for q in range(pos - 1, -1, -1):
         x = seq[q]
-        got = _defining(x)
+        got = defining(x)
         if got is not None and got[0] == name:
             return q, got[1]
         w = _writes(x)
@@ -270,7 +220,7 @@ def _first_holder(seq, q, pos, name, load):
     """The first name ``seq`` loaded the element ``load`` into, when it loaded the same
     value as ``seq[q]`` (``name = load``) and still holds it at ``seq[pos]``."""
     for q0 in range(q):
-        got = _defining(seq[q0])
+        got = defining(seq[q0])
         if got is not None and got[1] == load and got[0] != name and \
                 _stable(seq, q0 + 1, q, load) and _stable(seq, q0 + 1, pos, got[0]):
             return got[0]
@@ -313,7 +263,7 @@ def _candidate(seq, pos):
     if not (isinstance(x, A.Accumulate) and x.how == "plain" and x.op in ("=", "+=")
             and isinstance(x.target, (A.AdjVar, A.AdjElem)) and isinstance(x.value, str)):
         return None
-    terms = _products(x.value)
+    terms = sum_of_products(x.value)
     if terms is None or len(terms) < 2:
         return None
     expanded = []
@@ -381,7 +331,7 @@ def _spell(seq, pos, factor):
     if IDENT.match(factor):
         return factor
     for q in range(pos - 1, -1, -1):
-        got = _defining(seq[q])
+        got = defining(seq[q])
         if got is not None and got[1] == factor and \
                 _stable(seq, q + 1, pos, got[0]) and _stable(seq, q + 1, pos, factor):
             return got[0]

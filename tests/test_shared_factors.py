@@ -222,3 +222,41 @@ def test_ifs_on_a_condition_reading_memory_the_first_writes_stay_apart():
               A.If("x[i] > 0.0", then=[_acc("adj_u", "=", "b")])])
     join_same_condition_ifs(fn)
     assert len(fn.body) == 2
+
+
+# ---- one name per element a block loads (kadj/reused_loads.py) ------------------------
+def test_a_second_load_of_an_element_is_read_under_the_first_name():
+    from kadj.reused_loads import reuse_loads
+    body = [A.Assign("m1", "w[i]"), A.Assign("t", "m1 * a"), A.Assign("m2", "w[i]"),
+            _acc("adj_s", "=", "m2 * b"), _elem("adj_w", "i", "+=", "adj_s * m2")]
+    fn = _fn(body, params=("w", "a", "b", "i"))
+    reuse_loads(fn)
+    values = [x.value for x in fn.body]
+    assert values == ["w[i]", "m1 * a", "m1 * b", "adj_s * m1"], values
+
+
+def test_loads_stay_apart_where_the_element_or_the_first_name_may_change():
+    from kadj.reused_loads import reuse_loads
+    stored = [A.Assign("m1", "w[i]"), A.Assign("w[k]", "a"), A.Assign("m2", "w[i]"),
+              _acc("adj_s", "=", "m2 * b")]
+    index = [A.Assign("m1", "w[i]"), A.Assign("i", "k"), A.Assign("m2", "w[i]"),
+             _acc("adj_s", "=", "m2 * b")]
+    renamed = [A.Assign("m1", "w[i]"), A.Assign("m2", "w[i]"), A.Assign("m1", "a"),
+               _acc("adj_s", "=", "m2 * b")]
+    twice = [A.Assign("m1", "w[i]"), A.Assign("m2", "w[i]"), _acc("adj_s", "=", "m2 * b"),
+             A.Assign("m2", "a")]
+    for body in (stored, index, renamed, twice):
+        fn = _fn(list(body), params=("w", "a", "b", "i", "k"))
+        reuse_loads(fn)
+        assert any(isinstance(x, A.Assign) and x.target == "m2" for x in fn.body), body
+        assert fn.body[-2 if body is twice else -1].value == "m2 * b"
+
+
+def test_a_load_read_outside_its_block_stays():
+    from kadj.reused_loads import reuse_loads
+    body = [A.If("c", then=[A.Assign("m1", "w[i]"), A.Assign("m2", "w[i]"),
+                            A.Assign("t", "m2 * a")]),
+            _acc("adj_s", "=", "m2 * b")]
+    fn = _fn(body, params=("w", "a", "b", "i", "c"))
+    reuse_loads(fn)
+    assert [x.target for x in fn.body[0].then] == ["m1", "m2", "t"]

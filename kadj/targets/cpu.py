@@ -162,8 +162,9 @@ def _write(prepared, facts, plan, options):
 
 def _written(fn, w):
     """The adjoint's source, the arrays it allocates once per call taken from memory
-    its caller keeps (:mod:`kadj.kept_memory`); sums its accumulations share computed
-    once (:mod:`kadj.shared_factors`, float64 adjoints)."""
+    its caller keeps (:mod:`kadj.kept_memory`); an element a block loads twice read
+    under one name and sums its accumulations share computed once
+    (:mod:`kadj.shared_factors`; the sums in float64 adjoints)."""
     share_factors(fn, factor=float64_only(w.T))
     layouts = {w.names[v]: t for v, t in w.T.items() if v in w.names}
     keep_memory(fn, w.ns, layouts)
