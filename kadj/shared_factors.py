@@ -47,7 +47,8 @@ from .reused_loads import defining, sum_of_products, reuse_loads
 from .simplify_expr import WIDTH, _stable, _writes
 from .simplify_primal import remove_unused_primal
 
-__all__ = ["share_factors", "join_same_condition_ifs", "merge_scalar_sums"]
+__all__ = ["share_factors", "join_same_condition_ifs", "merge_scalar_sums",
+           "double_repeated_terms"]
 
 #: how deep a temporary's product is written out (a temporary of temporaries)
 _DEPTH = 3
@@ -62,6 +63,7 @@ def share_factors(fn, factor=True):
         reuse_loads(f)
         if factor:
             merge_scalar_sums(f)
+            double_repeated_terms(f)
             used = _all_names(f)
             if any(_factor_list(seq, used) for seq in lists(f)):
                 remove_unused_primal(f)
@@ -132,6 +134,65 @@ def _merge_into_later(seq, pos, x):
         if name in _mentioned(y) or _leaves(y):
             return False
     return False
+
+
+def double_repeated_terms(fn):
+    """An adjoint accumulation whose sum starts with the same term twice, ``t + t +
+    ...`` (two loads of one element read under one name, :mod:`kadj.reused_loads`),
+    starts with ``t * 2.0`` instead: the same number (doubling is exact), one operation
+    fewer.  Only the first two terms: ``(a + t) + t`` is not ``a + t * 2.0`` in
+    floating point."""
+    for seq in lists(fn):
+        for x in seq:
+            if isinstance(x, A.Accumulate) and x.how == "plain" and \
+                    isinstance(x.value, str) and pure(x.value):
+                x.value = _doubled(x.value)
+
+
+def _doubled(text):
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return text
+    node = tree
+    while isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and \
+            isinstance(node.left, ast.BinOp) and isinstance(node.left.op, ast.Add):
+        node = node.left
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
+        return text
+    left = text[node.left.col_offset:node.left.end_col_offset]
+    right = text[node.right.col_offset:node.right.end_col_offset]
+    if ast.dump(node.left) != ast.dump(node.right):
+        return text
+    put = E.combine(left if left == right else ast.unparse(node.left), "*", "2.0")
+    if put is None:
+        return text
+    # the first term's span begins where the chain's text does (parentheses around the
+    # first term aside: then nothing is changed)
+    start, end = node.col_offset, node.end_col_offset
+    new = text[:start] + put + text[end:]
+    try:
+        if ast.dump(ast.parse(new, mode="eval")) == ast.dump(ast.parse(text, mode="eval")):
+            return text
+        check = ast.parse(new, mode="eval").body
+    except SyntaxError:
+        return text
+    return new if _same_but_doubled(tree, check) else text
+
+
+def _same_but_doubled(old, new):
+    """Is ``new`` the tree ``old`` with its innermost left ``t + t`` written
+    ``t * 2.0``?"""
+    path_old, path_new = old, new
+    while isinstance(path_old, ast.BinOp) and isinstance(path_old.left, ast.BinOp) and \
+            isinstance(path_old.left.op, ast.Add):
+        if not (isinstance(path_new, ast.BinOp) and isinstance(path_new.op, ast.Add) and
+                ast.dump(path_old.right) == ast.dump(path_new.right)):
+            return False
+        path_old, path_new = path_old.left, path_new.left
+    return (isinstance(path_new, ast.BinOp) and isinstance(path_new.op, ast.Mult) and
+            ast.dump(path_new.left) == ast.dump(path_old.left) and
+            isinstance(path_new.right, ast.Constant) and path_new.right.value == 2.0)
 
 
 def _leaves(x):

@@ -260,3 +260,27 @@ def test_a_load_read_outside_its_block_stays():
     fn = _fn(body, params=("w", "a", "b", "i", "c"))
     reuse_loads(fn)
     assert [x.target for x in fn.body[0].then] == ["m1", "m2", "t"]
+
+
+def test_a_sum_starting_with_one_term_twice_starts_with_it_doubled():
+    from kadj.shared_factors import double_repeated_terms
+    cases = {"a * x + a * x": "a * x * 2.0",
+             "a * x + a * x + b * y": "a * x * 2.0 + b * y",
+             "b * y + a * x + a * x": "b * y + a * x + a * x",     # not exact: kept
+             "a * x + b * y": "a * x + b * y"}
+    for before, after in cases.items():
+        fn = _fn([_elem("adj_x", "i", "+=", before)])
+        double_repeated_terms(fn)
+        assert fn.body[0].value == after, before
+    x = np.array([3.0, -0.0, 1e-310, 1e308, np.inf, 0.1])
+    a = np.array([0.7, 2.0, 3.0, 1.5, 2.0, -0.3])
+    with np.errstate(over="ignore"):                                # (1e308: both inf)
+        np.testing.assert_array_equal(a * x + a * x, a * x * 2.0)  # the same numbers
+
+
+def test_l2_norm_adjoint_doubles_its_one_load():
+    ex = next(e for e in GALLERY if e.name == "l2_norm")
+    args = ex.make_args(np.random.default_rng(7))
+    k = kadj.differentiate(ex.kernel, wrt=ex.wrt)
+    assert "adj_s * x_i * 2.0" in k.adjoint_source(*args)
+    check_grad(k, args)
