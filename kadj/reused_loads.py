@@ -21,9 +21,9 @@ import ast
 
 from . import adj_ir as A
 from .adj_refs import IDENT, lists, names, pure, rewrite
-from .simplify_expr import _stable, _target_writes, _writes
+from .simplify_expr import _mentioned, _stable, _target_writes, _writes
 
-__all__ = ["defining", "reuse_loads", "sum_of_products"]
+__all__ = ["defining", "node_names", "reuse_loads", "sum_of_products"]
 
 #: statements whose expressions rewrite() renames in (their children aside)
 _REWRITTEN = (A.Assign, A.Accumulate, A.Return, A.If, A.While, A.For, A.Consume,
@@ -114,28 +114,25 @@ def _in_plain_target(y, name):
     return isinstance(t, str) and name in names(t)
 
 
+def node_names(y):
+    """The names ``y``'s own expressions, target and text mention (not its
+    children's)."""
+    out = _mentioned(y)
+    text = getattr(y, "text", None)
+    if isinstance(text, str):
+        out |= set(names(text))
+    return out
+
+
 def _own_names(y):
-    """The names ``y``'s own expressions and target mention (not its children's; a
-    comment mentions none)."""
+    """:func:`node_names` of code (a comment mentions none), and all a statement of a
+    kind this module does not rewrite may write."""
     if isinstance(y, A.Comment):
         return set()
-    out = set()
-    for f in ("value", "cond", "iter", "zero", "elem", "var", "text"):
-        v = getattr(y, f, None)
-        if isinstance(v, str):
-            out |= set(names(v))
-    t = getattr(y, "target", None)
-    if isinstance(t, A.AdjElem):
-        out.add(t.base)
-        for s in t.index_texts:
-            out |= set(names(s))
-    elif isinstance(t, (A.AdjVar, A.Local)):
-        out.add(t.name)
-    elif isinstance(t, str):
-        out |= set(names(t))
+    out = node_names(y)
     if not isinstance(y, _REWRITTEN + (A.Break, A.Continue, A.Pass, A.Barrier,
                                        A.ReverseLoop, A.Block)):
-        out |= _writes(y)       # (a statement of another kind: all it may write)
+        out |= _writes(y)
     return out
 
 

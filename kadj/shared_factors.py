@@ -43,7 +43,7 @@ import ast
 from . import adj_ir as A
 from . import expr_text as E
 from .adj_refs import IDENT, lists, names, pure
-from .reused_loads import defining, sum_of_products, reuse_loads
+from .reused_loads import defining, node_names, reuse_loads, sum_of_products
 from .simplify_expr import WIDTH, _stable, _writes
 from .simplify_primal import remove_unused_primal
 
@@ -217,18 +217,7 @@ def _mentioned(x):
     """Every name ``x`` or a statement inside it reads or writes."""
     out = set()
     for y in A.walk([x]):
-        out |= _writes(y)
-        for f in ("value", "cond", "iter", "zero", "elem", "var", "text"):
-            v = getattr(y, f, None)
-            if isinstance(v, str):
-                out |= set(names(v))
-        t = getattr(y, "target", None)
-        if isinstance(t, A.AdjElem):
-            out.add(t.base)
-            for s in t.index_texts:
-                out |= set(names(s))
-        elif isinstance(t, str):
-            out |= set(names(t))
+        out |= _writes(y) | node_names(y)
     return out
 
 
