@@ -27,7 +27,8 @@ assigns and then adds to, with nothing reading it in between, become one sum
 (``adj_s = a; ...; adj_s += b`` is ``adj_s = a + b``: the same additions in the same
 order; only where the sum fits a line of 70 characters, and only in a float64
 adjoint: numba gives a variable one type, so in a float32 adjoint ``adj_s = a``
-rounds ``a`` to float32 before ``b`` is added).
+rounds ``a`` to float32 before ``b`` is added), and a float64 sum that starts with one
+term twice starts with it doubled (:func:`double_repeated_terms`).
 
 Taking a factor out of a sum changes how it rounds (``m * (a + b)`` against ``m * a +
 m * b``), as a hand-written adjoint does; nothing else changes.  It is done only in
