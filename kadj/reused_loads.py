@@ -23,7 +23,7 @@ from . import adj_ir as A
 from .adj_refs import IDENT, lists, names, pure, rewrite
 from .simplify_expr import _mentioned, _stable, _target_writes, _writes
 
-__all__ = ["defining", "node_names", "reuse_loads", "sum_of_products"]
+__all__ = ["defining", "first_load", "node_names", "reuse_loads", "sum_of_products"]
 
 #: statements whose expressions rewrite() renames in (their children aside)
 _REWRITTEN = (A.Assign, A.Accumulate, A.Return, A.If, A.While, A.For, A.Consume,
@@ -34,24 +34,21 @@ def reuse_loads(fn):
     """``fn`` (an :class:`adj_ir.Function`; not the functions it defines), each
     repeated load of an element read under the name of its first load (see the module
     docstring).  Returns ``fn``."""
-    while _reuse_one(fn):
-        pass
-    return fn
-
-
-def _reuse_one(fn):
-    defs = _definitions(fn)
+    defs = _definitions(fn)       # (a rename only drops the renamed load's one def)
     if defs is None:
-        return False
+        return fn
     for seq in lists(fn):
-        for q, x in enumerate(seq):
+        q = 0
+        while q < len(seq):
+            x = seq[q]
             load = _load(x)
-            if load is None or defs.get(x.target) != 1 or x.target in fn.params:
-                continue
-            first = _first_load(seq, q, load)
-            if first is not None and _rename(fn, seq, q, x.target, first):
-                return True
-    return False
+            if load is not None and defs.get(x.target) == 1 and \
+                    x.target not in fn.params:
+                first = first_load(seq, q, load, name=x.target)
+                if first is not None and _rename(fn, seq, q, x.target, first):
+                    continue        # (seq[q] is gone: the next statement is there)
+            q += 1
+    return fn
 
 
 def _load(x):
@@ -66,13 +63,16 @@ def _load(x):
     return got[1]
 
 
-def _first_load(seq, q, load):
-    """The name an earlier statement of ``seq`` loaded ``load`` into, with the same
-    value as ``seq[q]`` loads."""
+def first_load(seq, q, load, name=None, until=None):
+    """``(position, name)`` of the first statement of ``seq`` before ``seq[q]`` that
+    loaded ``load`` into a name other than ``name``, with the same value as ``load``
+    has at ``seq[q]`` (nothing in between may change it) and, given ``until``, that
+    name unchanged before ``seq[until]``; else None."""
     for q0 in range(q):
         got = defining(seq[q0])
         if got is not None and isinstance(seq[q0], A.Assign) and got[1] == load and \
-                got[0] != seq[q].target and _stable(seq, q0 + 1, q, load):
+                got[0] != name and _stable(seq, q0 + 1, q, load) and \
+                (until is None or _stable(seq, q0 + 1, until, got[0])):
             return q0, got[0]
     return None
 

@@ -44,7 +44,8 @@ import ast
 from . import adj_ir as A
 from . import expr_text as E
 from .adj_refs import IDENT, lists, names, pure
-from .reused_loads import defining, node_names, reuse_loads, sum_of_products
+from .reused_loads import (defining, first_load, node_names, reuse_loads,
+                           sum_of_products)
 from .simplify_expr import WIDTH, _stable, _writes
 from .simplify_primal import remove_unused_primal
 
@@ -151,49 +152,21 @@ def double_repeated_terms(fn):
 
 
 def _doubled(text):
+    """``text`` with the innermost left ``t + t`` of its chain of additions written
+    ``t * 2.0`` (a product binds tighter than the sum around it: no parentheses)."""
     try:
-        tree = ast.parse(text, mode="eval").body
+        node = ast.parse(text, mode="eval").body
     except SyntaxError:
         return text
-    node = tree
     while isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and \
             isinstance(node.left, ast.BinOp) and isinstance(node.left.op, ast.Add):
         node = node.left
-    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)) or \
+            ast.dump(node.left) != ast.dump(node.right):
         return text
-    left = text[node.left.col_offset:node.left.end_col_offset]
-    right = text[node.right.col_offset:node.right.end_col_offset]
-    if ast.dump(node.left) != ast.dump(node.right):
-        return text
-    put = E.combine(left if left == right else ast.unparse(node.left), "*", "2.0")
-    if put is None:
-        return text
-    # the first term's span begins where the chain's text does (parentheses around the
-    # first term aside: then nothing is changed)
-    start, end = node.col_offset, node.end_col_offset
-    new = text[:start] + put + text[end:]
-    try:
-        if ast.dump(ast.parse(new, mode="eval")) == ast.dump(ast.parse(text, mode="eval")):
-            return text
-        check = ast.parse(new, mode="eval").body
-    except SyntaxError:
-        return text
-    return new if _same_but_doubled(tree, check) else text
-
-
-def _same_but_doubled(old, new):
-    """Is ``new`` the tree ``old`` with its innermost left ``t + t`` written
-    ``t * 2.0``?"""
-    path_old, path_new = old, new
-    while isinstance(path_old, ast.BinOp) and isinstance(path_old.left, ast.BinOp) and \
-            isinstance(path_old.left.op, ast.Add):
-        if not (isinstance(path_new, ast.BinOp) and isinstance(path_new.op, ast.Add) and
-                ast.dump(path_old.right) == ast.dump(path_new.right)):
-            return False
-        path_old, path_new = path_old.left, path_new.left
-    return (isinstance(path_new, ast.BinOp) and isinstance(path_new.op, ast.Mult) and
-            ast.dump(path_new.left) == ast.dump(path_old.left) and
-            isinstance(path_new.right, ast.Constant) and path_new.right.value == 2.0)
+    put = E.combine(text[node.left.col_offset:node.left.end_col_offset], "*", "2.0")
+    return text if put is None else \
+        text[:node.col_offset] + put + text[node.end_col_offset:]
 
 
 def _leaves(x):
@@ -270,12 +243,8 @@ def _nearest_def(seq, pos, name):
 def _first_holder(seq, q, pos, name, load):
     """The first name ``seq`` loaded the element ``load`` into, when it loaded the same
     value as ``seq[q]`` (``name = load``) and still holds it at ``seq[pos]``."""
-    for q0 in range(q):
-        got = defining(seq[q0])
-        if got is not None and got[1] == load and got[0] != name and \
-                _stable(seq, q0 + 1, q, load) and _stable(seq, q0 + 1, pos, got[0]):
-            return got[0]
-    return name
+    got = first_load(seq, q, load, name=name, until=pos)
+    return name if got is None else got[1]
 
 
 def _common(terms):
