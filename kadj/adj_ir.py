@@ -188,6 +188,8 @@ class Push(Node):
     once: bool = False
     loc: object = None
     note: object = None     # a comment: "save p (overwritten at f.py:19)"
+    site: object = None     # the kernel assignment whose old value it saves
+                            # (kadj.dead_saves)
 
 
 @dataclass(eq=False)
@@ -198,6 +200,7 @@ class Pop(Node):
     boolean: bool = False
     cond: object = None
     note: object = None     # a comment: "restore p"
+    site: object = None     # the kernel assignment whose old value it restores
 
 
 @dataclass(eq=False)
@@ -396,7 +399,7 @@ def dump(node, indent=0):
         parts = []
         for f in fields(x):
             v = getattr(x, f.name)
-            if isinstance(v, list) or f.name in ("frame", "loc") or (
+            if isinstance(v, list) or f.name in ("frame", "loc", "site") or (
                     isinstance(x, For) and f.name == "loop") or (
                     f.default is not MISSING and v == f.default):
                 continue  # (bodies below; fields at their defaults left out)

@@ -23,10 +23,11 @@ class ForwardSweep:
         self.tapes.add(kind)
         return kind
 
-    def push(self, depth, value_text, t, saves=None, counted=True):
+    def push(self, depth, value_text, t, saves=None, counted=True, site=None):
         """Push ``value_text`` (of type ``t``); ``saves``: the location of the statement
         about to overwrite it (a ``# save`` comment names its line); ``counted``: False
-        when the frame's reservation already covers it (``push_exit``)."""
+        when the frame's reservation already covers it (``push_exit``); ``site``: the
+        kernel assignment whose old value this saves (:mod:`kadj.dead_saves`)."""
         if self.nopush:
             return
         if isinstance(t, types.Complex):   # its real and imaginary parts, in turn
@@ -48,11 +49,11 @@ class ForwardSweep:
         if saves is not None and getattr(saves, "line", None) is not None:
             where = f"{(saves.filename or '').split('/')[-1]}:{saves.line}"
             note = f"save {what} (overwritten at {where})"
-        self.put(depth, A.Push(kind, value_text, loc=self._last_loc, note=note))
+        self.put(depth, A.Push(kind, value_text, loc=self._last_loc, note=note, site=site))
         if counted:
             frame.counts[kind] = frame.counts.get(kind, 0) + 1
 
-    def pop(self, depth, target_text, t, restores=False):
+    def pop(self, depth, target_text, t, restores=False, site=None):
         if isinstance(t, types.Complex):   # (pushed as its real, then imaginary part)
             im, re = self.fresh("im"), self.fresh("re")
             self.pop(depth, im, t.underlying_float)
@@ -61,7 +62,8 @@ class ForwardSweep:
             return
         self.put(depth, A.Pop(self.tape_of(t), target_text,
                               boolean=isinstance(t, types.Boolean),
-                              note=f"restore {target_text}" if restores else None))
+                              note=f"restore {target_text}" if restores else None,
+                              site=site))
 
     def open_frame(self, depth, trip=None, operands=(), hoist=None, assigned=None,
                    body=(), trip_src=None, per_trip=False):
@@ -252,7 +254,8 @@ class ForwardSweep:
                 self.comment(depth, s.loc)
                 if s.target in a.pushed and s.target not in self.suppressed and \
                         id(s) not in a.replay_fresh and id(s) not in self.moved_saves():
-                    self.push(depth, self.n(s.target), self.T[s.target], saves=s.loc)
+                    self.push(depth, self.n(s.target), self.T[s.target], saves=s.loc,
+                              site=id(s))
                 if isinstance(s.expr, ir.Alloc):
                     self.alloc(s, depth)
                     continue
@@ -296,18 +299,18 @@ class ForwardSweep:
         a = self.a
         idx = self.n(s.index)
         if s.uid in a.index_saved:
-            self.push(depth, idx, self.T[s.index])
+            self.push(depth, idx, self.T[s.index], site=(s.uid, "index"))
         self.comment(depth, s.loc)
         counted = self._counted(s) and a.has_rev.get(id(s))
         if counted:
             cnt = self._count_name(s)
             self.put(depth, A.Assign(cnt, "0"))
         for v in a.loop_saved.get(s.uid, ()):
-            self.push(depth, self.n(v), self.T[v])
+            self.push(depth, self.n(v), self.T[v], site=(s.uid, "loop", v))
         replay = s.uid in a.replay and not self.nopush
         if replay:
             for v in self.replay_pushes(s):
-                self.push(depth, self.n(v), self.T[v])
+                self.push(depth, self.n(v), self.T[v], site=(s.uid, "replay", v))
         lo, hi, st = self.o(s.start), self.o(s.stop), self.o(s.step)
         self.open_frame(depth, trip=f"_trips({lo}, {hi}, {st})",
                         operands=ir.var_names((s.start, s.stop, s.step)),
@@ -340,7 +343,7 @@ class ForwardSweep:
         cnt = self._count_name(s)
         self.comment(depth, s.loc)
         for v in self.a.loop_saved.get(s.uid, ()):
-            self.push(depth, self.n(v), self.T[v])
+            self.push(depth, self.n(v), self.T[v], site=(s.uid, "loop", v))
         if counted:
             self.put(depth, A.Assign(cnt, "0"))
         self.put(depth, A.While("True", primal=True))
@@ -448,7 +451,8 @@ class ForwardSweep:
         self.put(depth + 1, A.Comment("# the previous iteration's values, before this "
                                       "one redefines them"))
         for x in defs:
-            self.push(depth + 1, self.n(x.target), self.T[x.target], saves=x.loc)
+            self.push(depth + 1, self.n(x.target), self.T[x.target], saves=x.loc,
+                      site=id(x))
 
     def push_exit(self, loop, depth):
         """After ``loop`` when an enclosing loop records its iterations: the values the
@@ -466,4 +470,4 @@ class ForwardSweep:
                                   "run of the loop starts from them)"))
         for x in defs:
             self.push(depth, self.n(x.target), self.T[x.target],
-                      counted=isinstance(loop, ir.Loop))
+                      counted=isinstance(loop, ir.Loop), site=id(x))

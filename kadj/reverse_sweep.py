@@ -93,7 +93,7 @@ class ReverseSweep:
                 out_name = self.fresh("out")
                 self.put(depth, A.Assign(out_name, self.n(v)))
                 if v in a.pushed and v not in recomputed and v not in self.suppressed:
-                    self.pop(depth, self.n(v), self.T[v], restores=True)
+                    self.pop(depth, self.n(v), self.T[v], restores=True, site=id(s))
                 for target, text in self.contributions(s, g=g, out_name=out_name):
                     op = "=" if self._is_single_adj(target) else "+="
                     self.accumulate(depth, target, op, text)
@@ -117,7 +117,7 @@ class ReverseSweep:
                 self.put(depth, A.Assign(adjv, self.zero(self.T[v])))
         if v in a.pushed and v not in recomputed and v not in self.suppressed and \
                 id(s) not in a.replay_fresh and id(s) not in self.moved_saves():
-            self.pop(depth, self.n(v), self.T[v], restores=True)
+            self.pop(depth, self.n(v), self.T[v], restores=True, site=id(s))
 
     def contributions(self, s, g=None, out_name=None):
         """(adjoint target, contribution text) pairs for an active assignment."""
@@ -365,7 +365,7 @@ class ReverseSweep:
                 self.rev(s.body, depth + 1, loop_depth + 1, frozenset())
             if id(s) in self.kept:  # the forward sweep saved these before the loop
                 for v in reversed(self.replay_pushes(s)):
-                    self.pop(depth, self.n(v), self.T[v])
+                    self.pop(depth, self.n(v), self.T[v], site=(s.uid, "replay", v))
             return
         rec = a.recompute.get(s.uid, ())
         recomputed = a.recompute_vars.get(s.uid, set())
@@ -401,9 +401,9 @@ class ReverseSweep:
         if self.nopush:
             return
         for v in reversed(self.a.loop_saved.get(s.uid, ())):
-            self.pop(depth, self.n(v), self.T[v])
+            self.pop(depth, self.n(v), self.T[v], site=(s.uid, "loop", v))
         if isinstance(s, ir.ForRange) and s.uid in self.a.index_saved:
-            self.pop(depth, self.n(s.index), self.T[s.index])
+            self.pop(depth, self.n(s.index), self.T[s.index], site=(s.uid, "index"))
 
     def _needed_recompute(self, rec, loop):
         """The recomputable statements whose values the reversed body reads."""
@@ -481,7 +481,8 @@ class ReverseSweep:
             return
         self.put(depth, A.If(cond))
         for x in reversed(defs):
-            self.pop(depth + 1, self.n(x.target), self.T[x.target], restores=True)
+            self.pop(depth + 1, self.n(x.target), self.T[x.target], restores=True,
+                     site=id(x))
 
     def pop_exit(self, loop, depth):
         """Before reversing ``loop``: the values it left (ForwardSweep.push_exit)."""
@@ -493,7 +494,8 @@ class ReverseSweep:
             self.put(depth, A.If(cond))
             depth += 1
         for x in reversed(defs):
-            self.pop(depth, self.n(x.target), self.T[x.target], restores=True)
+            self.pop(depth, self.n(x.target), self.T[x.target], restores=True,
+                     site=id(x))
 
 
 def _real_part(text, of, to):

@@ -143,16 +143,17 @@ def _check_two_loops(kernel, x, w, rng):
 
 @pytest.mark.parametrize("n", [1, 2, 7, 1500])
 def test_straight_line_loops_allocated_once(n):
-    # the first reservations allocate the tapes (the i64 one with 0 entries when
-    # n = 1); the last loop's reservation, whose count (x.shape[0]) is known at the
-    # first f64 one, joins it (kadj/tape_alloc.py merge_later_reserves): one f64
-    # allocation, no growth, past the growable tape's starting size when n = 1500
+    # the first reservation allocates the tape; the last loop's reservation, whose
+    # count (x.shape[0]) is known at the first f64 one, joins it (kadj/tape_alloc.py
+    # merge_later_reserves): one f64 allocation, no growth, past the growable tape's
+    # starting size when n = 1500.  (The running maximum's position, saved before its
+    # loop, is restored where nothing reads it: no i64 tape, kadj/dead_saves.py.)
     k = kadj.differentiate(_two_loops)
     rng = np.random.default_rng(n)
     x = rng.uniform(-1, 1, n)
     src = k.adjoint_source(x, np.zeros(n))
     assert "_tape_f64 = _kept_array(_keep_bytes, 1 + max(0, x.shape[0]), np.float64, _keep_need, " in src, src
-    assert "_tape_i64 = _kept_array(_keep_bytes, " in src and "_reserve" not in src, src
+    assert "_tape_i64" not in src and "_reserve" not in src, src
     _check_two_loops(k, x, rng.normal(size=n), rng)
 
 

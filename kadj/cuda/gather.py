@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from .. import adj_ir as A
 from .. import ir
+from ..dead_saves import drop_dead_saves
 from ..lowering import lower_declarations
 from ..reverse import Writer, adjoint_source
 from ..simplify import simplify
@@ -310,6 +311,7 @@ def build_passes(w):
         A.Assign(w.n(v), w.zero(w.T.get(v))) for v in sorted(w.declare, key=w.n)]
     from ..runtime_helpers import _trips
     w.ns["_trips"] = _trips
+    drop_dead_saves(fn)     # (a restore nothing reads: kadj.dead_saves)
     w.tape_size = plan_tape([fn], w.growable_tape, k.name)
     return fn
 
