@@ -153,3 +153,37 @@ def combine(left, op, right):
     """``left op right`` (op: a binary operator's text), parenthesised as needed."""
     joined = substitute(f"_l {op} _r", "_l", left)
     return None if joined is None else substitute(joined, "_r", right)
+
+
+def add(left, right):
+    """``left + right``; ``left - c`` where ``right`` is ``-c``: a negation, or a chain
+    of products and quotients whose first factor is negated (``-p * q`` is ``-(p * q)``,
+    the same number: rounding is symmetric in the sign).  None where either text is not
+    an expression."""
+    text = right.strip()
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        return None
+    c = _without_minus(text, tree)
+    return combine(left, "+", right) if c is None else combine(left, "-", c)
+
+
+def _without_minus(text, tree):
+    """``text`` (of expression ``tree``) negated back: its leading minus taken away, or
+    None where it has none the rule above takes away."""
+    if isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.USub):
+        return _span(text, tree.operand)
+    node = tree
+    while isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div)):
+        node = node.left
+    if node is tree or not (isinstance(node, ast.UnaryOp) and
+                            isinstance(node.op, ast.USub)):
+        return None
+    if precedence(node.operand) < _BINOP[ast.Mult]:
+        return None     # (-(a + b) * c: the sum keeps its minus)
+    return text[:node.col_offset] + _span(text, node.operand) + text[node.end_col_offset:]
+
+
+def _span(text, node):
+    return text[node.col_offset:node.end_col_offset]

@@ -177,14 +177,8 @@ def _leaves(x):
 
 
 def _sum_of(a, b):
-    """``a + b``; ``a - c`` where ``b`` is ``-c`` (the same number)."""
-    try:
-        tree = ast.parse(b, mode="eval").body
-    except SyntaxError:
-        return None
-    if isinstance(tree, ast.UnaryOp) and isinstance(tree.op, ast.USub):
-        return E.combine(a, "-", ast.unparse(tree.operand))
-    return E.combine(a, "+", b)
+    """``a + b`` (``a - c`` where ``b`` is ``-c``: :func:`kadj.expr_text.add`)."""
+    return E.add(a, b)
 
 
 def _mentioned(x):

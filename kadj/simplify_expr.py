@@ -400,7 +400,7 @@ def _merge_one_accumulation(fn, idx, width):
                         y.target.index_texts == x.target.index_texts and \
                         x.target.base not in names(x.value) + names(y.value) and \
                         pure(x.value) and pure(y.value):
-                    new = E.combine(x.value, "+", y.value)
+                    new = E.add(x.value, y.value)
                     if new is not None and len(new) <= width and \
                             _between_ok(seq, pos + 1, at, x, y):
                         y.value = new

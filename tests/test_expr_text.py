@@ -5,7 +5,7 @@ import ast
 import math
 import random
 
-from kadj.expr_text import combine, substitute
+from kadj.expr_text import add, combine, substitute
 
 ENV = {"a": 1e16, "b": -1e16, "c": 1.5, "d": 3.0, "xs": [0.5, -2.0, 7.0],
        "abs": abs, "max": max, "math": math}
@@ -119,3 +119,38 @@ def test_a_cast_of_the_same_cast_is_that_cast():
     assert substitute("np.float64(t)", "t", "np.float64(a)") == "np.float64(np.float64(a))"
     assert substitute("np.float32(t, 1)", "t", "np.float32(a)") == \
         "np.float32(np.float32(a), 1)"
+
+
+def test_adding_a_negated_term_subtracts_it():
+    assert add("a", "-b") == "a - b"
+    assert add("a", "-b * c") == "a - b * c"
+    assert add("a", "-(b * c)") == "a - b * c"
+    assert add("a", "-(x * y) / z") == "a - x * y / z"
+    assert add("a + b", "-c / d * e") == "a + b - c / d * e"
+    assert add("a", "-b ** 2 * c") == "a - b ** 2 * c"       # -(b ** 2) * c
+    assert add("a", "-(b + c)") == "a - (b + c)"
+    # no leading minus the rule takes away: added as written
+    assert add("a", "-(b + c) * d") == "a + -(b + c) * d"
+    assert add("a", "b * -c") == "a + b * -c"
+    assert add("a", "-b + c") == "a + (-b + c)"
+    assert add("a", "b +") is None
+
+
+def test_subtracting_instead_of_adding_the_negation_is_the_same_number():
+    rng = random.Random(3)
+    special = [0.0, -0.0, 1e-310, -1e-310, 1e308, -1e308, math.inf, -math.inf, 1.5, -2.25]
+    texts = ["-b", "-b * c", "-(b * c)", "-b / c * d", "-(b * c) / d", "-b ** 2 * c"]
+    for _ in range(2000):
+        env = {v: rng.choice(special) if rng.random() < 0.3 else rng.uniform(-1e3, 1e3)
+               for v in "abcd"}
+        for t in texts:
+            try:
+                want = eval(f"a + ({t})", {}, env)
+                got = eval(add("a", t), {}, env)
+            except (ZeroDivisionError, OverflowError):
+                continue
+            if math.isnan(want):        # (a NaN's sign bit is not a number's)
+                assert math.isnan(got), (t, env)
+            else:
+                assert got == want and math.copysign(1.0, got) == \
+                    math.copysign(1.0, want), (t, env)
