@@ -19,6 +19,8 @@ code as built.
 """
 from __future__ import annotations
 
+import bisect
+
 from . import adj_ir as A
 from .adj_refs import DEF, FIXED, USE, lists, names, pure, roles_of
 from .printer import target_text
@@ -33,13 +35,19 @@ def sink_resets(fn):
         # what a compound statement of ``seq`` mentions, kept while ``seq`` is worked
         # on: only its own statements change then (moved, or an operator replaced)
         memo = {}
+        where = None        # where each name is mentioned, until ``seq`` changes
         pos = 0
         while pos < len(seq):
             x = seq[pos]
-            j = _reset_use(seq, pos, memo) if _is_reset(x) else None
+            j = None
+            if _is_reset(x):
+                if where is None:
+                    where = _Mentions(seq, memo)
+                j = where.reset_use(pos)
             if j is None:
                 pos += 1
                 continue
+            where = None
             acc = seq[j]
             acc.op = "="
             del seq[pos]
@@ -67,11 +75,20 @@ def _jumps(x, memo=None):
 
 def _summary(x, memo):
     """(:func:`_mentions`, whether a break, continue or return is in ``x``)."""
-    if not x.children():    # (a plain statement: its own names)
+    if not x.children():    # (a plain statement: its own names, kept in ``memo``
+        # while its target, operator and value are the same objects)
+        key = (x, getattr(x, "target", None), getattr(x, "op", None),
+               getattr(x, "value", None))
+        got = memo.get(("plain", id(x))) if memo is not None else None
+        if got is not None and all(a is b for a, b in zip(got[0], key)):
+            return got[1]
         out = {}
         for n, role in roles_of(x):
             out.setdefault(n, set()).add(role)
-        return out, isinstance(x, (A.Break, A.Continue, A.Return))
+        found = out, isinstance(x, (A.Break, A.Continue, A.Return))
+        if memo is not None:
+            memo[("plain", id(x))] = (key, found)
+        return found
     compound = memo is not None
     if compound:
         got = memo.get(id(x))
@@ -87,22 +104,40 @@ def _summary(x, memo):
     return out, jumps
 
 
-def _reset_use(seq, pos, memo):
-    """The position of the ``adj_v += e`` that the reset at ``pos`` can become, or None."""
-    v = seq[pos].target.name
-    for j in range(pos + 1, len(seq)):
-        y = seq[j]
-        if _jumps(y, memo):
+class _Mentions:
+    """The positions of ``seq``'s statements that mention each name, and how many
+    statements before each position may leave the list (a break, continue or return
+    in them); valid while ``seq`` does not change."""
+
+    def __init__(self, seq, memo):
+        self.seq = seq
+        self.at = {}
+        self.jumps = [0]
+        for k, y in enumerate(seq):
+            for name in _mentions(y, memo):
+                self.at.setdefault(name, []).append(k)
+            self.jumps.append(self.jumps[-1] + bool(_jumps(y, memo)))
+
+    def reset_use(self, pos):
+        """The position of the ``adj_v += e`` that the reset at ``pos`` can become: the
+        next statement that mentions ``adj_v``, when it is such an accumulation and no
+        statement up to it may leave the list; else None."""
+        seq = self.seq
+        v = seq[pos].target.name
+        rows = self.at.get(v, ())
+        k = bisect.bisect_right(rows, pos)
+        if k == len(rows):
             return None
-        if v not in _mentions(y, memo):
-            continue
+        j = rows[k]
+        if self.jumps[j + 1] - self.jumps[pos + 1]:
+            return None
+        y = seq[j]
         if (isinstance(y, A.Accumulate) and y.op == "+=" and
                 isinstance(y.target, A.AdjVar) and y.target.name == v and
                 isinstance(y.value, str) and v not in names(y.value) and
                 not y.children()):
             return j
         return None
-    return None
 
 
 def _copies_of(seq, j, v, memo):

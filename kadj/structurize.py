@@ -255,21 +255,34 @@ class Structurizer:
     def common_pdom(self, labels, ctx, strict=False):
         """Nearest block post-dominating all ``labels`` (``strict``: other than the
         label itself), on the sub-graph reachable from them."""
-        nodes, stack = set(), list(labels)
-        while stack:
-            n = stack.pop()
-            if n in nodes or n == _EXIT:
+        # the reachable blocks, each after its successors where the graph allows
+        # (depth-first post-order): the iteration then settles in a pass or two
+        nodes, order, succ = set(), [], {}
+        for root in labels:
+            if root == _EXIT or root in nodes:
                 continue
-            nodes.add(n)
-            stack.extend(self.succs(n, ctx))
+            nodes.add(root)
+            succ[root] = self.succs(root, ctx)
+            stack = [(root, iter(succ[root]))]
+            while stack:
+                n, rest = stack[-1]
+                for s in rest:
+                    if s != _EXIT and s not in nodes:
+                        nodes.add(s)
+                        succ[s] = self.succs(s, ctx)
+                        stack.append((s, iter(succ[s])))
+                        break
+                else:
+                    stack.pop()
+                    order.append(n)
         allnodes = nodes | {_EXIT}
         pdom = {n: set(allnodes) for n in nodes}
         pdom[_EXIT] = {_EXIT}
         changed = True
         while changed:
             changed = False
-            for n in nodes:
-                ss = self.succs(n, ctx)
+            for n in order:
+                ss = succ[n]
                 new = set.intersection(*(pdom[s] for s in ss)) if ss else set()
                 new = new | {n}
                 if new != pdom[n]:

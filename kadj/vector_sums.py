@@ -32,12 +32,14 @@ def vector_sums(fn, w):
     with in the writer ``w``'s namespace when one is marked.  Returns the number
     marked."""
     marked = []
+    seen = {}       # id(loop) -> (loop, the names it mentions other than as such sums)
 
     def visit(seq, loop):
         for x in seq:
             if isinstance(x, A.ReverseLoop) and x.parallel or is_parallel_for(x):
                 continue
-            if loop is not None and _summable(w, x) and _only_summed(x.target.name, loop):
+            if loop is not None and _summable(w, x) and \
+                    x.target.name not in _not_only_summed(loop, seen):
                 x.how = "sum"
                 marked.append(x)
             inner = x if isinstance(x, (A.For, A.While)) else loop
@@ -63,21 +65,25 @@ def _summable(w, x):
     return isinstance(typ, types.Float)
 
 
-def _only_summed(name, loop):
-    """Is ``name``, in the innermost loop around the sum, only the target of such sums
-    (not assigned otherwise, not read): a reduction, whose partial sums no statement
-    of the loop sees?"""
-    if name in _mentioned(loop):          # its header: variable, range, condition
-        return False
+def _not_only_summed(loop, seen):
+    """The names that, in ``loop`` (the innermost loop around a sum), are not only the
+    target of such sums: assigned otherwise or read (its header too: variable, range,
+    condition).  A name not among them is a reduction, whose partial sums no statement
+    of the loop sees.  Kept in ``seen`` per loop (marking a sum changes none of it)."""
+    got = seen.get(id(loop))
+    if got is not None and got[0] is loop:
+        return got[1]
+    out = set(_mentioned(loop))
     for x in A.walk(loop.body):
         if isinstance(x, A.Accumulate) and x.op == "+=" and x.how in ("plain", "sum") \
-                and isinstance(x.target, (A.AdjVar, A.Local)) and x.target.name == name:
-            if name in names(x.value):
-                return False
+                and isinstance(x.target, (A.AdjVar, A.Local)):
+            name = x.target.name
+            read = set(names(x.value))
+            out |= _mentioned(x) - {name} | (read & {name})
             continue
-        if name in _mentioned(x):
-            return False
-    return True
+        out |= _mentioned(x)
+    seen[id(loop)] = (loop, out)
+    return out
 
 
 def _mentioned(x):

@@ -39,13 +39,29 @@ def recompute(stmts, a, wanted=None):
 
 
 def reads_outside(a, loop, names):
+    """Does a statement of the kernel outside ``loop`` read one of ``names``?"""
+    return bool(_read_outside(a.kernel, loop) & names)
+
+
+_OUTSIDE = {}       # id(loop) -> (kernel, loop, what the kernel reads outside it)
+
+
+def _read_outside(kernel, loop):
+    """The names the statements of ``kernel`` outside ``loop`` read (kept per kernel
+    and loop: the analyses ask for each of a loop's variables in turn)."""
+    got = _OUTSIDE.get(id(loop))
+    if got is not None and got[0] is kernel and got[1] is loop:
+        return got[2]
     inside = set(map(id, ir.walk(loop.body)))
-    for s in ir.walk(a.kernel.body):
+    read = set()
+    for s in ir.walk(kernel.body):
         if id(s) in inside or s is loop:
             continue
-        if ir.stmt_reads(s) & names:
-            return True
-    return False
+        read |= ir.stmt_reads(s)
+    if len(_OUTSIDE) > 256:
+        _OUTSIDE.clear()
+    _OUTSIDE[id(loop)] = (kernel, loop, frozenset(read))
+    return _OUTSIDE[id(loop)][2]
 
 
 def index_read_outside(a, loop):
