@@ -27,8 +27,14 @@ from collections import defaultdict
 from numba.core import errors, ir, types
 from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.core.compiler_machinery import FunctionPass, register_pass
-from numba.core.typed_passes import NopythonTypeInference
-from numba.core.untyped_passes import FixupArgs
+from numba.core.typed_passes import NopythonRewrites, NopythonTypeInference, \
+    PreLowerStripPhis
+from numba.core.untyped_passes import FixupArgs, InlineClosureLikes
+
+from .lean_passes import LeanInlineClosureLikes, LeanNopythonRewrites, LeanStripPhis
+
+_LEAN = {InlineClosureLikes: LeanInlineClosureLikes, NopythonRewrites: LeanNopythonRewrites,
+         PreLowerStripPhis: LeanStripPhis}
 
 __all__ = ["AdjointCompiler", "mixed_assignment", "options_for"]
 
@@ -166,6 +172,9 @@ class AdjointCompiler(CompilerBase):
             st.flags.enable_ssa = True
         fast.add_pass_after(_SSAOff, FixupArgs)
         fast.add_pass_after(_OneTypeEach, NopythonTypeInference)
+        # three passes that recompute every variable's liveness, run only where the
+        # IR gives them something to do (kadj.lean_passes)
+        fast.passes[:] = [(_LEAN.get(cls, cls), desc) for cls, desc in fast.passes]
         fast.finalize()
         full = DefaultPassBuilder.define_nopython_pipeline(st)
         full.add_pass_after(_SSAOn, FixupArgs)

@@ -22,6 +22,10 @@ process for the first kernel that needs it (an overload's implementation for a n
 dtype, a typing template's first use), forwards and adjoints alike; the second shows
 what each kernel costs on its own, in a process that has compiled kernels before.
 
+``--limiter STEPS ...`` times a long kernel instead of the gallery: an explicit scheme
+of STEPS limited updates written out in one function (``kernels/long_kernels.py``),
+with the number of lines of its adjoint.
+
 ``--repeat N`` compiles each kernel's forward and adjoint N times in turn (fresh
 dispatchers and a fresh ``KADJ_CACHE_DIR`` each time; the forward first in odd rounds,
 the adjoint first in even ones) and keeps the least time of each: what numba compiles
@@ -145,6 +149,37 @@ def cuda_rows(only):
     return rows
 
 
+def limiter_rows(steps_list):
+    """A long kernel (``kernels/long_kernels.py``: ``steps`` limited updates written
+    out in one function) at each number of steps: the forward's compile, the adjoint's
+    generation and compile (fresh dispatchers, no cache), and the adjoint's lines."""
+    import tempfile as _tempfile
+
+    import kadj
+    from kernels.long_kernels import limiter_kernel
+    rows = []
+    directory = _tempfile.mkdtemp(prefix="kadj-bench-long-")
+    for steps in steps_list:
+        kernel = limiter_kernel(steps, directory)
+        u = np.random.default_rng(0).standard_normal(64)
+        args = (u, np.zeros(64), 0.3)
+        t_fwd = _cpu_forward(_Long(kernel), args)
+        k = kadj.differentiate(_fresh_cpu(kernel))
+        source = []
+        t_gen = _timed(lambda: source.append(k.adjoint_source(*args)))
+        t_comp = _timed(lambda: k.adjoint(*_copy(args), *_adjoint_buffers(k, args)))
+        rows.append({"target": "cpu", "kernel": f"limiter_{steps}", "forward_s": t_fwd,
+                     "generate_s": t_gen, "compile_s": t_comp,
+                     "ratio": (t_gen + t_comp) / t_fwd if t_fwd > 0 else math.inf,
+                     "lines": source[0].count("\n")})
+    return rows
+
+
+class _Long:
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+
 def _warm_up():
     """Compile what every process compiles once: numba's start-up and kadj's runtime
     helpers (a kernel whose adjoint records a tape)."""
@@ -184,6 +219,9 @@ def main(argv=None):
                    "this file")
     p.add_argument("--passes", type=int, default=1,
                    help="compile the gallery this many times in one process")
+    p.add_argument("--limiter", type=int, nargs="*", default=None,
+                   help="instead of the gallery: a long kernel of this many limited "
+                        "updates written out (kernels/long_kernels.py), per number")
     p.add_argument("--repeat", type=int, default=1,
                    help="compile each CPU kernel's forward and adjoint this many times "
                         "in turn and keep the least time of each")
@@ -191,6 +229,14 @@ def main(argv=None):
     global _clock
     _clock = time.process_time if opts.clock == "process" else time.perf_counter
     _warm_up()
+    if opts.limiter:
+        rows = limiter_rows(opts.limiter)
+        _print(rows)
+        for r in rows:
+            print(f"{r['kernel']}: {r['lines']} adjoint lines")
+        if opts.json:
+            pathlib.Path(opts.json).write_text(json.dumps(rows, indent=1))
+        return
     only = set(opts.only or ())
     for number in range(1, opts.passes + 1):
         if number > 1:

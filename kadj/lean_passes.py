@@ -1,0 +1,125 @@
+"""Three of numba's passes skipped where the IR shows they have nothing to do.
+
+numba's nopython pipeline runs ``InlineClosureLikes`` (inline locally defined closures,
+``functools.reduce`` and stencil calls, and turn list comprehensions wrapped in
+``np.array`` into array loops) and, after typing, ``NopythonRewrites`` (string-literal
+``getitem``/``setitem``, arrays of constant lists, and the fusion of array expressions
+such as ``a + b * c`` on whole arrays).  Each recomputes the liveness of every variable
+in every block, once or twice, whether or not it rewrites anything: a cost that grows
+with the product of the function's variables and blocks.  An adjoint's source is long
+and written by kadj (element loops, no closures, no comprehensions, no whole-array
+arithmetic), so for a 50-step limiter kernel's adjoint the two passes took 2.9 of the
+8.5 seconds numba spent compiling it, and rewrote nothing.  ``PreLowerStripPhis``
+removes the phi nodes of SSA form and recomputes the liveness too; an adjoint compiled
+without SSA reconstruction (:mod:`kadj.ssa_free`) has none, and the legalisation pass
+right after it recomputes the liveness anyway.
+
+:class:`LeanInlineClosureLikes` and :class:`LeanNopythonRewrites` first look at the IR
+for what the pass could act on (a ``make_function``, a list built or appended to, a
+global ``reduce`` or stencil; a string-literal index, a list built, an array-valued
+unary or binary operation, a ufunc call returning an array) and run numba's pass when
+they find any; otherwise they leave the IR as it is, which is what numba's pass would
+have done.  :class:`LeanStripPhis` runs numba's pass where the IR holds a phi node (or
+is a generator's); otherwise it only rebuilds the table of definitions, as numba's
+pass does.  :class:`kadj.ssa_free.AdjointCompiler` uses them in its first pipeline; its
+fallback (numba's own pipeline) runs numba's passes.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba.core import ir, types
+from numba.core.compiler_machinery import register_pass
+from numba.core.ir_utils import build_definitions
+from numba.core.typed_passes import NopythonRewrites, PreLowerStripPhis
+from numba.core.untyped_passes import InlineClosureLikes
+
+__all__ = ["LeanInlineClosureLikes", "LeanNopythonRewrites", "LeanStripPhis",
+           "closure_work", "rewrite_work"]
+
+
+def _exprs(func_ir):
+    for block in func_ir.blocks.values():
+        for stmt in block.body:
+            if isinstance(stmt, ir.Assign):
+                yield stmt, stmt.value
+
+
+def closure_work(func_ir):
+    """Might ``InlineClosureLikes`` change ``func_ir``?"""
+    for _stmt, value in _exprs(func_ir):
+        if isinstance(value, ir.Expr):
+            if value.op in ("make_function", "build_list"):
+                return True
+            if value.op == "getattr" and value.attr == "append":
+                return True
+        elif isinstance(value, (ir.Global, ir.FreeVar)):
+            v = value.value
+            if v is functools.reduce or type(v).__name__ == "StencilFunc" or \
+                    getattr(v, "__name__", None) == "reduce":
+                return True
+    return False
+
+
+def rewrite_work(func_ir, typemap):
+    """Might ``NopythonRewrites`` change ``func_ir`` (typed by ``typemap``)?"""
+    for block in func_ir.blocks.values():
+        for stmt in block.body:
+            if isinstance(stmt, (ir.SetItem, ir.StaticSetItem)) and isinstance(
+                    typemap.get(getattr(stmt.index, "name", None)), types.StringLiteral):
+                return True
+    for stmt, value in _exprs(func_ir):
+        if not isinstance(value, ir.Expr):
+            continue
+        if value.op == "build_list":
+            return True
+        if value.op == "getitem" and isinstance(typemap.get(value.index.name),
+                                                 types.StringLiteral):
+            return True
+        result = typemap.get(stmt.target.name)
+        if not isinstance(result, types.Array):
+            continue
+        if value.op in ("unary", "binop", "inplace_binop"):
+            return True
+        if value.op == "call":      # a ufunc (or ufunc-like) call giving an array
+            callee = typemap.get(value.func.name)
+            key = getattr(callee, "typing_key", None)
+            if isinstance(callee, types.Function) and (
+                    isinstance(key, np.ufunc) or hasattr(key, "nin")):
+                return True
+    return False
+
+
+@register_pass(mutates_CFG=True, analysis_only=False)
+class LeanInlineClosureLikes(InlineClosureLikes):
+    _name = "kadj_inline_closure_likes"
+
+    def run_pass(self, state):
+        if not closure_work(state.func_ir):
+            return False
+        return super().run_pass(state)
+
+
+@register_pass(mutates_CFG=True, analysis_only=False)
+class LeanNopythonRewrites(NopythonRewrites):
+    _name = "kadj_nopython_rewrites"
+
+    def run_pass(self, state):
+        if not rewrite_work(state.func_ir, state.typemap):
+            return False
+        return super().run_pass(state)
+
+
+@register_pass(mutates_CFG=True, analysis_only=False)
+class LeanStripPhis(PreLowerStripPhis):
+    _name = "kadj_strip_phis"
+
+    def run_pass(self, state):
+        func_ir = state.func_ir
+        if func_ir.is_generator or any(
+                isinstance(value, ir.Expr) and value.op == "phi"
+                for _stmt, value in _exprs(func_ir)):
+            return super().run_pass(state)
+        func_ir._definitions = build_definitions(func_ir.blocks)
+        return True

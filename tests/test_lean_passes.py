@@ -1,0 +1,102 @@
+"""numba passes skipped where the IR shows they have nothing to do (kadj/lean_passes.py):
+what each finds to do, and functions that need each pass compiled by the adjoints'
+pipeline (kadj.ssa_free.AdjointCompiler) giving what Python gives; a long kernel's
+gradient against finite differences."""
+import functools
+
+import numba
+import numpy as np
+import pytest
+from numba.core.compiler import run_frontend
+
+import kadj
+from kadj.lean_passes import closure_work, rewrite_work
+from kadj.ssa_free import AdjointCompiler
+from kadj.testing import check_grad
+from kernels.long_kernels import limiter_kernel
+
+
+def _closure(x):
+    def f(v):
+        return v * 2.0
+    return f(x) + 1.0
+
+
+def _comprehension(n):
+    return np.array([i * 0.5 for i in range(n)]).sum()
+
+
+def _reduced(n):
+    return functools.reduce(lambda a, b: a + b, range(n))
+
+
+def _array_expression(a, b, c):
+    return (a + b * c).sum()
+
+
+def _ufunc_on_arrays(a):
+    return np.exp(a).sum()
+
+
+def _constant_array(k):
+    return np.array([1.0, 2.0, 3.0])[k]
+
+
+def _element_loop(a, out):
+    n = a.shape[0]
+    t = a.shape
+    for i in range(1, n - 1):
+        out[i] = a[i - 1] - 2.0 * a[i] + a[i + 1] + t[0]
+
+
+@pytest.mark.parametrize("fn, needs", [(_closure, True), (_comprehension, True),
+                                       (_reduced, True), (_element_loop, False),
+                                       (_array_expression, False)])
+def test_what_closure_inlining_finds_to_do(fn, needs):
+    assert closure_work(run_frontend(fn)) is needs
+
+
+@pytest.mark.parametrize("fn, args, needs", [
+    (_array_expression, (np.ones(3), np.ones(3), np.ones(3)), True),
+    (_ufunc_on_arrays, (np.ones(3),), True),
+    (_element_loop, (np.ones(5), np.zeros(5)), False),
+])
+def test_what_the_typed_rewrites_find_to_do(fn, args, needs, monkeypatch):
+    from kadj import lean_passes
+    seen = []
+    real = lean_passes.rewrite_work
+    monkeypatch.setattr(lean_passes, "rewrite_work",
+                        lambda *a: seen.append(real(*a)) or seen[-1])
+    numba.njit(pipeline_class=AdjointCompiler)(fn)(*args)
+    assert seen == [needs]
+
+
+@pytest.mark.parametrize("fn, args", [
+    (_closure, (1.5,)), (_comprehension, (7,)),
+    (_array_expression, (np.arange(4.0), np.arange(4.0) + 1, np.arange(4.0) - 2)),
+    (_ufunc_on_arrays, (np.linspace(0, 1, 5),)), (_constant_array, (1,)),
+])
+def test_functions_that_need_the_passes_compile_right_in_the_adjoint_pipeline(fn, args):
+    got = numba.njit(pipeline_class=AdjointCompiler)(fn)(*args)
+    assert got == pytest.approx(fn(*args), rel=1e-12)
+
+
+def test_an_element_loop_compiles_without_them():
+    f = numba.njit(pipeline_class=AdjointCompiler)(_element_loop)
+    a, out = np.arange(6.0) ** 2, np.zeros(6)
+    f(a, out)
+    want = np.zeros(6)
+    _element_loop(a, want)
+    assert np.array_equal(out, want)
+    (cres,) = f.overloads.values()
+    times = cres.metadata["pipeline_times"]["kadj_ssa_free"]
+    assert any("kadj_inline_closure_likes" in name for name in times)
+    assert any("kadj_strip_phis" in name for name in times)
+
+
+def test_a_long_kernel_has_the_right_gradient(tmp_path):
+    k = kadj.differentiate(limiter_kernel(12, tmp_path))
+    rng = np.random.default_rng(0)
+    # values apart enough that no limiter branch flips within the finite differences
+    u = np.cumsum(rng.uniform(0.2, 1.0, 30)) * np.where(np.arange(30) % 7 < 4, 1.0, -1.0)
+    check_grad(k, (u, np.zeros(30), 0.3))
