@@ -36,6 +36,7 @@ write) can run again after the loop with the counter at ``m_at``.
 """
 from __future__ import annotations
 
+import collections
 import operator
 from dataclasses import replace
 
@@ -124,14 +125,13 @@ class _State:
         return before + [loop] + after
 
     def _candidates(self, loop):
-        out = set()
-        for s in ir.walk(loop.body):
-            if isinstance(s, ir.Assign) and isinstance(self.types.get(s.target), _INEXACT) \
-                    and sum(1 for x in ir.walk(loop.body)
-                            if isinstance(x, ir.Assign) and x.target == s.target) == 1 \
-                    and self.counts.get(s.target, 0) > 1:
-                out.add(s.target)
-        return out
+        """The floating-point variables the loop's body assigns once and the kernel
+        assigns more than once."""
+        in_loop = collections.Counter(s.target for s in ir.walk(loop.body)
+                                      if isinstance(s, ir.Assign))
+        return {v for v, n in in_loop.items()
+                if n == 1 and isinstance(self.types.get(v), _INEXACT) and
+                self.counts.get(v, 0) > 1}
 
     def _one(self, loop, m):
         body = loop.body
