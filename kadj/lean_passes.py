@@ -91,24 +91,21 @@ def rewrite_work(func_ir, typemap):
     return False
 
 
-@register_pass(mutates_CFG=True, analysis_only=False)
-class LeanInlineClosureLikes(InlineClosureLikes):
-    _name = "kadj_inline_closure_likes"
-
+def _only_where(base, name, work):
+    """numba's pass ``base``, registered as ``name``, run only where ``work(state)``
+    says the IR gives it something to do (else the IR is left as it is)."""
     def run_pass(self, state):
-        if not closure_work(state.func_ir):
-            return False
-        return super().run_pass(state)
+        return base.run_pass(self, state) if work(state) else False
+    cls = type(f"Lean{base.__name__}", (base,), {"_name": name, "run_pass": run_pass,
+                                                 "__doc__": base.__doc__})
+    return register_pass(mutates_CFG=True, analysis_only=False)(cls)
 
 
-@register_pass(mutates_CFG=True, analysis_only=False)
-class LeanNopythonRewrites(NopythonRewrites):
-    _name = "kadj_nopython_rewrites"
-
-    def run_pass(self, state):
-        if not rewrite_work(state.func_ir, state.typemap):
-            return False
-        return super().run_pass(state)
+LeanInlineClosureLikes = _only_where(InlineClosureLikes, "kadj_inline_closure_likes",
+                                     lambda state: closure_work(state.func_ir))
+LeanNopythonRewrites = _only_where(NopythonRewrites, "kadj_nopython_rewrites",
+                                   lambda state: rewrite_work(state.func_ir,
+                                                              state.typemap))
 
 
 @register_pass(mutates_CFG=True, analysis_only=False)
