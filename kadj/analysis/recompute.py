@@ -43,40 +43,53 @@ def reads_outside(a, loop, names):
     return bool(_read_outside(a.kernel, loop) & names)
 
 
-_OUTSIDE = {}       # id(loop) -> (kernel, loop, what the kernel reads outside it)
+_KEPT = {}          # id(kernel) -> (kernel, {key: value}) of the last few kernels
+
+
+def _kept(kernel, key, compute):
+    """``compute()``, kept per kernel and ``key`` (the analyses ask again and again for
+    what a kernel's loops read outside them); a kernel is never changed."""
+    got = _KEPT.get(id(kernel))
+    if got is None or got[0] is not kernel:
+        if len(_KEPT) >= 8:
+            _KEPT.clear()
+        got = _KEPT[id(kernel)] = (kernel, {})
+    memo = got[1]
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
 
 
 def _read_outside(kernel, loop):
-    """The names the statements of ``kernel`` outside ``loop`` read (kept per kernel
-    and loop: the analyses ask for each of a loop's variables in turn)."""
-    got = _OUTSIDE.get(id(loop))
-    if got is not None and got[0] is kernel and got[1] is loop:
-        return got[2]
-    inside = set(map(id, ir.walk(loop.body)))
-    read = set()
-    for s in ir.walk(kernel.body):
-        if id(s) in inside or s is loop:
-            continue
-        read |= ir.stmt_reads(s)
-    if len(_OUTSIDE) > 256:
-        _OUTSIDE.clear()
-    _OUTSIDE[id(loop)] = (kernel, loop, frozenset(read))
-    return _OUTSIDE[id(loop)][2]
+    """The names the statements of ``kernel`` outside ``loop`` read."""
+    def compute():
+        inside = set(map(id, ir.walk(loop.body)))
+        read = set()
+        for s in ir.walk(kernel.body):
+            if id(s) in inside or s is loop:
+                continue
+            read |= ir.stmt_reads(s)
+        return loop, frozenset(read)    # (the loop kept: its id is not reused)
+    return _kept(kernel, ("outside", id(loop)), compute)[1]
 
 
 def index_read_outside(a, loop):
     """Is the loop variable read outside the loop, other than inside another loop that
     binds the same name (``for i`` twice)?"""
-    own = set()
-    for s in ir.walk(a.kernel.body):
-        if isinstance(s, ir.ForRange) and s.index == loop.index:
-            own |= set(map(id, ir.walk(s.body)))
-    for s in ir.walk(a.kernel.body):
-        if id(s) in own or s is loop:
-            continue
-        if loop.index in ir.stmt_reads(s):
-            return True
-    return False
+    return any(s is not loop for s in _index_readers(a.kernel, loop.index))
+
+
+def _index_readers(kernel, index):
+    """The statements of ``kernel`` outside the bodies of its loops over ``index``
+    that read ``index``."""
+    def compute():
+        own = set()
+        for s in ir.walk(kernel.body):
+            if isinstance(s, ir.ForRange) and s.index == index:
+                own |= set(map(id, ir.walk(s.body)))
+        return tuple(s for s in ir.walk(kernel.body)
+                     if id(s) not in own and index in ir.stmt_reads(s))
+    return _kept(kernel, ("readers", index), compute)
 
 
 def _recompute_loop(loop, a, wanted=None):
