@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from numba.core import types
 
 from . import ir
+from .kernel_memo import per_kernel
 
 
 @dataclass(frozen=True)
@@ -116,19 +117,10 @@ def coord_offset(x, counters, defs, _depth=0):
     return None
 
 
-_DEFS = {}          # id(kernel) -> (kernel, its single definitions)
-
-
 def _single_defs(kernel):
     """{variable: expression} of the variables assigned exactly once (kept per kernel:
     asked once per loop and array; read it, never change it)."""
-    got = _DEFS.get(id(kernel))
-    if got is not None and got[0] is kernel:
-        return got[1]
-    if len(_DEFS) > 64:
-        _DEFS.clear()
-    _DEFS[id(kernel)] = (kernel, _count_single_defs(kernel))
-    return _DEFS[id(kernel)][1]
+    return per_kernel(kernel, "single defs", lambda: _count_single_defs(kernel))
 
 
 def _count_single_defs(kernel):

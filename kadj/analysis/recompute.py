@@ -22,6 +22,7 @@ from dataclasses import replace
 from numba.core import types
 
 from .. import ir
+from ..kernel_memo import per_kernel
 from .memory import written_behind
 
 def recompute(stmts, a, wanted=None):
@@ -43,23 +44,6 @@ def reads_outside(a, loop, names):
     return bool(_read_outside(a.kernel, loop) & names)
 
 
-_KEPT = {}          # id(kernel) -> (kernel, {key: value}) of the last few kernels
-
-
-def _kept(kernel, key, compute):
-    """``compute()``, kept per kernel and ``key`` (the analyses ask again and again for
-    what a kernel's loops read outside them); a kernel is never changed."""
-    got = _KEPT.get(id(kernel))
-    if got is None or got[0] is not kernel:
-        if len(_KEPT) >= 8:
-            _KEPT.clear()
-        got = _KEPT[id(kernel)] = (kernel, {})
-    memo = got[1]
-    if key not in memo:
-        memo[key] = compute()
-    return memo[key]
-
-
 def _read_outside(kernel, loop):
     """The names the statements of ``kernel`` outside ``loop`` read."""
     def compute():
@@ -70,7 +54,7 @@ def _read_outside(kernel, loop):
                 continue
             read |= ir.stmt_reads(s)
         return loop, frozenset(read)    # (the loop kept: its id is not reused)
-    return _kept(kernel, ("outside", id(loop)), compute)[1]
+    return per_kernel(kernel, ("outside", id(loop)), compute)[1]
 
 
 def index_read_outside(a, loop):
@@ -89,7 +73,7 @@ def _index_readers(kernel, index):
                 own |= set(map(id, ir.walk(s.body)))
         return tuple(s for s in ir.walk(kernel.body)
                      if id(s) not in own and index in ir.stmt_reads(s))
-    return _kept(kernel, ("readers", index), compute)
+    return per_kernel(kernel, ("readers", index), compute)
 
 
 def _recompute_loop(loop, a, wanted=None):
