@@ -22,12 +22,10 @@ the stages.  :data:`RUNS` counts how often each stage ran in this process.
 from __future__ import annotations
 
 import collections
-import contextlib
-import gc
 import dataclasses
 import io
 
-from . import analysis, codegen, ir
+from . import analysis, codegen, gc_pause, ir
 from . import plan as _plan
 from .errors import DifferentiationError
 from .targets.base import Request
@@ -87,7 +85,7 @@ def stages(target, kernel, arg_types, wrt=None, options=None, until="compiled", 
 
     def stage(name, fn, *args):
         RUNS[name] += 1
-        with _collector_paused():
+        with gc_pause.collector_paused():
             out[name] = fn(*args)
         return STAGES.index(name) >= last
 
@@ -109,22 +107,6 @@ def stages(target, kernel, arg_types, wrt=None, options=None, until="compiled", 
         key = cache_key(target, req)
     stage("compiled", target.compile, out["source"], out["plan"], out["typed"], key, req)
     return out
-
-
-@contextlib.contextmanager
-def _collector_paused():
-    """Python's cyclic garbage collector paused while a stage runs: a stage allocates
-    many short-lived objects and frees them by reference counting, and a full collection
-    triggered in between walks every object the process holds (numba's too), for
-    nothing; cycles left behind are collected after the stage as usual."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def compile(target, req):

@@ -17,7 +17,9 @@ same type, by induction over the definitions, and the function computes the same
 either way.  Otherwise (a variable that changes type, a value whose type the check
 cannot see), or when the SSA-free typing fails, numba's own pipeline with SSA compiles
 it, from the bytecode again.  Parallel adjoints (``parallel=True``) always take numba's
-own pipeline.
+own pipeline.  The first pipeline also skips numba's passes that have nothing to do in
+an adjoint (:mod:`kadj.lean_passes`); both optimise the LLVM module once
+(:mod:`kadj.lean_library`).
 """
 from __future__ import annotations
 
@@ -31,12 +33,13 @@ from numba.core.typed_passes import NopythonRewrites, NopythonTypeInference, \
     PreLowerStripPhis
 from numba.core.untyped_passes import FixupArgs, InlineClosureLikes
 
+from .lean_library import LeanCodeLibrary, LeanLibrary
 from .lean_passes import LeanInlineClosureLikes, LeanNopythonRewrites, LeanStripPhis
 
 _LEAN = {InlineClosureLikes: LeanInlineClosureLikes, NopythonRewrites: LeanNopythonRewrites,
          PreLowerStripPhis: LeanStripPhis}
 
-__all__ = ["AdjointCompiler", "mixed_assignment", "options_for"]
+__all__ = ["AdjointCompiler", "WithSSA", "mixed_assignment", "options_for"]
 
 
 class NeedsSSA(errors.NumbaError):
@@ -137,6 +140,8 @@ class _SSAOn(FunctionPass):
         state.return_type = state.get("kadj_declared_return")
         state.typemap = state.calltypes = None
         state.status.fail_reason = None   # numba would report it as a typing error
+        if isinstance(state.library, LeanCodeLibrary):   # numba's own, from scratch
+            state.library = None
         return False
 
 
@@ -157,7 +162,8 @@ class _OneTypeEach(FunctionPass):
 
 class AdjointCompiler(CompilerBase):
     """numba's nopython pipeline, first without SSA reconstruction (checked after
-    typing), then, if that is refused or fails to type, with it."""
+    typing), then, if that is refused or fails to type, with it; both optimise the LLVM
+    module once (:mod:`kadj.lean_library`)."""
 
     def define_pipelines(self):
         st = self.state
@@ -172,14 +178,33 @@ class AdjointCompiler(CompilerBase):
             st.flags.enable_ssa = True
         fast.add_pass_after(_SSAOff, FixupArgs)
         fast.add_pass_after(_OneTypeEach, NopythonTypeInference)
+        # LLVM's optimisation once over the whole module (kadj.lean_library)
+        fast.add_pass_after(LeanLibrary, _OneTypeEach)
         # three passes that recompute every variable's liveness, run only where the
         # IR gives them something to do (kadj.lean_passes)
         fast.passes[:] = [(_LEAN.get(cls, cls), desc) for cls, desc in fast.passes]
         fast.finalize()
-        full = DefaultPassBuilder.define_nopython_pipeline(st)
+        full = _with_ssa(st)
         full.add_pass_after(_SSAOn, FixupArgs)
         full.finalize()
         return [fast, full]
+
+
+def _with_ssa(state):
+    pm = DefaultPassBuilder.define_nopython_pipeline(state)
+    pm.add_pass_after(LeanLibrary, NopythonTypeInference)
+    return pm
+
+
+class WithSSA(CompilerBase):
+    """:class:`AdjointCompiler`'s fallback alone: numba's nopython pipeline (SSA
+    reconstruction, all of numba's passes) with the adjoints' LLVM optimisation
+    (:mod:`kadj.lean_library`)."""
+
+    def define_pipelines(self):
+        pm = _with_ssa(self.state)
+        pm.finalize()
+        return [pm]
 
 
 def options_for(options):
