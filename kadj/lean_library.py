@@ -19,9 +19,11 @@ numba's.  Functions linked in (numba's own overloads, ``np.empty`` and
 the like) were optimised by numba as usual when they were compiled.
 
 The machine code differs (the passes run in another order), what it computes does not:
-every CPU gallery adjoint gives bit-for-bit the gradients of numba's three rounds, and
-runs as fast (one thread, alternating, best of 9, 10^5 elements: geometric mean
-new/old 1.00, every kernel within 0.94-1.06).  ``KADJ_LEAN_LLVM=0`` keeps numba's
+every CPU gallery adjoint gives bit for bit the gradients of numba's three rounds, but
+for the sums LLVM may reassociate (``_sum_add``), which another pass order may add in
+another order (tests/test_lean_library.py), and runs as fast (one thread, alternating,
+best of 9, about 10^5 elements: geometric mean new/old 1.00, every kernel within
+0.94-1.05).  ``KADJ_LEAN_LLVM=0`` keeps numba's
 rounds (to compare).
 """
 from __future__ import annotations
