@@ -94,7 +94,8 @@ def _run(fn, comp, args, plan):
 
 def _same_as_numbas(ex, monkeypatch):
     """The adjoint's buffers and return value compiled by kadj's pipeline equal those
-    of the same source compiled with numba's rounds of optimisation: bit for bit, but
+    of the same source compiled by numba's own (SSA reconstruction, numba's three
+    rounds of LLVM optimisation): bit for bit, but
     for the sums LLVM may reassociate (``_sum_add``), which another pass order may add
     in another order (to within 1e-12 of the largest magnitude then)."""
     _, comp, args = _compiled(ex, rng=1)
@@ -102,6 +103,7 @@ def _same_as_numbas(ex, monkeypatch):
         pytest.skip("a parallel adjoint compiles with numba's own pipeline and library")
     assert type(_cres(comp.function).library) is LeanCodeLibrary
     monkeypatch.setenv("KADJ_LEAN_LLVM", "0")
+    # (numba's own pipeline: SSA reconstruction and numba's three rounds)
     numbas = numba.njit(**{o: v for o, v in comp.function.targetoptions.items()
                            if o != "nopython"})(comp.function.py_func)
     lean_out, lean_ret = _run(comp.function, comp, args, comp.plan)
@@ -137,3 +139,20 @@ def test_gradient_against_finite_differences():
     k, comp, args = _compiled(ex)
     assert type(_cres(comp.function).library) is LeanCodeLibrary
     fd_check(k, args)
+
+
+def test_reference_count_pruning_outside_llvm(monkeypatch):
+    """With numba's pruning pass outside LLVM (``NUMBA_LLVM_REFPRUNE_PASS=0``) the
+    library prunes as numba does, and the adjoint computes the same."""
+    ex = by_name("softmax")
+    _, comp, args = _compiled(ex, rng=2)
+    want, want_ret = _run(comp.function, comp, args, comp.plan)
+    monkeypatch.setattr(config, "LLVM_REFPRUNE_PASS", 0)
+    again = numba.njit(**{o: v for o, v in comp.function.targetoptions.items()
+                          if o != "nopython"},
+                       pipeline_class=AdjointCompiler)(comp.function.py_func)
+    got, got_ret = _run(again, comp, args, comp.plan)
+    assert type(_cres(again).library) is LeanCodeLibrary
+    for a, b in zip(got + [got_ret], want + [want_ret]):
+        if a is not None:
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
