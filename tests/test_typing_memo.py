@@ -113,3 +113,56 @@ def test_numba_cuda_inferer_wrapped_once_imported():
         pass
     from numba.cuda.core import typeinfer as cuda_typeinfer
     assert hasattr(cuda_typeinfer.TypeInferer.resolve_call, "__wrapped__")
+
+
+def _count_call_types(monkeypatch, inside):
+    """(result, numba's own Function.get_call_type resolutions, dispatcher) of a fresh
+    compile of ``_mixed``, with the memo wrapping a counting copy."""
+    from numba.core.types import functions
+    calls = [0]
+    current = functions.Function.get_call_type
+    base = getattr(current, "__wrapped__", current)
+
+    def counting(self, context, args, kws):
+        calls[0] += 1
+        return base(self, context, args, kws)
+    monkeypatch.setattr(functions.Function, "get_call_type", counting)
+    monkeypatch.setattr(typing_memo, "_wrapped", set())
+    monkeypatch.setattr(typing_memo, "_INFERERS", typing_memo._INFERERS[:1])
+    typing_memo._install()
+    f = njit(_mixed)
+    x = np.linspace(0.1, 1.0, 7).astype(np.float32)
+    y = np.linspace(-1.0, 2.0, 7)
+    if inside:
+        with typing_memo.memoised():
+            out = f(x, y, 7)
+    else:
+        out = f(x, y, 7)
+    return out, calls[0], f
+
+
+def test_function_types_resolved_once_per_block(monkeypatch):
+    """Lowering's and typing's repeated resolutions of numba's function types are
+    answered from the block's memo: same types, same results, fewer resolutions."""
+    out_plain, n_plain, f_plain = _count_call_types(monkeypatch, inside=False)
+    monkeypatch.undo()
+    out_memo, n_memo, f_memo = _count_call_types(monkeypatch, inside=True)
+    monkeypatch.undo()
+    assert out_memo == out_plain
+    (sig,) = f_plain.signatures
+    assert f_memo.signatures == f_plain.signatures
+    plain, memo = f_plain.overloads[sig], f_memo.overloads[sig]
+    assert memo.signature == plain.signature
+    assert memo.type_annotation.typemap == plain.type_annotation.typemap
+    assert n_memo < n_plain, (n_memo, n_plain)
+
+
+def test_function_type_memo_lives_for_the_outermost_block():
+    assert getattr(typing_memo._state, "calls", None) is None
+    with typing_memo.memoised():
+        memo = typing_memo._state.calls
+        assert memo == {}
+        with typing_memo.memoised():
+            assert typing_memo._state.calls is memo      # nested: the same memo
+        assert typing_memo._state.calls is memo
+    assert typing_memo._state.calls is None
