@@ -19,8 +19,8 @@ resolves the same pairs again.  Within :func:`memoised`, ``Function.get_call_typ
 also answers a repeat of a (function type, typing context, argument types) it resolved
 in the same outermost block: 49,656 of 58,840 such resolutions while the 81 CPU
 gallery adjoints were generated and compiled, each kernel in a block of its own.
-Compiling them took 22.7 -> 21.4 s of CPU (one process, alternating, best of 4; median
-per kernel -5.7 %).  A type that gains templates later (a new ``@overload``) is a new
+Compiling them took 20.3 -> 19.3 s of CPU (one process, this memo off and on in turn
+per kernel, best of 3; median per kernel -5 %).  A type that gains templates later (a new ``@overload``) is a new
 function type: its resolutions are not the old one's.
 
 kadj types its kernels, generates and compiles its adjoints (a CPU adjoint's or
@@ -92,25 +92,37 @@ def _wrap(infer_module, types_module):
         types.Function.get_call_type = _remembering(original)
 
 
+def _remembered(memo, key, resolve):
+    """``memo[key]`` if there, else ``resolve()``, kept in ``memo`` unless None (a
+    failure); a key numba's types cannot hash is resolved every time, as numba does."""
+    try:
+        k = key()
+        if k in memo:
+            return memo[k]
+    except TypeError:
+        return resolve()
+    sig = resolve()
+    if sig is not None:
+        memo[k] = sig
+    return sig
+
+
+def _wrapping(original, wrapper):
+    wrapper.__wrapped__ = original
+    wrapper.__doc__ = original.__doc__
+    return wrapper
+
+
 def _memoising(original, kinds):
     def resolve_call(self, fnty, pos_args, kw_args):
         if not getattr(_state, "depth", 0) or not isinstance(fnty, kinds):
             return original(self, fnty, pos_args, kw_args)
-        try:
-            key = (fnty, tuple(pos_args), tuple(sorted(kw_args.items())))
-            memo = self.__dict__.setdefault("_kadj_resolved", {})
-            if key in memo:
-                return memo[key]
-        except TypeError:           # an unhashable type: resolve it as numba does
-            return original(self, fnty, pos_args, kw_args)
-        sig = original(self, fnty, pos_args, kw_args)
-        if sig is not None:
-            memo[key] = sig
-        return sig
+        return _remembered(
+            self.__dict__.setdefault("_kadj_resolved", {}),
+            lambda: (fnty, tuple(pos_args), tuple(sorted(kw_args.items()))),
+            lambda: original(self, fnty, pos_args, kw_args))
 
-    resolve_call.__wrapped__ = original
-    resolve_call.__doc__ = original.__doc__
-    return resolve_call
+    return _wrapping(original, resolve_call)
 
 
 def _remembering(original):
@@ -121,20 +133,11 @@ def _remembering(original):
         memo = getattr(_state, "calls", None)
         if memo is None:
             return original(self, context, args, kws)
-        try:
-            key = (self, context, tuple(args), tuple(sorted(kws.items())))
-            if key in memo:
-                return memo[key]
-        except TypeError:           # an unhashable type: resolve it as numba does
-            return original(self, context, args, kws)
-        sig = original(self, context, args, kws)
-        if sig is not None:
-            memo[key] = sig
-        return sig
+        return _remembered(
+            memo, lambda: (self, context, tuple(args), tuple(sorted(kws.items()))),
+            lambda: original(self, context, args, kws))
 
-    get_call_type.__wrapped__ = original
-    get_call_type.__doc__ = original.__doc__
-    return get_call_type
+    return _wrapping(original, get_call_type)
 
 
 @contextlib.contextmanager

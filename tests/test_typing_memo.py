@@ -24,17 +24,17 @@ def _mixed(x, y, n):
     return s, acc, x.copy().sum() + y.sum()
 
 
-def _count_resolutions(monkeypatch, inside):
-    """(result, number of numba's own call resolutions, dispatcher) of a fresh
-    compile: the memo wraps a counting copy of numba's resolution."""
+def _counted(monkeypatch, inside, owner, method):
+    """(result, number of numba's own resolutions by ``owner.method``, dispatcher) of a
+    fresh compile of ``_mixed``: the memo wraps a counting copy of numba's method."""
     calls = [0]
-    current = typeinfer.TypeInferer.resolve_call
+    current = getattr(owner, method)
     base = getattr(current, "__wrapped__", current)
 
-    def counting(self, fnty, pos_args, kw_args):
+    def counting(*args):
         calls[0] += 1
-        return base(self, fnty, pos_args, kw_args)
-    monkeypatch.setattr(typeinfer.TypeInferer, "resolve_call", counting)
+        return base(*args)
+    monkeypatch.setattr(owner, method, counting)
     monkeypatch.setattr(typing_memo, "_wrapped", set())
     monkeypatch.setattr(typing_memo, "_INFERERS", typing_memo._INFERERS[:1])
     typing_memo._install()
@@ -47,6 +47,10 @@ def _count_resolutions(monkeypatch, inside):
     else:
         out = f(x, y, 7)
     return out, calls[0], f
+
+
+def _count_resolutions(monkeypatch, inside):
+    return _counted(monkeypatch, inside, typeinfer.TypeInferer, "resolve_call")
 
 
 def test_same_types_and_results_with_fewer_resolutions(monkeypatch):
@@ -116,29 +120,8 @@ def test_numba_cuda_inferer_wrapped_once_imported():
 
 
 def _count_call_types(monkeypatch, inside):
-    """(result, numba's own Function.get_call_type resolutions, dispatcher) of a fresh
-    compile of ``_mixed``, with the memo wrapping a counting copy."""
     from numba.core.types import functions
-    calls = [0]
-    current = functions.Function.get_call_type
-    base = getattr(current, "__wrapped__", current)
-
-    def counting(self, context, args, kws):
-        calls[0] += 1
-        return base(self, context, args, kws)
-    monkeypatch.setattr(functions.Function, "get_call_type", counting)
-    monkeypatch.setattr(typing_memo, "_wrapped", set())
-    monkeypatch.setattr(typing_memo, "_INFERERS", typing_memo._INFERERS[:1])
-    typing_memo._install()
-    f = njit(_mixed)
-    x = np.linspace(0.1, 1.0, 7).astype(np.float32)
-    y = np.linspace(-1.0, 2.0, 7)
-    if inside:
-        with typing_memo.memoised():
-            out = f(x, y, 7)
-    else:
-        out = f(x, y, 7)
-    return out, calls[0], f
+    return _counted(monkeypatch, inside, functions.Function, "get_call_type")
 
 
 def test_function_types_resolved_once_per_block(monkeypatch):
