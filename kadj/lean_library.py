@@ -15,16 +15,15 @@ the final module goes through the full O3 pipeline alone (with numba's reference
 pruning where numba would run it).  :class:`LeanLibrary`, a pass of both of
 :class:`kadj.ssa_free.AdjointCompiler`'s pipelines before lowering, gives the function
 such a library; parallel adjoints (numba's own pipeline) and every forward keep
-numba's.  Functions linked in (numba's own overloads, ``np.empty`` and
-the like) were optimised by numba as usual when they were compiled.
+numba's.  Functions linked in (numba's own overloads, ``np.empty`` and the like) were
+optimised by numba as usual when they were compiled.
 
 The machine code differs (the passes run in another order), what it computes does not:
 every CPU gallery adjoint gives bit for bit the gradients of numba's three rounds, but
 for the sums LLVM may reassociate (``_sum_add``), which another pass order may add in
 another order (tests/test_lean_library.py), and runs as fast (one thread, alternating,
 best of 9, about 10^5 elements: geometric mean new/old 1.00, every kernel within
-0.94-1.05).  ``KADJ_LEAN_LLVM=0`` keeps numba's
-rounds (to compare).
+0.94-1.05).  ``KADJ_LEAN_LLVM=0`` keeps numba's rounds (to compare).
 """
 from __future__ import annotations
 

@@ -20,8 +20,8 @@ also answers a repeat of a (function type, typing context, argument types) it re
 in the same outermost block: 49,656 of 58,840 such resolutions while the 81 CPU
 gallery adjoints were generated and compiled, each kernel in a block of its own.
 Compiling them took 20.3 -> 19.3 s of CPU (one process, this memo off and on in turn
-per kernel, best of 3; median per kernel -5 %).  A type that gains templates later (a new ``@overload``) is a new
-function type: its resolutions are not the old one's.
+per kernel, best of 3; median per kernel -5 %).  A type that gains templates later (a
+new ``@overload``) is a new function type: its resolutions are not the old one's.
 
 kadj types its kernels, generates and compiles its adjoints (a CPU adjoint's or
 tangent's first call, a CUDA adjoint's ``compile_ptx``) inside :func:`memoised`;

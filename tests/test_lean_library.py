@@ -36,6 +36,13 @@ def _compiled(ex, rng=0):
     return k, comp, args
 
 
+def _rejit(comp, **extra):
+    """The compiled adjoint's source jitted afresh with its options (numba's own
+    pipeline unless ``extra`` names another)."""
+    options = {o: v for o, v in comp.function.targetoptions.items() if o != "nopython"}
+    return numba.njit(**options, **extra)(comp.function.py_func)
+
+
 def _pass_names(cres):
     return [rec.name for rec in cres.metadata["llvm_pass_timings"]]
 
@@ -104,8 +111,7 @@ def _same_as_numbas(ex, monkeypatch):
     assert type(_cres(comp.function).library) is LeanCodeLibrary
     monkeypatch.setenv("KADJ_LEAN_LLVM", "0")
     # (numba's own pipeline: SSA reconstruction and numba's three rounds)
-    numbas = numba.njit(**{o: v for o, v in comp.function.targetoptions.items()
-                           if o != "nopython"})(comp.function.py_func)
+    numbas = _rejit(comp)
     lean_out, lean_ret = _run(comp.function, comp, args, comp.plan)
     ref_out, ref_ret = _run(numbas, comp, args, comp.plan)
     assert type(_cres(numbas).library) is JITCodeLibrary
@@ -148,9 +154,7 @@ def test_reference_count_pruning_outside_llvm(monkeypatch):
     _, comp, args = _compiled(ex, rng=2)
     want, want_ret = _run(comp.function, comp, args, comp.plan)
     monkeypatch.setattr(config, "LLVM_REFPRUNE_PASS", 0)
-    again = numba.njit(**{o: v for o, v in comp.function.targetoptions.items()
-                          if o != "nopython"},
-                       pipeline_class=AdjointCompiler)(comp.function.py_func)
+    again = _rejit(comp, pipeline_class=AdjointCompiler)
     got, got_ret = _run(again, comp, args, comp.plan)
     assert type(_cres(again).library) is LeanCodeLibrary
     for a, b in zip(got + [got_ret], want + [want_ret]):
