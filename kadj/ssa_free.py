@@ -29,15 +29,16 @@ from collections import defaultdict
 from numba.core import errors, ir, types
 from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.core.compiler_machinery import FunctionPass, register_pass
-from numba.core.typed_passes import NopythonRewrites, NopythonTypeInference, \
+from numba.core.typed_passes import NativeLowering, NopythonRewrites, NopythonTypeInference, \
     PreLowerStripPhis
 from numba.core.untyped_passes import FixupArgs, InlineClosureLikes
 
+from .lean_lowering import LeanNativeLowering
 from .lean_library import LeanCodeLibrary, LeanLibrary
 from .lean_passes import LeanInlineClosureLikes, LeanNopythonRewrites, LeanStripPhis
 
 _LEAN = {InlineClosureLikes: LeanInlineClosureLikes, NopythonRewrites: LeanNopythonRewrites,
-         PreLowerStripPhis: LeanStripPhis}
+         PreLowerStripPhis: LeanStripPhis, NativeLowering: LeanNativeLowering}
 
 __all__ = ["AdjointCompiler", "WithSSA", "mixed_assignment", "options_for"]
 
@@ -162,8 +163,9 @@ class _OneTypeEach(FunctionPass):
 
 class AdjointCompiler(CompilerBase):
     """numba's nopython pipeline, first without SSA reconstruction (checked after
-    typing), then, if that is refused or fails to type, with it; both optimise the LLVM
-    module once (:mod:`kadj.lean_library`)."""
+    typing), then, if that is refused or fails to type, with it; both lower with less
+    LLVM IR (:mod:`kadj.lean_lowering`) and optimise the LLVM module once
+    (:mod:`kadj.lean_library`)."""
 
     def define_pipelines(self):
         st = self.state
@@ -181,7 +183,8 @@ class AdjointCompiler(CompilerBase):
         # LLVM's optimisation once over the whole module (kadj.lean_library)
         fast.add_pass_after(LeanLibrary, _OneTypeEach)
         # three passes that recompute every variable's liveness, run only where the
-        # IR gives them something to do (kadj.lean_passes)
+        # IR gives them something to do (kadj.lean_passes); lowering with less LLVM IR
+        # (kadj.lean_lowering)
         fast.passes[:] = [(_LEAN.get(cls, cls), desc) for cls, desc in fast.passes]
         fast.finalize()
         full = _with_ssa(st)
@@ -193,13 +196,15 @@ class AdjointCompiler(CompilerBase):
 def _with_ssa(state):
     pm = DefaultPassBuilder.define_nopython_pipeline(state)
     pm.add_pass_after(LeanLibrary, NopythonTypeInference)
+    pm.passes[:] = [(LeanNativeLowering if cls is NativeLowering else cls, desc)
+                    for cls, desc in pm.passes]
     return pm
 
 
 class WithSSA(CompilerBase):
     """:class:`AdjointCompiler`'s fallback alone: numba's nopython pipeline (SSA
-    reconstruction, all of numba's passes) with the adjoints' LLVM optimisation
-    (:mod:`kadj.lean_library`)."""
+    reconstruction, all of numba's passes) with the adjoints' lowering
+    (:mod:`kadj.lean_lowering`) and LLVM optimisation (:mod:`kadj.lean_library`)."""
 
     def define_pipelines(self):
         pm = _with_ssa(self.state)
