@@ -27,7 +27,9 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.imputils import impl_ret_new_ref, lower_builtin
 from numba.core.typing.templates import AbstractTemplate, infer_global, signature
-from numba.np.arrayobj import _empty_nd_impl, _parse_shape, make_array, populate_array
+from numba.np.arrayobj import _parse_shape
+
+from .lean_lowering import ArrayFields
 
 __all__ = ["_kept_array", "_kept_zeros", "_kept_copy", "_kept_like", "_kept_zeros_like"]
 
@@ -172,35 +174,34 @@ def _allocate(context, builder, keepty, keep_v, retty, shapes, needty, need_v, s
               slot_v):
     """The array of ``retty`` and ``shapes`` (intp values, checked non-negative): in its
     slot's region of the kept bytes when the region is large enough, else new
-    (``need[slot]`` and ``need[0]`` noted).  A new reference either way."""
+    (``need[slot]`` and ``need[0]`` noted), allocated as numba's ``np.empty`` allocates
+    (its size computed in its order, its ``ValueError`` when the size overflows, its
+    alignment, its ``MemoryError``).  A new reference either way.  The array is built
+    as a value, its fields chosen by branch."""
     intp = types.intp
     dt = retty.dtype
     itemsize = context.get_constant(intp, context.get_abi_sizeof(context.get_data_type(dt)))
-    nbytes, overflow = itemsize, cgutils.false_bit
+    count, overflow = context.get_constant(intp, 1), cgutils.false_bit
     for s in shapes:
-        prod = builder.smul_with_overflow(nbytes, s)
-        nbytes = builder.extract_value(prod, 0)
+        prod = builder.smul_with_overflow(count, s)
+        count = builder.extract_value(prod, 0)
         overflow = builder.or_(overflow, builder.extract_value(prod, 1))
-    keep = make_array(keepty)(context, builder, keep_v)
-    need = make_array(needty)(context, builder, need_v)
+    prod = builder.smul_with_overflow(count, itemsize)
+    nbytes = builder.extract_value(prod, 0)
+    overflow = builder.or_(overflow, builder.extract_value(prod, 1))
+    keep = ArrayFields(context, builder, keepty, keep_v, ("data", "meminfo", "nitems"))
+    need = ArrayFields(context, builder, needty, need_v,
+                       ("data", "shape", "strides", "nitems"))
     idx = context.cast(builder, slot_v, slotty, intp)
     at, size, known = _slot_region(context, builder, needty, need, idx, keep.nitems)
     fits = builder.and_(known, builder.and_(builder.not_(overflow),
                                             builder.icmp_signed("<=", nbytes, size)))
-    out = cgutils.alloca_once(builder, context.get_value_type(retty))
+    memptr = types.MemInfoPointer(types.voidptr)
     with builder.if_else(fits, likely=True) as (kept, new):
         with kept:
-            view = make_array(retty)(context, builder)
-            strides, acc = [None] * len(shapes), itemsize
-            for k in range(len(shapes) - 1, -1, -1):
-                strides[k] = acc
-                acc = builder.mul(acc, shapes[k])
-            data = builder.gep(keep.data, [at])
-            populate_array(view, data=builder.bitcast(data, view.data.type),
-                           shape=shapes, strides=strides, itemsize=itemsize,
-                           meminfo=keep.meminfo)
-            context.nrt.incref(builder, keepty, keep_v)     # the view's own reference
-            builder.store(view._getvalue(), out)
+            kept_data = builder.gep(keep.data, [at])
+            context.nrt.incref(builder, memptr, keep.meminfo)   # the view's own reference
+            kept_block = builder.block
         with new:
             with builder.if_then(builder.and_(known, builder.not_(overflow))):
                 ptr = cgutils.get_item_pointer(context, builder, needty, need, [idx])
@@ -211,8 +212,39 @@ def _allocate(context, builder, keepty, keep_v, retty, shapes, needty, need_v, s
                 first = cgutils.get_item_pointer(context, builder, needty, need,
                                                  [context.get_constant(intp, 0)])
                 builder.store(context.get_constant(needty.dtype, 1), first)
-            builder.store(_empty_nd_impl(context, builder, retty, shapes)._getvalue(), out)
-    return builder.load(out)
+            with builder.if_then(overflow, likely=False):     # numba's np.empty's error
+                context.call_conv.return_user_exc(builder, ValueError, (_TOO_BIG,))
+            align = context.get_preferred_array_alignment(dt)
+            new_meminfo = context.nrt.meminfo_alloc_aligned(builder, nbytes, align)
+            new_data = context.nrt.meminfo_data(builder, new_meminfo)
+            new_block = builder.block
+    meminfo = builder.phi(keep.meminfo.type)
+    meminfo.add_incoming(keep.meminfo, kept_block)
+    meminfo.add_incoming(builder.bitcast(new_meminfo, keep.meminfo.type)
+                         if new_meminfo.type != keep.meminfo.type else new_meminfo, new_block)
+    data = builder.phi(keep.data.type)
+    data.add_incoming(kept_data, kept_block)
+    data.add_incoming(new_data, new_block)
+    strides, acc = [None] * len(shapes), itemsize
+    for k in range(len(shapes) - 1, -1, -1):
+        strides[k] = acc
+        acc = builder.mul(acc, shapes[k])
+    model = context.data_model_manager[retty]
+    ity = context.get_value_type(intp)
+    fields = {"meminfo": meminfo, "parent": ir.Constant(context.get_value_type(types.pyobject), None),
+              "nitems": count, "itemsize": itemsize,
+              "data": builder.bitcast(data, context.get_data_type(dt).as_pointer()),
+              "shape": cgutils.pack_array(builder, shapes, ty=ity),
+              "strides": cgutils.pack_array(builder, strides, ty=ity)}
+    value = ir.Constant(context.get_value_type(retty), ir.Undefined)
+    for name, v in fields.items():
+        value = builder.insert_value(value, v, model.get_field_position(name))
+    return value
+
+
+#: numba's message when an array's size overflows (``np.empty``)
+_TOO_BIG = ("array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum "
+            "possible size.")
 
 
 def _slot_region(context, builder, needty, need, idx, kept_bytes):
@@ -226,8 +258,7 @@ def _slot_region(context, builder, needty, need, idx, kept_bytes):
     nslots = builder.sdiv(builder.sub(need.nitems, one), three)
     known = builder.and_(builder.icmp_signed(">=", idx, one),
                          builder.icmp_signed("<=", idx, nslots))
-    out_at = cgutils.alloca_once_value(builder, zero)
-    out_size = cgutils.alloca_once_value(builder, zero)
+    before = builder.block
     with builder.if_then(known, likely=True):
         def entry(k):
             ptr = cgutils.get_item_pointer(context, builder, needty, need, [k])
@@ -238,13 +269,19 @@ def _slot_region(context, builder, needty, need, idx, kept_bytes):
             builder.and_(builder.icmp_signed(">=", at, zero),
                          builder.icmp_signed(">=", size, zero)),
             builder.icmp_signed("<=", builder.add(at, size), kept_bytes))
-        builder.store(builder.select(inside, at, zero), out_at)
-        builder.store(builder.select(inside, size, zero), out_size)
-    return builder.load(out_at), builder.load(out_size), known
+        at, size = builder.select(inside, at, zero), builder.select(inside, size, zero)
+        inside_block = builder.block
+    out = []
+    for v in (at, size):
+        phi = builder.phi(ity)
+        phi.add_incoming(v, inside_block)
+        phi.add_incoming(zero, before)
+        out.append(phi)
+    return out[0], out[1], known
 
 
 def _zero(context, builder, retty, value):
-    ary = make_array(retty)(context, builder, value)
+    ary = ArrayFields(context, builder, retty, value, ("data", "nitems", "itemsize"))
     size = builder.mul(ary.nitems, ary.itemsize)
     cgutils.memset(builder, ary.data, size, 0)
 
@@ -272,7 +309,8 @@ def _lower_like(zeros, copy):
     def lower(context, builder, sig, args):
         retty = sig.return_type
         keepty, xty, needty, slotty = sig.args
-        x = make_array(xty)(context, builder, args[1])
+        x = ArrayFields(context, builder, xty, args[1],
+                        ("data", "shape", "strides", "nitems"))
         shapes = cgutils.unpack_tuple(builder, x.shape, xty.ndim)
         value = _allocate(context, builder, keepty, args[0], retty, shapes, needty,
                           args[2], slotty, args[3])
@@ -286,7 +324,7 @@ def _lower_like(zeros, copy):
 
 def _copy_into(context, builder, xty, x, retty, value, shapes):
     """Copy ``x``'s elements into the new C-ordered array ``value``."""
-    dst = make_array(retty)(context, builder, value)
+    dst = ArrayFields(context, builder, retty, value, ("data", "strides"))
     if xty.layout == "C":
         itemsize = context.get_abi_sizeof(context.get_data_type(xty.dtype))
         cgutils.raw_memcpy(builder, dst.data, x.data, x.nitems, itemsize)

@@ -35,17 +35,20 @@ the optimised machine code runs as fast (tests/test_lean_lowering.py; README,
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 
 from llvmlite import ir as llir
 from numba.core import cgutils, types
 from numba.core.compiler_machinery import register_pass
 from numba.core.datamodel.models import ArrayModel
 from numba.core.lowering import Lower
+from numba.core.runtime.context import NRTContext
 from numba.core.typed_passes import NativeLowering
 from numba.np.arrayobj import basic_indexing, load_item, normalize_indices, store_item
 
-__all__ = ["LeanLower", "LeanNativeLowering", "enabled"]
+__all__ = ["ArrayFields", "LeanLower", "LeanNativeLowering", "enabled"]
 
 
 def enabled():
@@ -54,15 +57,18 @@ def enabled():
     return os.environ.get("KADJ_LEAN_LOWERING", "1") != "0"
 
 
-class _Fields:
-    """The fields of an array's struct value that indexing reads, by ``extractvalue``
-    (numba's ``make_array`` helper stores the value to a stack slot and loads them)."""
+class ArrayFields:
+    """The named fields of an array's struct value, read with ``extractvalue`` where
+    this is made (numba's ``make_array`` helper stores the value to a stack slot and
+    loads each field from it): any of ``data``, ``shape``, ``strides``, ``nitems``,
+    ``itemsize``, ``meminfo``, ``parent`` as attributes; with data, shape and
+    strides, enough of numba's helper for its indexing functions (``basic_indexing``,
+    ``cgutils.get_item_pointer``)."""
 
-    def __init__(self, context, builder, aryty, value):
+    def __init__(self, context, builder, aryty, value, names=("data", "shape", "strides")):
         model = context.data_model_manager[aryty]
-        self.data = builder.extract_value(value, model.get_field_position("data"))
-        self.shape = builder.extract_value(value, model.get_field_position("shape"))
-        self.strides = builder.extract_value(value, model.get_field_position("strides"))
+        for name in names:
+            setattr(self, name, builder.extract_value(value, model.get_field_position(name)))
 
 
 def _element_index(context, aryty, idxty):
@@ -82,6 +88,54 @@ def _element_index(context, aryty, idxty):
             aryty.dtype, (types.Float, types.Integer, types.Boolean)):
         return None
     return index_types
+
+
+_lowering = threading.local()
+
+
+def _lean_meminfos(context, builder, ty, val):
+    """The (type, meminfo) pairs numba's reference counting finds in ``val`` (numba's
+    ``NRTContext.get_meminfos``): none in a value whose type holds no counted
+    reference, an array's meminfo field alone (its one counted member), without
+    reading every member of the value on the way as numba does; else None (numba's
+    answer)."""
+    model = context.data_model_manager[ty]
+    if not model.contains_nrt_meminfo():
+        return []
+    if isinstance(model, ArrayModel):
+        return [(ty, builder.extract_value(val, model.get_field_position("meminfo")))]
+    return None
+
+
+@contextlib.contextmanager
+def _lean_counts():
+    outer = getattr(_lowering, "lean", False)
+    _lowering.lean = True
+    try:
+        yield
+    finally:
+        _lowering.lean = outer
+
+
+def _install():
+    """Wrap numba's ``NRTContext.get_meminfos`` once: :func:`_lean_meminfos` on a
+    thread inside :meth:`LeanLower.lower`, numba's own everywhere else."""
+    if getattr(NRTContext.get_meminfos, "_kadj_lean", False):
+        return
+    numbas = NRTContext.get_meminfos
+
+    def get_meminfos(self, builder, ty, val):
+        if getattr(_lowering, "lean", False):
+            found = _lean_meminfos(self._context, builder, ty, val)
+            if found is not None:
+                return found
+        return numbas(self, builder, ty, val)
+
+    get_meminfos._kadj_lean = True
+    NRTContext.get_meminfos = get_meminfos
+
+
+_install()
 
 
 #: the range objects numba implements (numba.cpython.rangeobj), by their state types
@@ -115,22 +169,26 @@ class LeanLower(Lower):
         return found
 
     def incref(self, typ, val):
-        self._count(typ, val, "incref")
+        if self._counted(typ):
+            super().incref(typ, val)
 
     def decref(self, typ, val):
-        self._count(typ, val, "decref")
+        if self._counted(typ):
+            super().decref(typ, val)
 
-    def _count(self, typ, val, how):
-        """numba's ``incref`` or ``decref`` of ``val``; of an array, its meminfo's
-        alone (numba reads every field of the array, and counts the meminfo, the one
-        field that holds a counted reference)."""
-        if not self._counted(typ) or not self.context.enable_nrt:
-            return
-        model = self.context.data_model_manager[typ]
-        if isinstance(model, ArrayModel):
-            typ = model.get_member_fe_type("meminfo")
-            val = self.builder.extract_value(val, model.get_field_position("meminfo"))
-        getattr(super(), how)(typ, val)
+    # numba's reference counts in this function and its wrappers through
+    # _lean_meminfos (the flag is this thread's, for as long as each runs)
+    def lower(self):
+        with _lean_counts():
+            return super().lower()
+
+    def create_cpython_wrapper(self, release_gil=False):
+        with _lean_counts():
+            return super().create_cpython_wrapper(release_gil)
+
+    def create_cfunc_wrapper(self):
+        with _lean_counts():
+            return super().create_cfunc_wrapper()
 
     def storevar(self, value, name, argidx=None):
         fetype = self.typeof(name)
@@ -161,7 +219,7 @@ class LeanLower(Lower):
         else:
             indices = tuple(builder.extract_value(idx, k) for k in range(len(index_types)))
         index_types, indices = normalize_indices(context, builder, index_types, indices)
-        fields = _Fields(context, builder, aryty, ary)
+        fields = ArrayFields(context, builder, aryty, ary)
         ptr, shapes, _strides = basic_indexing(
             context, builder, aryty, fields, index_types, indices,
             boundscheck=context.enable_boundscheck)

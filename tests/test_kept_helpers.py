@@ -135,6 +135,32 @@ def test_numpys_errors(compiled):
         f(keep, 2 ** 62, need)     # 8 * 2**62 bytes overflows
 
 
+@njit
+def _numbas_empty_2d(shape):
+    return np.empty(shape, np.int64)
+
+
+def _outcome(f, *args):
+    try:
+        return ("ok", f(*args).shape)
+    except Exception as exc:   # noqa: BLE001 (the outcome compared, whatever it is)
+        return (type(exc).__name__, str(exc))
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (0, 7), (2 ** 61, 0), (2 ** 40, 2 ** 22),
+                                   (2 ** 31, 2 ** 31), (2 ** 62, 4), (-1, 3), (3, -2),
+                                   (2 ** 30, 2 ** 27)])
+def test_new_memory_as_numbas_np_empty_allocates(shape):
+    """Bytes the kept ones cannot hold: numba's ``np.empty``'s array, or its error
+    (too big: its size in elements, then in bytes, overflows; negative; more than
+    can be allocated), with its message."""
+    keep = np.empty(16, np.uint8)
+    need = _need(keep)
+    got = _outcome(_c_array_2d, keep, shape, need)
+    assert got == _outcome(_numbas_empty_2d, shape), shape
+    assert got[0] != "ok" or need[0] == (1 if 8 * shape[0] * shape[1] > 16 else 0)
+
+
 def test_a_view_keeps_the_kept_bytes_alive():
     keep = np.empty(800, np.uint8)
     a = _c_array(keep, 100, _need(keep))
