@@ -359,6 +359,11 @@ class Naming:
         if s.name == "land":
             return f"({args[0]} and {args[1]})"
         if s.name == "where":
+            select = getattr(getattr(self, "syntax", None), "select", "")
+            if select and not any(self.sym_is_complex(a) for a in s.args[1:]):
+                from .select_intrinsic import _select
+                name = self.bind(_select, select.lstrip("_"))
+                return f"{name}({_strip(args[0])}, {_strip(args[1])}, {_strip(args[2])})"
             return f"({args[1]} if {args[0]} else {args[2]})"
         if s.name == "sign":
             one = self._sym(ops.const(1.0), dtype)

@@ -17,7 +17,7 @@ from . import adj_ir as A
 
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
 _CALL = re.compile(r"(?<![\w.])([A-Za-z_][\w.]*)\s*\(")
-_PURE_CALLS = {"abs", "min", "max", "float", "int", "bool", "_sign", "_x_sqrt_x"}
+_PURE_CALLS = {"abs", "min", "max", "float", "int", "bool", "_sign", "_x_sqrt_x", "_select"}
 _PURE_PREFIXES = ("math.", "np.")
 IDENT = re.compile(r"[A-Za-z_]\w*\Z")
 

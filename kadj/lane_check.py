@@ -448,7 +448,7 @@ def _always_defines(seq, n):
     return False
 
 
-_PURE_CALLS = {"abs", "min", "max", "float", "int", "bool", "_sign", "range"}
+_PURE_CALLS = {"abs", "min", "max", "float", "int", "bool", "_sign", "range", "_select"}
 _PURE_MODULES = {"math", "np", "cmath"}
 
 

@@ -15,6 +15,8 @@ class Syntax:
     barrier: str = ""           # the statement a barrier prints as
     atomic_add: str = ""        # the function an atomic accumulation calls
     sum_add: str = "_sum_add"   # the function a reassociable sum ("sum") calls
+    select: str = "_select"     # the function a choice of two values calls ("" for
+    #                             Python's conditional expression)
 
 
 def render(fn, syntax=Syntax()):

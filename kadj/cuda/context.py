@@ -32,7 +32,7 @@ from .indexing import ArrayClass, ThreadIndex, array_accesses, own_rows
 from .intrinsics import TABLE, CudaIntrinsic
 from .stores import check_single_writers
 
-SYNTAX = Syntax(barrier="cuda.syncthreads()", atomic_add="cuda.atomic.add")
+SYNTAX = Syntax(barrier="cuda.syncthreads()", atomic_add="cuda.atomic.add", select="")
 SCATTER = (lower.barriers, lower.accumulate)
 
 

@@ -1,0 +1,154 @@
+"""``_select(c, a, b)`` (kadj/select_intrinsic.py): the conditional expression's value
+and type, lowered to one ``select``; CPU adjoints choose with it, CUDA ones keep the
+conditional expression."""
+import math
+
+import numba
+import numpy as np
+import pytest
+from numba import cuda, njit, types
+from numba.core.codegen import JITCodeLibrary
+
+import kadj
+from kadj.select_intrinsic import _select
+
+from fdcheck import fd_check
+
+
+@njit(error_model="numpy")
+def _chosen(c, a, b):
+    return _select(c, a, b)
+
+
+@njit(error_model="numpy")
+def _ternary(c, a, b):
+    return a if c else b
+
+
+_VALUES = [0.0, -0.0, 1.5, -2.25, math.inf, -math.inf, math.nan, 1e-310]
+
+
+@pytest.mark.parametrize("c", [True, False])
+@pytest.mark.parametrize("a", _VALUES)
+def test_value_of_the_conditional_expression(c, a):
+    for b in _VALUES:
+        got, want = _chosen(c, a, b), _ternary(c, a, b)
+        assert type(got) is type(want)
+        assert (math.isnan(got) and math.isnan(want)) or (
+            got == want and math.copysign(1, got) == math.copysign(1, want))
+        assert _select(c, a, b) is (a if c else b)          # as Python
+
+
+@pytest.mark.parametrize("args", [
+    (True, np.float32(1.5), np.float32(2.0)),
+    (False, 0.0, np.float32(2.5)),
+    (True, np.float32(1.5), 0.0),
+    (False, 3, 2.5),
+    (True, 3, np.int32(4)),
+    (np.int64(0), 1.0, 2.0),
+    (np.float64(0.5), 1.0, 2.0),
+    (False, True, False),
+])
+def test_type_of_the_conditional_expression(args):
+    got, want = _chosen(*args), _ternary(*args)
+    assert got == want
+    assert _chosen.nopython_signatures[-1].return_type == \
+        _ternary.nopython_signatures[-1].return_type
+
+
+def test_no_complex_or_arrays():
+    with pytest.raises(numba.core.errors.TypingError):
+        _chosen(True, 1j, 2.0)
+    with pytest.raises(numba.core.errors.TypingError):
+        _chosen(True, np.ones(2), np.ones(2))
+
+
+def _lowered(monkeypatch, fn, args):
+    """The LLVM IR numba lowered for ``fn``'s own function, before LLVM optimised it."""
+    texts = []
+    original = JITCodeLibrary.add_ir_module
+
+    def spy(self, ir_module):
+        texts.append(str(ir_module))
+        return original(self, ir_module)
+
+    monkeypatch.setattr(JITCodeLibrary, "add_ir_module", spy)
+    fn(*args)
+    name = fn.py_func.__name__
+    for text in texts:
+        for line_no, line in enumerate(text.splitlines()):
+            if line.startswith("define i32") and name in line:
+                lines = text.splitlines()[line_no:]
+                return "\n".join(lines[:lines.index("}")])
+    raise AssertionError("no function lowered")
+
+
+def test_one_select_no_branch(monkeypatch):
+    def chosen(c, a, b):
+        return _select(c > 0.0, a, b)
+
+    def ternary(c, a, b):
+        return a if c > 0.0 else b
+
+    lean = _lowered(monkeypatch, njit(chosen), (1.0, 2.0, 3.0))
+    plain = _lowered(monkeypatch, njit(ternary), (1.0, 2.0, 3.0))
+    assert "select" in lean and "br i1" not in lean
+    assert "br i1" in plain
+
+
+def test_both_values_computed_without_exceptions():
+    """A division by zero in the value not chosen: an infinity, not an error."""
+    @njit(error_model="numpy")
+    def f(g, x):
+        return _select(g == 0.0, 0.0, g / x)
+
+    assert f(0.0, 0.0) == 0.0
+    assert f(2.0, 4.0) == 0.5
+
+
+# ---- in adjoints -----------------------------------------------------------------------
+@njit
+def _sqrt_sum(x, out):
+    for i in range(x.shape[0]):
+        out[i] = math.sqrt(x[i]) * x[i] + math.sqrt(x[i])
+
+
+def test_cpu_adjoint_chooses_with_select():
+    k = kadj.differentiate(_sqrt_sum)
+    x = np.linspace(0.5, 2.0, 7)
+    src = k.adjoint_source(x, np.zeros(7))
+    assert "_select(" in src and " else " not in src
+    assert "from kadj.select_intrinsic import _select" in src
+    fd_check(k, (x, np.zeros(7)))
+
+
+def test_strong_zero_at_a_singular_point():
+    """x = 0 with a zero cotangent for that element: sqrt's infinite derivative there
+    contributes nothing (the strong zero chosen by _select)."""
+    k = kadj.differentiate(_sqrt_sum)
+    x = np.array([0.0, 1.0, 4.0])
+    adj_x = np.zeros(3)
+    k.adjoint(x, np.zeros(3), adj_x, np.array([0.0, 1.0, 1.0]))
+    assert adj_x[0] == 0.0
+    np.testing.assert_allclose(adj_x[1:], [1.5 * 1.0 + 0.5, 1.5 * 2.0 + 0.25])
+
+
+@cuda.jit
+def _sqrt_cuda(x, out):
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        out[i] = math.sqrt(x[i]) * x[i]
+
+
+def test_cuda_adjoint_keeps_the_conditional_expression():
+    k = kadj.differentiate(_sqrt_cuda)
+    src = k.adjoint_source(np.ones(4), np.zeros(4))
+    assert "_select(" not in src and " if " in src
+
+
+def test_select_types_registered():
+    from numba.core.registry import cpu_target
+    ctx = cpu_target.typing_context
+    fnty = ctx.resolve_value_type(_select)
+    sig = fnty.get_call_type(ctx, (types.boolean, types.float64, types.float32), {})
+    assert sig.return_type == types.float64
