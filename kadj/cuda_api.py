@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from numba.core import types
 
-from . import gc_pause, rules, typing_memo, validate
+from . import rules, validate
+from .compiling import compiling
 from .cuda import call_facts
 from .cuda.atomic_extrema import winners
 from .cuda.own_rows import buffers
@@ -218,7 +219,7 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         from numba import cuda
         from .cuda.ptx_cc import for_cc
         fn = self._pick(self.compiled(*args), form)[0]
-        with for_cc(cc), typing_memo.memoised(), gc_pause.collector_paused():
+        with for_cc(cc), compiling():
             ptx, _resty = cuda.compile_ptx(fn, self._form_signature(args, form), cc=cc)
         return ptx
 
@@ -242,7 +243,7 @@ class CudaDifferentiatedKernel(DifferentiatedKernel):
         from numba import cuda
         from .cuda.ptx_cc import for_cc
         sig = comp.signature(self._arg_types(self.complete_args(args)))
-        with for_cc(cc), typing_memo.memoised(), gc_pause.collector_paused():
+        with for_cc(cc), compiling():
             ptx, _resty = cuda.compile_ptx(comp.pyfunc, sig, cc=cc)
         return ptx
 

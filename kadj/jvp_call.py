@@ -20,7 +20,8 @@ import dataclasses
 
 from numba.core.errors import NumbaError
 
-from . import call_cache, codegen, gc_pause, pipeline, rules, typing_memo, validate
+from . import call_cache, codegen, pipeline, rules, validate
+from .compiling import compiling
 from .errors import DifferentiationError
 from .tangent import check_target
 from .targets.base import CompiledAdjoint
@@ -165,7 +166,7 @@ def run(kernel, args, kwargs, config=None):
     if not kwargs and key is not None and len(args) == len(fwd) + len(tangents) and \
             all(a is b for a, b in zip(args, tuple(fwd) + tangents)):
         call_cache.remember(calls, key, comp, args)
-    with typing_memo.memoised(), gc_pause.collector_paused():   # (a first call compiles)
+    with compiling():   # (a first call compiles)
         return _result(comp, comp.function(*fwd, *tangents))
 
 

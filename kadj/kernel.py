@@ -19,8 +19,9 @@ import numpy as np
 from numba.core import types
 from numba.core.errors import NumbaError
 
-from . import arrays, call_cache, codegen, gc_pause, pipeline, progress, rules, tape_threads, \
-    targets, typing_memo, validate
+from . import arrays, call_cache, codegen, pipeline, progress, rules, tape_threads, targets, \
+    typing_memo, validate
+from .compiling import compiling
 from .errors import DifferentiationError
 
 
@@ -202,7 +203,7 @@ class DifferentiatedKernel:
         if getattr(fn, "overloads", True):      # compiled already (numba's own dict)
             return fn(*call_args)
         with progress.notice(f"compiling the adjoint of {progress.where(self.dispatcher)}"), \
-                typing_memo.memoised(), gc_pause.collector_paused():
+                compiling():
             return fn(*call_args)
 
     def stages(self, *args, until="compiled"):
