@@ -13,16 +13,23 @@ float64).  Both values are computed, as LLVM computes them after it has turned t
 branch into a ``select``: the derivatives it chooses between are arithmetic on values
 the adjoint already holds (an adjoint is compiled with ``error_model='numpy'``: a
 division by zero gives an infinity, not an exception), so computing the one not chosen
-changes nothing.  Called from Python (an adjoint's source run as Python), it is the
-conditional expression.  The CUDA target keeps the conditional expression.
+changes nothing.  Called from Python it returns what the conditional expression
+returns, both values computed; where kadj runs an adjoint's source as Python (to
+measure its tape, :mod:`kadj.tape_measure`) each call is written back as the
+conditional expression (:func:`as_conditional`), which computes only the value it
+chooses (a Python float divided by zero raises).  The CUDA target keeps the
+conditional expression.
 """
 from __future__ import annotations
+
+import ast
+import types as types_
 
 from numba.core import types
 from numba.core.imputils import lower_builtin
 from numba.core.typing.templates import AbstractTemplate, infer_global, signature
 
-__all__ = ["_select"]
+__all__ = ["_select", "as_conditional"]
 
 _VALUES = (types.Float, types.Integer, types.Boolean)
 
@@ -57,3 +64,28 @@ def _select_lowered(context, builder, sig, args):
     a = context.cast(builder, args[1], sig.args[1], rt)
     b = context.cast(builder, args[2], sig.args[2], rt)
     return builder.select(cond, a, b)
+
+
+class _AsConditional(ast.NodeTransformer):
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "_select" and \
+                len(node.args) == 3 and not node.keywords:
+            c, a, b = node.args
+            return ast.copy_location(ast.IfExp(test=c, body=a, orelse=b), node)
+        return node
+
+
+def as_conditional(fn, source):
+    """The Python function ``fn`` (defined by ``source``) with each ``_select(c, a, b)``
+    written back as ``a if c else b``, for running an adjoint's source as Python: there
+    a value not chosen is not computed (a Python float divided by zero raises).  Same
+    globals, same line numbers; ``fn`` itself where ``source`` has no ``_select``."""
+    if "_select(" not in source:
+        return fn
+    tree = _AsConditional().visit(ast.parse(source))
+    module = compile(ast.fix_missing_locations(tree), fn.__code__.co_filename, "exec")
+    code = next(c for c in module.co_consts
+                if isinstance(c, types_.CodeType) and c.co_name == fn.__name__)
+    return types_.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__,
+                               fn.__closure__)

@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 from .lowering import TAPE_DTYPES
+from .select_intrinsic import as_conditional
 
 MAX_LINES = 2_000_000
 
@@ -43,7 +44,8 @@ def cpu_tape_usage(kernel, args, max_lines=MAX_LINES):
     """``{kind: (peak entries, bytes)}`` of one adjoint call of CPU ``kernel`` at
     ``args``; raises :class:`TooLarge` past ``max_lines`` interpreted lines."""
     comp = kernel.compiled(*args)
-    fn = comp.function.py_func
+    # (each _select as the conditional expression: only the chosen value computed)
+    fn = as_conditional(comp.function.py_func, comp.source)
     fwd = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     call = [*fwd, *adjoint_buffers(comp.plan, fwd)]
     if comp.plan.returns_value:

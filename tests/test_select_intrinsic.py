@@ -152,3 +152,52 @@ def test_select_types_registered():
     fnty = ctx.resolve_value_type(_select)
     sig = fnty.get_call_type(ctx, (types.boolean, types.float64, types.float32), {})
     assert sig.return_type == types.float64
+
+
+# ---- run as Python ---------------------------------------------------------------------
+@njit
+def _sqrt_total(x):
+    total = 0.0
+    for i in range(x.shape[0]):
+        s = x[i] * x[i]
+        for j in range(2):
+            s = math.sqrt(s)
+        total += s
+    return total
+
+
+def test_tape_measured_as_python_with_conditional_expressions(monkeypatch):
+    """Measured as Python (the cost card's tape usage), the adjoint runs with each
+    _select written back as the conditional expression."""
+    from kadj import select_intrinsic, tape_measure
+    seen = []
+
+    def spy(fn, source):
+        seen.append(source)
+        out = select_intrinsic.as_conditional(fn, source)
+        assert out is not fn
+        return out
+
+    monkeypatch.setattr(tape_measure, "as_conditional", spy)
+    k = kadj.differentiate(_sqrt_total)
+    x = np.array([0.0, 2.0, 3.0])
+    usage = tape_measure.cpu_tape_usage(k, (x,))
+    assert len(seen) == 1 and "_select(" in seen[0]
+    assert usage["f64"][0] > 0
+
+
+def test_as_conditional_keeps_lines_and_globals():
+    from kadj.select_intrinsic import as_conditional
+    source = ("def f(g, x):\n"
+              "    y = _select(g == 0.0, 0.0, g / x)\n"
+              "    return y\n")
+    ns = {"_select": _select}
+    exec(compile(source, "<f>", "exec"), ns)
+    f = ns["f"]
+    with pytest.raises(ZeroDivisionError):
+        f(0.0, 0.0)
+    g = as_conditional(f, source)
+    assert g(0.0, 0.0) == 0.0 and g(1.0, 4.0) == 0.25
+    assert g.__globals__ is f.__globals__
+    assert {ln for _, _, ln in g.__code__.co_lines()} == {ln for _, _, ln in f.__code__.co_lines()}
+    assert as_conditional(f, "def f(g, x):\n    return g\n") is f
