@@ -17,8 +17,11 @@ things lowered as values instead, by numba's own functions where it has them:
 * a ``range`` loop: numba builds the range, its iterator and each step's (value,
   valid) pair in stack slots and checks at every loop that the step is not zero; here
   they are values, with numba's arithmetic and branches (the trip count, the step's
-  update: the same loop for LLVM to optimise), and the check is left out where the
-  step is a nonzero constant;
+  update), the check left out where the step is a nonzero constant, and the trip count
+  of a loop whose step is the constant 1 computed as ``max(stop - start, 0)`` by a
+  ``select`` instead of numba's branches (LLVM's loop vectoriser then sees it: a
+  stencil adjoint's loops vectorise; with a select for other steps too, some reversed
+  loops stopped vectorising, so those keep numba's branches);
 * reference counts: numba's ``incref``/``decref`` of a value reads every field of its
   struct, of a value that holds no counted reference too, and a variable assigned more
   than once is loaded before each store (to release its old value) and zeroed when it
@@ -247,8 +250,8 @@ class LeanLower(Lower):
 
     def _range_iterator(self, rty, state):
         """numba's ``range.__iter__`` (``RangeIter.from_range_state``), the struct built
-        as a value, and the check of a zero step left out where the step is a nonzero
-        constant."""
+        as a value, the check of a zero step left out where the step is a nonzero
+        constant, and a unit step's trip count computed by a select."""
         builder, context = self.builder, self.context
         int_type = rty.iterator_type.yield_type
         start, stop, step = (builder.extract_value(state, k) for k in range(3))
@@ -267,6 +270,11 @@ class LeanLower(Lower):
             with cgutils.if_unlikely(builder, zero_step):
                 context.call_conv.return_user_exc(builder, ValueError,
                                                   ("range() arg 3 must not be zero",))
+        if known is not None and known.constant == 1:
+            # a unit step: the trip count is max(stop - start, 0), as a select (numba's
+            # branches hide it from LLVM's loop vectoriser: stencil loops stay scalar)
+            builder.store(builder.select(sign_differs, zero, diff), countptr)
+            return self._iterator_value(rty, startptr, stop, step, countptr)
         with builder.if_else(sign_differs) as (then, orelse):
             with then:
                 builder.store(zero, countptr)
@@ -276,9 +284,12 @@ class LeanLower(Lower):
                 uneven = builder.icmp_signed(">", rem, zero)
                 count = builder.add(builder.sdiv(diff, step), builder.select(uneven, one, zero))
                 builder.store(count, countptr)
-        value = llir.Constant(context.get_value_type(rty.iterator_type), llir.Undefined)
+        return self._iterator_value(rty, startptr, stop, step, countptr)
+
+    def _iterator_value(self, rty, startptr, stop, step, countptr):
+        value = llir.Constant(self.context.get_value_type(rty.iterator_type), llir.Undefined)
         for k, member in enumerate((startptr, stop, step, countptr)):
-            value = builder.insert_value(value, member, k)
+            value = self.builder.insert_value(value, member, k)
         return value
 
     def _range_next(self, pairty, it):
