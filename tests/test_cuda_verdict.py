@@ -273,6 +273,7 @@ TEST_FILE_ARGS = {
                                                      np.zeros(9)],
                                    "cuda_ptx_families": [r.random(9), r.random(9),
                                                          np.zeros(9)]},
+    "test_select_intrinsic": lambda m, r: {"_sqrt_cuda": [r.random(8) + 0.5, np.zeros(8)]},
 }
 
 
