@@ -196,11 +196,11 @@ def _allocate(context, builder, keepty, keep_v, retty, shapes, needty, need_v, s
     at, size, known = _slot_region(context, builder, needty, need, idx, keep.nitems)
     fits = builder.and_(known, builder.and_(builder.not_(overflow),
                                             builder.icmp_signed("<=", nbytes, size)))
-    memptr = types.MemInfoPointer(types.voidptr)
     with builder.if_else(fits, likely=True) as (kept, new):
         with kept:
             kept_data = builder.gep(keep.data, [at])
-            context.nrt.incref(builder, memptr, keep.meminfo)   # the view's own reference
+            # the view's own reference
+            context.nrt.incref(builder, types.MemInfoPointer(types.voidptr), keep.meminfo)
             kept_block = builder.block
         with new:
             with builder.if_then(builder.and_(known, builder.not_(overflow))):

@@ -7,12 +7,12 @@ import numba
 import numpy as np
 import pytest
 from numba import cuda, njit, types
-from numba.core.codegen import JITCodeLibrary
 
 import kadj
 from kadj.select_intrinsic import _select
 
 from fdcheck import fd_check
+from test_lean_lowering import _function_body, _lowered_text
 
 
 @njit(error_model="numpy")
@@ -65,22 +65,8 @@ def test_no_complex_or_arrays():
 
 def _lowered(monkeypatch, fn, args):
     """The LLVM IR numba lowered for ``fn``'s own function, before LLVM optimised it."""
-    texts = []
-    original = JITCodeLibrary.add_ir_module
-
-    def spy(self, ir_module):
-        texts.append(str(ir_module))
-        return original(self, ir_module)
-
-    monkeypatch.setattr(JITCodeLibrary, "add_ir_module", spy)
-    fn(*args)
     name = fn.py_func.__name__
-    for text in texts:
-        for line_no, line in enumerate(text.splitlines()):
-            if line.startswith("define i32") and name in line:
-                lines = text.splitlines()[line_no:]
-                return "\n".join(lines[:lines.index("}")])
-    raise AssertionError("no function lowered")
+    return "\n".join(_function_body(_lowered_text(monkeypatch, fn, args, name), name))
 
 
 def test_one_select_no_branch(monkeypatch):
