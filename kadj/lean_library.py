@@ -24,6 +24,14 @@ for the sums LLVM may reassociate (``_sum_add``), which another pass order may a
 another order (tests/test_lean_library.py), and runs as fast (one thread, alternating,
 best of 9, about 10^5 elements: geometric mean new/old 1.00, every kernel within
 0.94-1.05).  ``KADJ_LEAN_LLVM=0`` keeps numba's rounds (to compare).
+
+The adjoint's Python wrapper (each argument unboxed, the adjoint called, every unboxed
+array released: straight-line code run once per call, about a quarter of an adjoint's
+optimised instructions) is left unoptimised (``optnone``, which every pass skips and
+instruction selection compiles as at O0; :meth:`LeanCodeLibrary.leave_unoptimised`,
+called by :class:`kadj.lean_lowering.LeanLower`): a call costs a few hundredths of a
+microsecond more, the compile about a twentieth less.  ``KADJ_LEAN_WRAPPER=0`` keeps
+it optimised (to compare).
 """
 from __future__ import annotations
 
@@ -34,7 +42,7 @@ from numba.core.codegen import JITCodeLibrary
 from numba.core.compiler_machinery import FunctionPass, register_pass
 from numba.core.runtime.nrtopt import remove_redundant_nrt_refct
 
-__all__ = ["LeanCodeLibrary", "LeanLibrary", "enabled"]
+__all__ = ["LeanCodeLibrary", "LeanLibrary", "enabled", "wrapper_left_unoptimised"]
 
 
 def enabled():
@@ -42,8 +50,24 @@ def enabled():
     return os.environ.get("KADJ_LEAN_LLVM", "1") != "0"
 
 
+def wrapper_left_unoptimised():
+    """Whether an adjoint's Python wrapper is compiled without optimisation
+    (``KADJ_LEAN_WRAPPER``, default on)."""
+    return os.environ.get("KADJ_LEAN_WRAPPER", "1") != "0"
+
+
 class LeanCodeLibrary(JITCodeLibrary):
-    """numba's CPU (JIT) code library whose final module is optimised once, at O3."""
+    """numba's CPU (JIT) code library whose final module is optimised once, at O3, but
+    for the functions named by :meth:`leave_unoptimised`."""
+
+    def leave_unoptimised(self, name):
+        """Compile the function ``name`` (of a module added to this library) without
+        optimisation: LLVM's ``optnone`` (and the ``noinline`` it requires), which
+        every optimisation pass skips and which instruction selection compiles as at
+        O0.  For code that runs once per call, not per element: an adjoint's Python
+        wrapper (the arguments unboxed, the adjoint called, the references
+        released)."""
+        self.__dict__.setdefault("_unoptimised", set()).add(name)
 
     def _optimize_functions(self, ll_module):
         # numba's per-function O3 round, left to the module pipeline; the data layout
@@ -53,6 +77,10 @@ class LeanCodeLibrary(JITCodeLibrary):
     def _optimize_final_module(self):
         if not config.LLVM_REFPRUNE_PASS:   # numba's pruning outside LLVM, as numba does
             self._final_module = remove_redundant_nrt_refct(self._final_module)
+        for name in sorted(self.__dict__.get("_unoptimised", ())):
+            fn = self._final_module.get_function(name)
+            fn.add_function_attribute("noinline")
+            fn.add_function_attribute("optnone")
         mpm, pb = self._codegen._module_pass_manager()   # O3, then the pruning pass
         with self._recorded_timings.record("Module passes (full optimization)", pb):
             mpm.run(self._final_module, pb)

@@ -29,7 +29,9 @@ things lowered as values instead, by numba's own functions where it has them:
   count is its meminfo's alone;
 * a pair's member (the loop step's value or flag) is read from the pair's value.
 
-Everything else goes to numba's implementation as before.  :class:`LeanNativeLowering`,
+Everything else goes to numba's implementation as before.  The Python wrapper it
+creates is named to the code library to be compiled without optimisation
+(:meth:`kadj.lean_library.LeanCodeLibrary.leave_unoptimised`).  :class:`LeanNativeLowering`,
 numba's lowering pass with this lowering class, replaces numba's in both of
 :class:`kadj.ssa_free.AdjointCompiler`'s pipelines (``KADJ_LEAN_LOWERING=0`` keeps
 numba's lowering, to compare).  What the adjoint computes is bit for bit the same, and
@@ -50,6 +52,8 @@ from numba.core.lowering import Lower
 from numba.core.runtime.context import NRTContext
 from numba.core.typed_passes import NativeLowering
 from numba.np.arrayobj import basic_indexing, load_item, normalize_indices, store_item
+
+from .lean_library import LeanCodeLibrary, wrapper_left_unoptimised
 
 __all__ = ["ArrayFields", "LeanLower", "LeanNativeLowering", "enabled"]
 
@@ -187,7 +191,9 @@ class LeanLower(Lower):
 
     def create_cpython_wrapper(self, release_gil=False):
         with _lean_counts():
-            return super().create_cpython_wrapper(release_gil)
+            super().create_cpython_wrapper(release_gil)
+        if isinstance(self.library, LeanCodeLibrary) and wrapper_left_unoptimised():
+            self.library.leave_unoptimised(self.fndesc.llvm_cpython_wrapper_name)
 
     def create_cfunc_wrapper(self):
         with _lean_counts():

@@ -1,5 +1,7 @@
 """Serial CPU adjoints' LLVM module is optimised once, at O3 (kadj.lean_library), and
 computes what numba's three rounds of optimisation compute."""
+import re
+
 import numba
 import numpy as np
 import pytest
@@ -160,3 +162,73 @@ def test_reference_count_pruning_outside_llvm(monkeypatch):
     for a, b in zip(got + [got_ret], want + [want_ret]):
         if a is not None:
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _attribute_groups(ll):
+    """{group number: attribute text} of an LLVM module's text."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"^attributes #(\d+) = \{ (.*) \}$",
+                                                       ll, re.M)}
+
+
+def _function_attributes(ll, name_part):
+    """The attributes (group texts and inline ones) of the one function defined in
+    ``ll`` whose name contains ``name_part``."""
+    groups = _attribute_groups(ll)
+    (line,) = [ln for ln in ll.splitlines() if ln.startswith("define") and name_part in ln]
+    return " ".join(groups.get(g, "") for g in re.findall(r"#(\d+)", line))
+
+
+def test_the_python_wrapper_is_compiled_without_optimisation():
+    """The adjoint's Python wrapper (arguments unboxed once per call) is ``optnone``;
+    the adjoint's own function is optimised; the gradient is right."""
+    ex = by_name("linear_recurrence")
+    k, comp, args = _compiled(ex)
+    (ll,) = comp.function.inspect_llvm().values()
+    wrapper = _function_attributes(ll, "_ZN7cpython")
+    assert "optnone" in wrapper.split() and "noinline" in wrapper.split(), wrapper
+    (body,) = [ln for ln in ll.splitlines() if ln.startswith("define")
+               and "_adjoint" in ln and "cpython" not in ln]
+    assert "optnone" not in _function_attributes(ll, body.split("@")[1].split("(")[0])
+    fd_check(k, args)
+
+
+def test_the_wrapper_is_optimised_when_switched_off(monkeypatch):
+    monkeypatch.setenv("KADJ_LEAN_WRAPPER", "0")
+    _, comp, _ = _compiled(by_name("linear_recurrence"))
+    (ll,) = comp.function.inspect_llvm().values()
+    assert "optnone" not in _function_attributes(ll, "_ZN7cpython").split()
+
+
+def test_the_unoptimised_wrapper_releases_what_it_unboxes():
+    """numba's memory records balance over repeated calls through the wrapper (every
+    array it unboxes released again), and the arguments are left as they were."""
+    from numba.core.runtime import _nrt_python as _nrt
+    from numba.core.runtime import rtsys
+    was_on = _nrt.memsys_stats_enabled()
+    _nrt.memsys_enable_stats()
+    try:
+        _wrapper_calls_balance(rtsys)
+    finally:
+        if not was_on:
+            _nrt.memsys_disable_stats()
+
+
+def _wrapper_calls_balance(rtsys):
+    ex = by_name("softmax")
+    k, comp, args = _compiled(ex)
+    plan = comp.plan
+    fwd = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    bufs = adjoint_buffers(plan, fwd, fill=0.5)
+    extra = (0.7,) if plan.returns_value else ()
+    memory = comp.fresh_memory()
+    comp.function(*fwd, *bufs, *extra, *memory)
+
+    before = rtsys.get_allocation_stats()
+    for _ in range(50):
+        comp.function(*fwd, *bufs, *extra, *memory)
+    after = rtsys.get_allocation_stats()
+    assert after.mi_alloc - before.mi_alloc == after.mi_free - before.mi_free > 0
+    assert after.alloc - before.alloc == after.free - before.free
+    for a, b in zip(fwd, args):
+        if isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b)
