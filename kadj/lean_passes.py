@@ -1,4 +1,5 @@
-"""Three of numba's passes skipped where the IR shows they have nothing to do.
+"""Five of numba's passes skipped, or cut short, where the IR shows they have nothing
+to do.
 
 numba's nopython pipeline runs ``InlineClosureLikes`` (inline locally defined closures,
 ``functools.reduce`` and stencil calls, and turn list comprehensions wrapped in
@@ -21,22 +22,37 @@ unary or binary operation, a ufunc call returning an array) and run numba's pass
 they find any; otherwise they leave the IR as it is, which is what numba's pass would
 have done.  :class:`LeanStripPhis` runs numba's pass where the IR holds a phi node (or
 is a generator's); otherwise it only rebuilds the table of definitions, as numba's
-pass does.  :class:`kadj.ssa_free.AdjointCompiler` uses them in its first pipeline; its
-fallback (numba's own pipeline) runs numba's passes.
+pass does.
+
+Two passes before typing end with numba's post-processing, which makes the control-flow
+graph canonical and computes every variable's lifetime: ``IRProcessing`` (that is all
+it does) and ``GenericRewrites`` (constant indices, powers, raises and prints rewritten
+for typing).  The lifetimes are read before the legalisation pass (which computes them
+again, right before lowering) only for a generator or a function that names
+``literal_unroll`` (:func:`lifetimes_read`; a with-block's lifting computes them
+itself).  :class:`LeanIRProcessing` makes the graph canonical alone elsewhere, and
+:class:`LeanGenericRewrites` applies the rewrites as numba does without the
+post-processing (they change statements, not the graph).  About 2% of an adjoint's
+compile.
+
+:class:`kadj.ssa_free.AdjointCompiler` uses them in its first pipeline; its fallback
+(numba's own pipeline) runs numba's passes.
 """
 from __future__ import annotations
 
 import functools
 
 import numpy as np
-from numba.core import ir, types
+from numba.core import ir, rewrites, transforms, types
 from numba.core.compiler_machinery import register_pass
 from numba.core.ir_utils import build_definitions
 from numba.core.typed_passes import NopythonRewrites, PreLowerStripPhis
-from numba.core.untyped_passes import InlineClosureLikes
+from numba.core.untyped_passes import GenericRewrites, IRProcessing, InlineClosureLikes
+from numba.misc.special import literal_unroll
 
-__all__ = ["LeanInlineClosureLikes", "LeanNopythonRewrites", "LeanStripPhis",
-           "closure_work", "rewrite_work"]
+__all__ = ["LeanGenericRewrites", "LeanIRProcessing", "LeanInlineClosureLikes",
+           "LeanNopythonRewrites", "LeanStripPhis", "closure_work", "lifetimes_read",
+           "rewrite_work"]
 
 
 def _exprs(func_ir):
@@ -119,4 +135,61 @@ class LeanStripPhis(PreLowerStripPhis):
                 for _stmt, value in _exprs(func_ir)):
             return super().run_pass(state)
         func_ir._definitions = build_definitions(func_ir.blocks)
+        return True
+
+
+def lifetimes_read(func_ir):
+    """Might a pass before the legalisation read the variables' lifetimes
+    (``func_ir.variable_lifetime``) that numba's post-processor computes?  Only where
+    the function is a generator (its yield points' live variables) or names
+    ``literal_unroll`` (numba's unroller reads the live variables); a with-block's
+    lifting computes them itself."""
+    if func_ir.is_generator:
+        return True
+    return any(isinstance(value, (ir.Global, ir.FreeVar)) and value.value is literal_unroll
+               for _stmt, value in _exprs(func_ir))
+
+
+@register_pass(mutates_CFG=True, analysis_only=False)
+class LeanIRProcessing(IRProcessing):
+    """numba's post-processing of the bytecode's IR: the control-flow graph made
+    canonical (one back edge per loop), and every variable's lifetime computed, which
+    only :func:`lifetimes_read`'s functions read before the legalisation pass (right
+    before lowering) computes them again; elsewhere the graph alone."""
+    _name = "kadj_ir_processing"
+
+    def run_pass(self, state):
+        func_ir = state.func_ir
+        if lifetimes_read(func_ir):
+            return super().run_pass(state)
+        func_ir.blocks = transforms.canonicalize_cfg(func_ir.blocks)
+        return True
+
+
+@register_pass(mutates_CFG=True, analysis_only=False)
+class LeanGenericRewrites(GenericRewrites):
+    """numba's rewrites before typing (constant indices as ``static_getitem``, static
+    binary operations, constant raises, prints), applied as numba's registry applies
+    them, without the post-processing numba runs after them (the graph made canonical
+    again, and the lifetimes computed: see :class:`LeanIRProcessing`; these rewrites
+    change statements, never the graph) unless :func:`lifetimes_read`."""
+    _name = "kadj_generic_rewrites"
+
+    def run_pass(self, state):
+        func_ir = state.func_ir
+        if lifetimes_read(func_ir):
+            return super().run_pass(state)
+        blocks = func_ir.blocks
+        old_blocks = blocks.copy()
+        for rewrite_cls in rewrites.rewrite_registry.rewrites["before-inference"]:
+            rewrite = rewrite_cls(state)     # each applied until it stops matching
+            work_list = list(blocks.items())
+            while work_list:
+                key, block = work_list.pop()
+                if rewrite.match(func_ir, block, state.typemap, state.calltypes):
+                    blocks[key] = rewrite.apply()
+                    work_list.append((key, blocks[key]))
+        for key, block in blocks.items():
+            if block != old_blocks[key]:
+                block.verify()
         return True

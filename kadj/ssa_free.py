@@ -31,14 +31,17 @@ from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.core.compiler_machinery import FunctionPass, register_pass
 from numba.core.typed_passes import NativeLowering, NopythonRewrites, NopythonTypeInference, \
     PreLowerStripPhis
-from numba.core.untyped_passes import FixupArgs, InlineClosureLikes
+from numba.core.untyped_passes import FixupArgs, GenericRewrites, InlineClosureLikes, \
+    IRProcessing
 
 from .lean_lowering import LeanNativeLowering
 from .lean_library import LeanCodeLibrary, LeanLibrary
-from .lean_passes import LeanInlineClosureLikes, LeanNopythonRewrites, LeanStripPhis
+from .lean_passes import LeanGenericRewrites, LeanInlineClosureLikes, LeanIRProcessing, \
+    LeanNopythonRewrites, LeanStripPhis
 
 _LEAN = {InlineClosureLikes: LeanInlineClosureLikes, NopythonRewrites: LeanNopythonRewrites,
-         PreLowerStripPhis: LeanStripPhis, NativeLowering: LeanNativeLowering}
+         PreLowerStripPhis: LeanStripPhis, NativeLowering: LeanNativeLowering,
+         IRProcessing: LeanIRProcessing, GenericRewrites: LeanGenericRewrites}
 
 __all__ = ["AdjointCompiler", "WithSSA", "mixed_assignment", "options_for"]
 
@@ -182,9 +185,9 @@ class AdjointCompiler(CompilerBase):
         fast.add_pass_after(_OneTypeEach, NopythonTypeInference)
         # LLVM's optimisation once over the whole module (kadj.lean_library)
         fast.add_pass_after(LeanLibrary, _OneTypeEach)
-        # three passes that recompute every variable's liveness, run only where the
-        # IR gives them something to do (kadj.lean_passes); lowering with less LLVM IR
-        # (kadj.lean_lowering)
+        # five passes that recompute every variable's liveness, run only where the
+        # IR gives them something to do or where it is read (kadj.lean_passes);
+        # lowering with less LLVM IR (kadj.lean_lowering)
         fast.passes[:] = [(_LEAN.get(cls, cls), desc) for cls, desc in fast.passes]
         fast.finalize()
         full = _with_ssa(st)

@@ -7,10 +7,11 @@ import functools
 import numba
 import numpy as np
 import pytest
+from numba import literal_unroll
 from numba.core.compiler import run_frontend
 
 import kadj
-from kadj.lean_passes import closure_work, rewrite_work
+from kadj.lean_passes import closure_work, lifetimes_read, rewrite_work
 from kadj.ssa_free import AdjointCompiler
 from kadj.testing import check_grad
 from kernels.long_kernels import limiter_kernel
@@ -92,6 +93,64 @@ def test_an_element_loop_compiles_without_them():
     times = cres.metadata["pipeline_times"]["kadj_ssa_free"]
     assert any("kadj_inline_closure_likes" in name for name in times)
     assert any("kadj_strip_phis" in name for name in times)
+    assert any("kadj_ir_processing" in name for name in times)
+    assert any("kadj_generic_rewrites" in name for name in times)
+
+
+def _unrolled(t):
+    s = 0.0
+    for v in literal_unroll(t):
+        s += v
+    return s
+
+
+def _generator(n):
+    for i in range(n):
+        yield i
+
+
+def _static_rewrites(a, k):
+    """numba's rewrites before typing all apply: constant indices of a tuple and an
+    array, a constant power, a constant raise, a print of constants."""
+    t = a.shape
+    if k < 0:
+        raise ValueError("k must be at least 0")
+    s = a[0] + t[0] ** 2
+    print("static", 1)
+    return s + a[k] ** 3
+
+
+def _two_back_edges(a):
+    """A loop with a ``continue`` (two back edges: the graph made canonical)."""
+    s = 0.0
+    i = 0
+    while i < a.shape[0]:
+        i += 1
+        if a[i - 1] < 0.0:
+            continue
+        s += a[i - 1]
+    return s
+
+
+@pytest.mark.parametrize("fn, needs", [(_unrolled, True), (_generator, True),
+                                       (_element_loop, False), (_static_rewrites, False)])
+def test_what_reads_the_variables_lifetimes(fn, needs):
+    assert lifetimes_read(run_frontend(fn)) is needs
+
+
+@pytest.mark.parametrize("fn, args", [
+    (_unrolled, ((1.0, 2, 3.5),)), (_static_rewrites, (np.arange(3.0) + 1, 2)),
+    (_two_back_edges, (np.array([1.0, -2.0, 3.0, -4.0, 5.0]),)),
+])
+def test_functions_the_rewrites_and_graph_change_compile_right(fn, args, capsys):
+    got = numba.njit(pipeline_class=AdjointCompiler)(fn)(*args)
+    assert got == pytest.approx(fn(*args), rel=1e-12)
+
+
+def test_a_constant_raise_still_raises():
+    f = numba.njit(pipeline_class=AdjointCompiler)(_static_rewrites)
+    with pytest.raises(ValueError, match="k must be at least 0"):
+        f(np.arange(3.0), -1)
 
 
 def test_a_long_kernel_has_the_right_gradient(tmp_path):
