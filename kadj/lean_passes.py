@@ -36,7 +36,10 @@ post-processing (they change statements, not the graph).  About 2% of an adjoint
 compile.
 
 :class:`kadj.ssa_free.AdjointCompiler` uses them in its first pipeline; its fallback
-(numba's own pipeline) runs numba's passes.
+(numba's own pipeline) runs numba's passes.  kadj's frontend, which types the kernel
+itself (and each helper it inlines), runs the three untyped ones
+(``kadj.frontend._untyped_pipeline``): the generated adjoints are the same, character
+for character, and the frontend takes about a sixth less time.
 """
 from __future__ import annotations
 

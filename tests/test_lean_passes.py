@@ -159,3 +159,22 @@ def test_a_long_kernel_has_the_right_gradient(tmp_path):
     # values apart enough that no limiter branch flips within the finite differences
     u = np.cumsum(rng.uniform(0.2, 1.0, 30)) * np.where(np.arange(30) % 7 < 4, 1.0, -1.0)
     check_grad(k, (u, np.zeros(30), 0.3))
+
+
+def test_the_frontend_types_kernels_with_the_lean_passes():
+    """kadj's frontend (the forward's typed IR) runs numba's untyped pipeline with the
+    passes above in place of numba's, and KadjWithBlocks in place of with-lifting."""
+    from numba.core import untyped_passes as up
+    from numba.core.compiler import Flags, StateDict
+
+    from kadj import frontend, lean_passes
+
+    state = StateDict()
+    state.func_ir, state.flags = None, Flags()
+    classes = [cls for cls, _ in frontend._untyped_pipeline(state).passes]
+    for numbas in (up.IRProcessing, up.GenericRewrites, up.InlineClosureLikes,
+                   up.WithLifting):
+        assert numbas not in classes
+    for lean in (lean_passes.LeanIRProcessing, lean_passes.LeanGenericRewrites,
+                 lean_passes.LeanInlineClosureLikes, frontend.KadjWithBlocks):
+        assert lean in classes
