@@ -16,6 +16,8 @@ from kadj.ssa_free import AdjointCompiler
 from kadj.testing import check_grad
 from kernels.long_kernels import limiter_kernel
 
+from test_corpus import while_continue
+
 
 def _closure(x):
     def f(v):
@@ -120,18 +122,6 @@ def _static_rewrites(a, k):
     return s + a[k] ** 3
 
 
-def _two_back_edges(a):
-    """A loop with a ``continue`` (two back edges: the graph made canonical)."""
-    s = 0.0
-    i = 0
-    while i < a.shape[0]:
-        i += 1
-        if a[i - 1] < 0.0:
-            continue
-        s += a[i - 1]
-    return s
-
-
 @pytest.mark.parametrize("fn, needs", [(_unrolled, True), (_generator, True),
                                        (_element_loop, False), (_static_rewrites, False)])
 def test_what_reads_the_variables_lifetimes(fn, needs):
@@ -140,7 +130,8 @@ def test_what_reads_the_variables_lifetimes(fn, needs):
 
 @pytest.mark.parametrize("fn, args", [
     (_unrolled, ((1.0, 2, 3.5),)), (_static_rewrites, (np.arange(3.0) + 1, 2)),
-    (_two_back_edges, (np.array([1.0, -2.0, 3.0, -4.0, 5.0]),)),
+    # a loop with a continue: two back edges, the graph made canonical
+    (while_continue.py_func, (np.array([1.0, -2.0, 3.0, -4.0, 5.0]),)),
 ])
 def test_functions_the_rewrites_and_graph_change_compile_right(fn, args, capsys):
     got = numba.njit(pipeline_class=AdjointCompiler)(fn)(*args)
