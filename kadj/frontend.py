@@ -143,17 +143,16 @@ def _untyped_pipeline(state, name="untyped"):
     with-lifting pass, and three passes skipped or cut short where the IR gives them
     nothing to do (:mod:`kadj.lean_passes`: closures inlined only where there are
     some, the variables' lifetimes computed only where a pass reads them)."""
-    from numba.core.untyped_passes import GenericRewrites, InlineClosureLikes, \
-        IRProcessing, WithLifting
+    from numba.core.untyped_passes import WithLifting
 
-    from .lean_passes import LeanGenericRewrites, LeanInlineClosureLikes, LeanIRProcessing
+    from .lean_passes import UNTYPED
 
-    lean = {WithLifting: KadjWithBlocks, IRProcessing: LeanIRProcessing,
-            InlineClosureLikes: LeanInlineClosureLikes, GenericRewrites: LeanGenericRewrites}
     numba_pm = DefaultPassBuilder.define_untyped_pipeline(state, name)
     pm = PassManager(name)   # not finalized: the caller adds passes and finalizes
     for cls, desc in numba_pm.passes:
-        pm.add_pass(lean.get(cls, cls), desc)
+        if cls is WithLifting:
+            cls, desc = KadjWithBlocks, "kadj: refuse with-blocks"
+        pm.add_pass(UNTYPED.get(cls, cls), desc)
     return pm
 
 

@@ -54,8 +54,8 @@ from numba.core.untyped_passes import GenericRewrites, IRProcessing, InlineClosu
 from numba.misc.special import literal_unroll
 
 __all__ = ["LeanGenericRewrites", "LeanIRProcessing", "LeanInlineClosureLikes",
-           "LeanNopythonRewrites", "LeanStripPhis", "closure_work", "lifetimes_read",
-           "rewrite_work"]
+           "LeanNopythonRewrites", "LeanStripPhis", "UNTYPED", "closure_work",
+           "lifetimes_read", "rewrite_work"]
 
 
 def _exprs(func_ir):
@@ -196,3 +196,9 @@ class LeanGenericRewrites(GenericRewrites):
             if block != old_blocks[key]:
                 block.verify()
         return True
+
+
+# numba's untyped passes and the lean pass that takes each one's place (the adjoint
+# pipeline and kadj's frontend both use this table)
+UNTYPED = {IRProcessing: LeanIRProcessing, InlineClosureLikes: LeanInlineClosureLikes,
+           GenericRewrites: LeanGenericRewrites}

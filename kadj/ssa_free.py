@@ -31,17 +31,14 @@ from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.core.compiler_machinery import FunctionPass, register_pass
 from numba.core.typed_passes import NativeLowering, NopythonRewrites, NopythonTypeInference, \
     PreLowerStripPhis
-from numba.core.untyped_passes import FixupArgs, GenericRewrites, InlineClosureLikes, \
-    IRProcessing
+from numba.core.untyped_passes import FixupArgs
 
 from .lean_lowering import LeanNativeLowering
 from .lean_library import LeanCodeLibrary, LeanLibrary
-from .lean_passes import LeanGenericRewrites, LeanInlineClosureLikes, LeanIRProcessing, \
-    LeanNopythonRewrites, LeanStripPhis
+from .lean_passes import UNTYPED, LeanNopythonRewrites, LeanStripPhis
 
-_LEAN = {InlineClosureLikes: LeanInlineClosureLikes, NopythonRewrites: LeanNopythonRewrites,
-         PreLowerStripPhis: LeanStripPhis, NativeLowering: LeanNativeLowering,
-         IRProcessing: LeanIRProcessing, GenericRewrites: LeanGenericRewrites}
+_LEAN = {**UNTYPED, NopythonRewrites: LeanNopythonRewrites, PreLowerStripPhis: LeanStripPhis,
+         NativeLowering: LeanNativeLowering}
 
 __all__ = ["AdjointCompiler", "WithSSA", "mixed_assignment", "options_for"]
 

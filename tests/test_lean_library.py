@@ -1,5 +1,6 @@
 """Serial CPU adjoints' LLVM module is optimised once, at O3 (kadj.lean_library), and
 computes what numba's three rounds of optimisation compute."""
+import contextlib
 import re
 
 import numba
@@ -7,6 +8,8 @@ import numpy as np
 import pytest
 from numba.core import config
 from numba.core.codegen import JITCodeLibrary
+from numba.core.runtime import _nrt_python as _nrt
+from numba.core.runtime import rtsys
 
 import kadj
 from kadj.lean_library import LeanCodeLibrary
@@ -199,36 +202,30 @@ def test_the_wrapper_is_optimised_when_switched_off(monkeypatch):
     assert "optnone" not in _function_attributes(ll, "_ZN7cpython").split()
 
 
-def test_the_unoptimised_wrapper_releases_what_it_unboxes():
-    """numba's memory records balance over repeated calls through the wrapper (every
-    array it unboxes released again), and the arguments are left as they were."""
-    from numba.core.runtime import _nrt_python as _nrt
-    from numba.core.runtime import rtsys
+@contextlib.contextmanager
+def nrt_stats():
+    """numba's allocation counts enabled within the block (as they were after it)."""
     was_on = _nrt.memsys_stats_enabled()
     _nrt.memsys_enable_stats()
     try:
-        _wrapper_calls_balance(rtsys)
+        yield rtsys
     finally:
         if not was_on:
             _nrt.memsys_disable_stats()
 
 
-def _wrapper_calls_balance(rtsys):
-    ex = by_name("softmax")
-    k, comp, args = _compiled(ex)
-    plan = comp.plan
-    fwd = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    bufs = adjoint_buffers(plan, fwd, fill=0.5)
-    extra = (0.7,) if plan.returns_value else ()
-    memory = comp.fresh_memory()
-    comp.function(*fwd, *bufs, *extra, *memory)
-
-    before = rtsys.get_allocation_stats()
-    for _ in range(50):
-        comp.function(*fwd, *bufs, *extra, *memory)
-    after = rtsys.get_allocation_stats()
+def test_the_unoptimised_wrapper_releases_what_it_unboxes():
+    """numba's memory records balance over repeated calls through the wrapper (every
+    array it unboxes released again), and the arguments are left as they were."""
+    _, comp, args = _compiled(by_name("softmax"))
+    with nrt_stats():
+        _run(comp.function, comp, args, comp.plan)
+        before = rtsys.get_allocation_stats()
+        for _ in range(50):
+            out, _ret = _run(comp.function, comp, args, comp.plan)
+        after = rtsys.get_allocation_stats()
     assert after.mi_alloc - before.mi_alloc == after.mi_free - before.mi_free > 0
     assert after.alloc - before.alloc == after.free - before.free
-    for a, b in zip(fwd, args):
-        if isinstance(a, np.ndarray):
+    for a, b in zip(out, args):
+        if isinstance(b, np.ndarray):
             np.testing.assert_array_equal(a, b)

@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba.core import lowering
 from numba.core.codegen import JITCodeLibrary
-from numba.core.runtime import _nrt_python as _nrt
 from numba.core.runtime import rtsys
 
 import kadj
@@ -22,7 +21,8 @@ from kadj.tape_measure import adjoint_buffers
 from kernels.cpu import by_name
 
 from fdcheck import fd_check
-from test_lean_library import _changes_type   # typed only with SSA reconstruction
+# (_changes_type: typed only with SSA reconstruction)
+from test_lean_library import _changes_type, nrt_stats
 
 
 def _lean(fn, **options):
@@ -345,13 +345,8 @@ def test_every_allocation_released(monkeypatch):
     """Arrays, views, tuples of arrays, arrays reassigned in loops, kept memory and its
     fallback: as many releases as allocations, lowered either way."""
     keep = np.empty(64, np.uint8)
-    was_on = _nrt.memsys_stats_enabled()
-    _nrt.memsys_enable_stats()
-    try:
+    with nrt_stats():
         _every_allocation_released(monkeypatch, keep)
-    finally:
-        if not was_on:
-            _nrt.memsys_disable_stats()
 
 
 def _every_allocation_released(monkeypatch, keep):
