@@ -416,14 +416,28 @@ _SOURCE_LINE = re.compile(r"# [^\s:]+:\d+: ")
 
 
 def drop_orphan_comments(fn):
-    """A source-line comment directly followed by another one, or ending a statement
-    list after other statements, lost its statements."""
+    """A source-line comment directly followed by another one or by a sweep's heading
+    (``# ---- reverse sweep ----``), or ending a statement list after other statements,
+    lost its statements."""
     for seq in lists(fn):
-        last = len(seq) - 1
-        seq[:] = [x for k, x in enumerate(seq)
-                  if not (_is_source_comment(x) and (
-                      k < last and _is_source_comment(seq[k + 1]) or
-                      k == last and any(not isinstance(y, A.Comment) for y in seq)))]
+        shown = [x for x in seq if not _silent(x)]
+        last = len(shown) - 1
+        gone = {id(x) for k, x in enumerate(shown)
+                if _is_source_comment(x) and (
+                    k < last and (_is_source_comment(shown[k + 1]) or
+                                  _is_heading(shown[k + 1])) or
+                    k == last and any(not isinstance(y, A.Comment) for y in shown))}
+        if gone:
+            seq[:] = [x for x in seq if id(x) not in gone]
+
+
+def _silent(x):
+    """A statement that prints nothing (a reservation of no tape)."""
+    return isinstance(x, A.Reserve) and not x.amounts
+
+
+def _is_heading(x):
+    return isinstance(x, A.Comment) and x.text.startswith("# ---- ")
 
 
 def _is_source_comment(x):

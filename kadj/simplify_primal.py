@@ -113,9 +113,7 @@ def _unread_arrays(idx, params):
         m = _ELEMENT.match(target)
         if m and x.op in ("=", "+=", "-="):
             array, at = m.group(1), m.group(2)
-            rest = x.value.replace(target, "0")
-            if _pure(x.value) and _pure(at) and array not in names(rest) and \
-                    array not in names(at):
+            if _pure(x.value) and _pure(at):
                 stores.setdefault(array, set()).add(id(x))
         elif IDENT.match(target) and x.op == "=" and _ALLOCATION.match(x.value.strip()):
             allocations.setdefault(target, set()).add(id(x))

@@ -182,24 +182,30 @@ def test_no_golden_adjoint_computes_a_value_nothing_reads():
 
 
 def test_an_array_only_stored_into_goes_with_its_loop():
-    """A work copy whose elements nothing reads (the forward of y[j] += v, whose
-    adjoint needs no value of y): its allocation, stores and the loop left computing
-    only what they read go; an array read anywhere, or a parameter, stays."""
+    """A work copy whose elements nothing but its own stores reads (the forward of
+    y[j] += v, whose adjoint needs no value of y; a Gauss-Seidel sweep u[i] = (u[i-1] +
+    u[i+1]) / 2 + v, whose adjoint needs no value of u): its allocation, stores and the
+    loop left computing only what they read go; an array another statement reads, or
+    a parameter, stays."""
     fwd = A.For("k", "range(0, n, 1)", [
         A.Assign("j", "idx[k]"),
         A.Assign("v", "x[k] * 2.0"),
         A.Assign("y_work[j]", "y_work[j] + v"),     # reads only its own element
-        A.Assign("z_work[j]", "z_work[j + 1] + v"),  # reads another element: stays
+        A.Assign("z_work[j]", "z_work[j + 1] + v"),  # reads another element of its own
+        A.Assign("w_work[j]", "w_work[j - 1] + v"),  # read below: stays
         A.Assign("out[j]", "v")], primal=True)        # a parameter's store: stays
     rev = A.For("k", "range(n - 1, -1, -1)", [A.Assign("j", "idx[k]"),
-                                              A.Assign("out[k]", "out[j]")])
+                                              A.Assign("out[k]", "out[j] + w_work[j]")])
     f = fn(A.Assign("y_work", "y.copy()"), A.Assign("z_work", "np.empty_like(y)"),
+           A.Assign("w_work", "y.copy()"),
            A.Assign("n", "idx.shape[0]"), fwd, rev, params=("idx", "x", "y", "out"))
     remove_unused_primal(f)
     text = "\n".join(lines(f))
-    assert "y_work" not in text and "z_work[j] = z_work[j + 1] + v" in text, text
+    assert "y_work" not in text and "z_work" not in text, text
+    assert "w_work = y.copy()" in text and "w_work[j] = w_work[j - 1] + v" in text, text
     # the same, with the store gone too: the loop computes nothing used after it
-    fwd.body[:] = [x for x in fwd.body if not str(x.target).startswith(("z_", "out"))]
+    fwd.body[:] = [x for x in fwd.body if not str(x.target).startswith(("w_", "out"))]
+    rev.body[1] = A.Assign("out[k]", "out[j]")
     f.prologue[:] = []
     f.body[:] = [A.Assign("y_work", "y.copy()"), A.Assign("n", "idx.shape[0]"), fwd, rev]
     remove_unused_primal(f)
@@ -237,6 +243,26 @@ def test_scatter_adjoints_copy_and_recompute_nothing():
         assert len(loops) == 1 and re.search(r"adj_y\[\w+\] = 0\.0", body) \
             is None, src
         fd_check(k, args)
+
+
+def test_a_sweep_whose_values_only_it_reads_is_neither_copied_nor_run():
+    """Gauss-Seidel, u[i] = 0.5 * (u[i - 1] + u[i + 1] + h2 * f[i]) swept nsweeps
+    times: linear in u, so its adjoint needs no value of u; the work copy of u and the
+    forward sweeps that only it read go (no memory kept between calls), and the
+    gradient stays exact."""
+    from fdcheck import fd_check
+    from kernels.cpu.stencils import gauss_seidel_1d, gauss_seidel_1d_sized
+    args = gauss_seidel_1d_sized(np.random.default_rng(4), 30)
+    k = kadj.differentiate(gauss_seidel_1d)
+    src = k.adjoint_source(*args)
+    body = src[src.index("_adjoint("):]
+    assert "u_work" not in src and "_keep_" not in src, src
+    loops = [ln.split(" in ")[0] for ln in body.splitlines()
+             if ln.strip().startswith("for ")]
+    assert loops == ["    for sweep", "        for i"], src
+    assert "# stencils.py:83: for sweep in range(nsweeps):\n    # ---- reverse" \
+        not in src, src      # (the dropped loop's line comment went with it)
+    fd_check(k, args)
 
 
 @njit
