@@ -17,11 +17,18 @@ once more (``a * b`` lowered asks ``Function.get_call_type`` for its signature a
 and each function typed in a compile (a kernel, its adjoint, numba's overloads)
 resolves the same pairs again.  Within :func:`memoised`, ``Function.get_call_type``
 also answers a repeat of a (function type, typing context, argument types) it resolved
-in the same outermost block: 49,656 of 58,840 such resolutions while the 81 CPU
-gallery adjoints were generated and compiled, each kernel in a block of its own.
-Compiling them took 20.3 -> 19.3 s of CPU (one process, this memo off and on in turn
-per kernel, best of 3; median per kernel -5 %).  A type that gains templates later (a
-new ``@overload``) is a new function type: its resolutions are not the old one's.
+before, in this or an earlier block: 49,656 of 58,840 such resolutions were repeats
+within one kernel's block while the 81 CPU gallery adjoints were generated and
+compiled, and most of the rest repeat another kernel's (``float64 * float64``, an
+array's ``getitem``).  Kept within each block only, the memo took the gallery's
+compile from 20.3 to 19.3 s of CPU (one process, the memo off and on in turn per
+kernel, best of 3; median per kernel -5 %); kept for the process, the gallery's
+adjoints generated and compiled one after the other in one process (as a test suite
+does) take 22.1-22.9 -> 20.2-20.3 s (two runs each way), and ``scripts/bench_compile.py
+--repeat 3`` gives a median (generation + compile) / forward compile of 1.54x against
+1.58x.  A type that gains templates later (a new ``@overload``) is a new function
+type: its resolutions are not the old one's.  (The memo forgets everything past
+:data:`_MEMO_LIMIT` entries and starts again.)
 
 kadj types its kernels, generates and compiles its adjoints (a CPU adjoint's or
 tangent's first call, a CUDA adjoint's ``compile_ptx``) inside :func:`memoised`;
@@ -40,6 +47,8 @@ import threading
 __all__ = ["memoised"]
 
 _state = threading.local()
+_calls = {}          # (function type, typing context, arguments, keywords) -> signature
+_MEMO_LIMIT = 100_000
 _wrapped = set()     # the entries of _INFERERS wrapped so far
 _lock = threading.Lock()
 
@@ -126,15 +135,17 @@ def _memoising(original, kinds):
 
 
 def _remembering(original):
-    """``Function.get_call_type`` answering a repeat from the block's memo: numba's
-    lowering resolves every operator and call of numba's function types again (``a *
-    b`` lowered asks for its signature anew), as does the typing of each function."""
+    """``Function.get_call_type`` answering, within :func:`memoised`, a repeat from the
+    process's memo: numba's lowering resolves every operator and call of numba's
+    function types again (``a * b`` lowered asks for its signature anew), as does the
+    typing of each function and of each kernel."""
     def get_call_type(self, context, args, kws):
-        memo = getattr(_state, "calls", None)
-        if memo is None:
+        if not getattr(_state, "depth", 0):
             return original(self, context, args, kws)
+        if len(_calls) > _MEMO_LIMIT:
+            _calls.clear()
         return _remembered(
-            memo, lambda: (self, context, tuple(args), tuple(sorted(kws.items()))),
+            _calls, lambda: (self, context, tuple(args), tuple(sorted(kws.items()))),
             lambda: original(self, context, args, kws))
 
     return _wrapping(original, get_call_type)
@@ -143,18 +154,13 @@ def _remembering(original):
 @contextlib.contextmanager
 def memoised():
     """Within this block, on this thread, numba's type inference remembers each
-    call's resolution per function being typed, and each resolution of one of numba's
-    function types (``types.Function``: operators, ``math``, NumPy functions) with given
-    argument types, in the typing context it was asked in, until the outermost block
-    ends."""
+    call's resolution per function being typed, and answers each resolution of one of
+    numba's function types (``types.Function``: operators, ``math``, NumPy functions)
+    with given argument types, in the typing context it is asked in, that this or an
+    earlier block made."""
     _install()
-    depth = getattr(_state, "depth", 0)
-    if depth == 0:
-        _state.calls = {}
-    _state.depth = depth + 1
+    _state.depth = getattr(_state, "depth", 0) + 1
     try:
         yield
     finally:
         _state.depth -= 1
-        if _state.depth == 0:
-            _state.calls = None

@@ -140,12 +140,67 @@ def test_function_types_resolved_once_per_block(monkeypatch):
     assert n_memo < n_plain, (n_memo, n_plain)
 
 
-def test_function_type_memo_lives_for_the_outermost_block():
-    assert getattr(typing_memo._state, "calls", None) is None
+def test_function_type_memo_answers_later_blocks_only_inside_them(monkeypatch):
+    """A resolution made in one block answers the same question in a later block
+    (another kernel's compile); outside every block numba resolves it itself."""
+    from numba.core import types
+    from numba.core.registry import cpu_target
+    typing_memo._install()
+    ctx = cpu_target.typing_context
+    ctx.refresh()
+    fnty = ctx.resolve_value_type(math.hypot)
+    args = (types.float32, types.float32)
+    calls = [0]
+    base = types.Function.get_call_type.__wrapped__
+
+    def counting(self, *a):
+        calls[0] += 1
+        return base(self, *a)
+    monkeypatch.setattr(types.Function, "get_call_type",
+                        typing_memo._remembering(counting))
+    monkeypatch.setattr(typing_memo, "_calls", {})
     with typing_memo.memoised():
-        memo = typing_memo._state.calls
-        assert memo == {}
+        first = fnty.get_call_type(ctx, args, {})
+    assert calls[0] == 1 and first is not None
+    with typing_memo.memoised():
         with typing_memo.memoised():
-            assert typing_memo._state.calls is memo      # nested: the same memo
-        assert typing_memo._state.calls is memo
-    assert typing_memo._state.calls is None
+            assert fnty.get_call_type(ctx, args, {}) == first
+    assert calls[0] == 1                       # answered from the memo
+    assert fnty.get_call_type(ctx, args, {}) == first
+    assert calls[0] == 2                       # outside: numba's own resolution
+    assert getattr(typing_memo._state, "depth", 0) == 0
+
+
+def _hyp(x):
+    return x
+
+
+def test_an_overload_added_later_is_seen(monkeypatch):
+    """A function that gains an overload after its resolutions were remembered is a new
+    function type: the new overload's signature is found, not a remembered failure or
+    an older answer."""
+    from numba import types
+    from numba.extending import overload
+
+    def g(x):
+        return _hyp(x) + 1.0
+
+    @overload(_hyp)
+    def _hyp_float(x):
+        if isinstance(x, types.Float):
+            return lambda x: x * 2.0
+    with typing_memo.memoised():
+        assert njit(g)(1.5) == 4.0
+        try:
+            njit(g)(np.int64(3))
+            raise AssertionError("an int has no overload yet")
+        except Exception as exc:            # numba's typing error
+            assert "No implementation" in str(exc) or "TypingError" in type(exc).__name__
+
+    @overload(_hyp)
+    def _hyp_int(x):
+        if isinstance(x, types.Integer):
+            return lambda x: x * 3
+    with typing_memo.memoised():
+        assert njit(g)(np.int64(3)) == 10.0
+        assert njit(g)(1.5) == 4.0
