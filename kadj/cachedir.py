@@ -182,17 +182,39 @@ def njit_cached(fn, options):
 
 @functools.lru_cache(maxsize=None)
 def _configured_cache_class():
-    from numba.core.caching import FunctionCache
+    from numba.core.caching import CompileResultCacheImpl, FunctionCache
 
     from .cachekey import numba_config
+
+    class LeanCacheImpl(CompileResultCacheImpl):
+        """numba's saving of a compile result, without the text of its type
+        annotation (every variable's type beside every source line, which numba
+        writes out for ``inspect_types()`` after a reload: about a twentieth of a
+        small adjoint's compile): a reloaded function's ``inspect_types()`` says
+        where to read its types instead."""
+
+        def reduce(self, cres):
+            return super().reduce(cres._replace(type_annotation=_NO_ANNOTATION))
 
     class ConfiguredCache(FunctionCache):
         """numba's function cache, its entries keyed also by the numba configuration
         read when they are saved or looked up."""
+        _impl_class = LeanCacheImpl
 
         def _index_key(self, sig, codegen):
             return (*super()._index_key(sig, codegen), numba_config())
     return ConfiguredCache
+
+
+class _NoAnnotation:
+    def __str__(self):
+        return ("(kadj does not cache the type annotation of its compiled code: "
+                "`python -m kadj show` and the adjoint's source (adjoint_source) say "
+                "what it computes; KADJ_DISABLE_CACHE=1 compiles it with its "
+                "annotation)\n")
+
+
+_NO_ANNOTATION = _NoAnnotation()
 
 
 def cached_njit(**options):

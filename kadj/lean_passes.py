@@ -46,15 +46,16 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba.core import ir, rewrites, transforms, types
+from numba.core import interpreter, ir, rewrites, transforms, types
 from numba.core.compiler_machinery import register_pass
 from numba.core.ir_utils import build_definitions
 from numba.core.typed_passes import NopythonRewrites, PreLowerStripPhis
-from numba.core.untyped_passes import GenericRewrites, IRProcessing, InlineClosureLikes
+from numba.core.untyped_passes import (GenericRewrites, IRProcessing, InlineClosureLikes,
+                                      TranslateByteCode)
 from numba.misc.special import literal_unroll
 
 __all__ = ["LeanGenericRewrites", "LeanIRProcessing", "LeanInlineClosureLikes",
-           "LeanNopythonRewrites", "LeanStripPhis", "UNTYPED", "closure_work",
+           "LeanNopythonRewrites", "LeanStripPhis", "LeanTranslateByteCode", "UNTYPED", "closure_work",
            "lifetimes_read", "rewrite_work"]
 
 
@@ -198,7 +199,46 @@ class LeanGenericRewrites(GenericRewrites):
         return True
 
 
+class _LeanInterpreter(interpreter.Interpreter):
+    """numba's bytecode interpreter, whose peephole rewrites of the IR skip the two
+    that find nothing to rewrite: the ``__exit__`` of a ``with`` block removed (where
+    no variable holds one) and dictionary literals fused (where no dictionary is
+    built).  Each looks at every variable of every statement (the first twice)."""
+
+    def post_process(self, peepholes, func_ir):
+        skip = set()
+        if not _names_with_exit(func_ir):
+            skip.add(interpreter.peep_hole_delete_with_exit)
+        if not any(isinstance(value, ir.Expr) and value.op == "build_map"
+                   for _stmt, value in _exprs(func_ir)):
+            skip.add(interpreter.peep_hole_fuse_dict_add_updates)
+        return super().post_process([p for p in peepholes if p not in skip], func_ir)
+
+
+def _names_with_exit(func_ir):
+    """Does a variable of the function hold a ``with`` block's ``__exit__`` (numba's
+    ``$setup_with_exitfn`` temporaries)?"""
+    scopes = {id(block.scope): block.scope for block in func_ir.blocks.values()}
+    while scopes:
+        _key, scope = scopes.popitem()
+        if any(name.startswith("$setup_with_exitfn") for name in scope.localvars._con):
+            return True
+        if scope.parent is not None:
+            scopes[id(scope.parent)] = scope.parent
+    return False
+
+
+@register_pass(mutates_CFG=True, analysis_only=False)
+class LeanTranslateByteCode(TranslateByteCode):
+    """numba's bytecode-to-IR translation by :class:`_LeanInterpreter`."""
+    _name = "kadj_translate_bytecode"
+
+    def run_pass(self, state):
+        state["func_ir"] = _LeanInterpreter(state["func_id"]).interpret(state["bc"])
+        return True
+
+
 # numba's untyped passes and the lean pass that takes each one's place (the adjoint
 # pipeline and kadj's frontend both use this table)
-UNTYPED = {IRProcessing: LeanIRProcessing, InlineClosureLikes: LeanInlineClosureLikes,
-           GenericRewrites: LeanGenericRewrites}
+UNTYPED = {TranslateByteCode: LeanTranslateByteCode, IRProcessing: LeanIRProcessing,
+           InlineClosureLikes: LeanInlineClosureLikes, GenericRewrites: LeanGenericRewrites}

@@ -103,7 +103,8 @@ shown = sorted({int(m) for m in re.findall(r"heatmod\\.py:(\\d+)", comp.source)}
 print("KADJ-RESULT " + json.dumps(dict(
     counts=counts, hits=sum(st.cache_hits.values()), misses=sum(st.cache_misses.values()),
     numba_cache_path=st.cache_path, disk_cached=comp.disk_cached,
-    shown_lines=shown, adj_u=adj_u.tolist(), adj_u_new=adj_u_new.tolist(), adj_alpha=adj_alpha.tolist())))
+    shown_lines=shown, annotation=str(next(iter(
+        comp.function.overloads.values())).type_annotation)[:200], adj_u=adj_u.tolist(), adj_u_new=adj_u_new.tolist(), adj_alpha=adj_alpha.tolist())))
 """
 
 N = 12
@@ -216,6 +217,10 @@ def test_second_process_neither_regenerates_nor_recompiles(workdir, tmp_path):
     second = run_child(workdir, cache)
     assert second["disk_cached"]
     assert_from_cache(second, "second process")
+    # numba's type annotation in the process that compiled; not written to the cache
+    assert first["annotation"].startswith("# File:"), first["annotation"]
+    assert "kadj does not cache the type annotation" in second["annotation"], \
+        second["annotation"]
     assert grads(second)[0].tobytes() == grads(first)[0].tobytes()
     assert grads(second)[1].tobytes() == grads(first)[1].tobytes()
     assert grads(second)[2].tobytes() == grads(first)[2].tobytes()

@@ -169,3 +169,45 @@ def test_the_frontend_types_kernels_with_the_lean_passes():
     for lean in (lean_passes.LeanIRProcessing, lean_passes.LeanGenericRewrites,
                  lean_passes.LeanInlineClosureLikes, frontend.KadjWithBlocks):
         assert lean in classes
+
+
+def _with_and_dicts(x):
+    d = {"a": 1.0, "b": 2.0}
+    d2 = {1: x, 2: x * 2.0, **{3: x}}
+    with numba.objmode(y="float64"):
+        y = float(x) + 1.0
+    return d["a"] + d2[2] + y
+
+
+def _plain_loop(x, y):
+    s = 0.0
+    for i in range(x.shape[0]):
+        y[i] = x[i] * 2.0
+        s += y[i]
+    return s
+
+
+@pytest.mark.parametrize("fn", [_with_and_dicts, _plain_loop, while_continue.py_func])
+def test_lean_interpreter_gives_numbas_ir(fn):
+    """The bytecode's IR with the peephole rewrites that find nothing skipped is
+    numba's IR, statement for statement: a with block's __exit__ and dict literals
+    (which the rewrites act on) and a plain loop (where they are skipped)."""
+    from numba.core import bytecode, interpreter
+    from kadj.lean_passes import _LeanInterpreter, _names_with_exit
+
+    def ir_of(cls):
+        func_id = bytecode.FunctionIdentity.from_function(fn)
+        return cls(func_id).interpret(bytecode.ByteCode(func_id))
+    ours, numbas = ir_of(_LeanInterpreter), ir_of(interpreter.Interpreter)
+    assert ours.dump_to_string() == numbas.dump_to_string()
+    assert _names_with_exit(ours) == (fn is _with_and_dicts)
+
+    class Bare(interpreter.Interpreter):     # both rewrites skipped whatever the IR
+        def post_process(self, peepholes, func_ir):
+            return super().post_process(
+                [p for p in peepholes if p not in (
+                    interpreter.peep_hole_delete_with_exit,
+                    interpreter.peep_hole_fuse_dict_add_updates)], func_ir)
+    # (where they act, skipping them would change the IR)
+    assert (ir_of(Bare).dump_to_string() != numbas.dump_to_string()) == \
+        (fn is _with_and_dicts)
