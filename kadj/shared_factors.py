@@ -362,8 +362,9 @@ def _fresh(base, used):
 
 
 def _all_names(fn):
+    """Every name ``fn`` mentions (each statement looked at once)."""
     out = set(fn.params)
-    for seq in lists(fn):
-        for x in seq:
-            out |= _mentioned(x)
+    for y in A.walk(fn.prologue + fn.body):
+        out |= _writes(y)
+        out |= node_names(y)
     return out

@@ -104,34 +104,36 @@ def _needed_once(body, a, extra):
     changed = True
     while changed:
         changed = False
-        for uid, stmts in a.recompute.items():
+        for stmts in a.recompute.values():
             for s in ir.walk(stmts):
-                reads = ir.stmt_reads(s)
-                for v in reads:
+                for v in ir.stmt_reads(s):
                     if v not in needed:
                         needed.add(v)
                         changed = True
-                if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and \
-                        s.expr.array.name not in a.unwritten and (
-                        not a.carried_replay or s.target in core):
-                    if not stored_during_or_after(a, uid, s.expr.array.name,
-                                                  s.expr.index) or \
-                            written_behind(a, loop_of(a, uid), s.expr):
-                        # no store can run during or after the loop: at its reverse
-                        # the array holds what the forward read
-                        continue
-                    owner = rewriting_loop(a, uid, s.expr.array.name)
-                    if owner is not None:
-                        # a tile rewritten at each iteration of an enclosing loop:
-                        # replaying that iteration rewrites it (shared memory; a
-                        # scratch array that each iteration rewrites whole)
-                        a.force_replay.add(owner)
-                        if s.expr.array.name not in a.shared_scratch:
-                            a.scratch_owner[s.expr.array.name] = owner
-                        continue
-                    if s.target not in core:
-                        continue   # never emitted: its array needs no restoring
-                    a.restore_arrays.add(s.expr.array.name)
+    # (what follows reads none of ``needed``: once for each recomputed load)
+    for uid, stmts in a.recompute.items():
+        for s in ir.walk(stmts):
+            if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and \
+                    s.expr.array.name not in a.unwritten and (
+                    not a.carried_replay or s.target in core):
+                if not stored_during_or_after(a, uid, s.expr.array.name,
+                                              s.expr.index) or \
+                        written_behind(a, loop_of(a, uid), s.expr):
+                    # no store can run during or after the loop: at its reverse
+                    # the array holds what the forward read
+                    continue
+                owner = rewriting_loop(a, uid, s.expr.array.name)
+                if owner is not None:
+                    # a tile rewritten at each iteration of an enclosing loop:
+                    # replaying that iteration rewrites it (shared memory; a
+                    # scratch array that each iteration rewrites whole)
+                    a.force_replay.add(owner)
+                    if s.expr.array.name not in a.shared_scratch:
+                        a.scratch_owner[s.expr.array.name] = owner
+                    continue
+                if s.target not in core:
+                    continue   # never emitted: its array needs no restoring
+                a.restore_arrays.add(s.expr.array.name)
     a.restore_arrays &= (a.stored & a.loaded)
     if a.restore_arrays - a.varied_arrays - a.unwritten - restored:
         # newly restored arrays without adjoints: their stores have reverse code (the
