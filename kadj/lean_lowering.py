@@ -41,11 +41,12 @@ the optimised machine code runs as fast (tests/test_lean_lowering.py; README,
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 
 from llvmlite import ir as llir
-from numba.core import cgutils, types
+from numba.core import cgutils, errors, types
 from numba.core.compiler_machinery import register_pass
 from numba.core.datamodel.models import ArrayModel
 from numba.core.lowering import Lower
@@ -56,6 +57,8 @@ from numba.np.arrayobj import basic_indexing, load_item, normalize_indices, stor
 from .lean_library import LeanCodeLibrary, wrapper_left_unoptimised
 
 __all__ = ["ArrayFields", "LeanLower", "LeanNativeLowering", "enabled"]
+
+_NUMBA_PATH = errors._numba_path    # (numba's own source: its locations are not kept)
 
 
 def enabled():
@@ -188,6 +191,25 @@ class LeanLower(Lower):
     def lower(self):
         with _lean_counts():
             return super().lower()
+
+    def lower_block(self, block):
+        """numba's, without the error context numba enters (a generator's context
+        manager) around each statement's lowering: it is entered only when one raises,
+        to give the error numba's message; the location numba's implementations read
+        (``errors.loc_info``) is kept as numba keeps it."""
+        self.pre_block(block)
+        for inst in block.body:
+            self.loc = inst.loc
+            if not inst.loc.filename.startswith(_NUMBA_PATH):
+                errors.loc_info.update(inst=inst, loc=inst.loc)
+            try:
+                self.lower_inst(inst)
+            except Exception:
+                with errors.new_error_context(
+                        'lowering "{inst}" at {loc}', inst=inst, loc=self.loc,
+                        errcls_=functools.partial(errors.LoweringError, loc=self.loc)):
+                    raise
+        self.post_block(block)
 
     def create_cpython_wrapper(self, release_gil=False):
         with _lean_counts():

@@ -60,6 +60,41 @@ def test_both_pipelines_lower_with_lean_lowering():
     assert "kadj_native_lowering" in _pass_names(h)
 
 
+def test_a_statement_that_fails_to_lower_gets_numbas_error(monkeypatch):
+    """Without numba's error context around every statement, a statement whose lowering
+    raises one of numba's errors still gets numba's context (the statement, its line)
+    added, as numba's lowering adds it; another exception passes through, as in numba;
+    the location numba's implementations read is the statement's."""
+    from numba.core import errors
+    seen = []
+
+    def failing(original, kind, text):
+        def lower_inst(self, inst):
+            seen.append(errors.loc_info.get("loc"))
+            if "inplace_binop" in str(inst):
+                raise kind(text)
+            return original(self, inst)
+        return lower_inst
+    for kind, text in ((errors.NumbaError, "no lowering for this one"),
+                       (ValueError, "nor this one")):
+        texts = []
+        for cls, compile_ in ((LeanLower, _lean), (lowering.Lower, _numbas)):
+            monkeypatch.setattr(cls, "lower_inst", failing(cls.lower_inst, kind, text))
+            with pytest.raises(kind) as info:
+                compile_(_sum)(np.arange(4.0), 3)
+            monkeypatch.undo()
+            texts.append(str(info.value))
+        assert texts[0] == texts[1].replace("Pass native_lowering",
+                                            "Pass kadj_native_lowering"), texts
+        if kind is errors.NumbaError:
+            line = _sum.__code__.co_firstlineno + 3           # s += x[i]
+            assert "During: lowering" in texts[0] and \
+                f"test_lean_lowering.py ({line})" in texts[0], texts[0]
+        else:
+            assert texts[0] == "nor this one"
+    assert seen and all(loc is not None and loc.filename == __file__ for loc in seen)
+
+
 def test_switched_off_lowers_with_numbas_class(monkeypatch):
     seen = []
     original = lowering.Lower.lower
