@@ -1,4 +1,4 @@
-"""Five of numba's passes skipped, or cut short, where the IR shows they have nothing
+"""Six of numba's passes skipped, or cut short, where the IR shows they have nothing
 to do.
 
 numba's nopython pipeline runs ``InlineClosureLikes`` (inline locally defined closures,
@@ -35,9 +35,16 @@ itself).  :class:`LeanIRProcessing` makes the graph canonical alone elsewhere, a
 post-processing (they change statements, not the graph).  About 2% of an adjoint's
 compile.
 
+``TranslateByteCode``'s interpreter ends with peephole rewrites of the IR, two of which
+look at every variable of every statement: one removes the variables that hold a
+``with`` block's ``__exit__``, the other fuses dictionary literals built in pieces.
+:class:`LeanTranslateByteCode` skips each where the IR has nothing for it (no
+``$setup_with_exitfn`` variable; no ``build_map``), the IR being numba's, statement for
+statement.
+
 :class:`kadj.ssa_free.AdjointCompiler` uses them in its first pipeline; its fallback
 (numba's own pipeline) runs numba's passes.  kadj's frontend, which types the kernel
-itself (and each helper it inlines), runs the three untyped ones
+itself (and each helper it inlines), runs the four untyped ones
 (``kadj.frontend._untyped_pipeline``): the generated adjoints are the same, character
 for character, and the frontend takes about a sixth less time.
 """
