@@ -62,8 +62,8 @@ from numba.core.untyped_passes import (GenericRewrites, IRProcessing, InlineClos
 from numba.misc.special import literal_unroll
 
 __all__ = ["LeanGenericRewrites", "LeanIRProcessing", "LeanInlineClosureLikes",
-           "LeanNopythonRewrites", "LeanStripPhis", "LeanTranslateByteCode", "UNTYPED", "closure_work",
-           "lifetimes_read", "rewrite_work"]
+           "LeanNopythonRewrites", "LeanStripPhis", "LeanTranslateByteCode", "UNTYPED",
+           "closure_work", "lifetimes_read", "rewrite_work"]
 
 
 def _exprs(func_ir):

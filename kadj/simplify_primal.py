@@ -15,11 +15,14 @@ counts, local sums) and the function's parameters are left alone.
 The same holds for an array the adjoint allocates and only stores into: a forward
 sweep that recomputes ``y[idx[k]] += w[k] * x[k]`` into a work copy of ``y`` whose
 elements nothing reads afterwards (the adjoint of an accumulation needs no value of
-``y``).  When every occurrence of the array's name is its allocation (``y.copy()``,
-``np.empty_like(y)``, ``np.zeros(n)``, ...) or a store ``y_work[e] = value`` whose
-pure value reads the array only as that very element ``y_work[e]``, those statements
-go (:func:`_unread_arrays`), and with them what only they read; a primal loop left
-without code goes too when its counter is read nowhere else.
+``y``), or a Gauss-Seidel sweep ``u[i] = 0.5 * (u[i - 1] + u[i + 1] + h2 * f[i])``
+into a work copy of ``u`` (linear in ``u``: its adjoint needs no value of ``u``).
+When every occurrence of the array's name is its allocation (``y.copy()``,
+``np.empty_like(y)``, ``np.zeros(n)``, ...) or a store ``y_work[e] = value`` of a pure
+value at a pure index (which may read any of the array's elements: what they read
+flows only into the array again), those statements go (:func:`_unread_arrays`), and
+with them what only they read; a primal loop left without code goes too when its
+counter is read nowhere else.
 """
 from __future__ import annotations
 
