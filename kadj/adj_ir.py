@@ -234,6 +234,11 @@ class Reserve(Node):
     hoist: object = None    # a replayed iteration's reservation, made before the loop
 
 
+def reserves_nothing(x):
+    """Is ``x`` a reservation of no tape (it prints nothing)?"""
+    return isinstance(x, Reserve) and not x.amounts
+
+
 @dataclass(eq=False)
 class CapacityCheck(Node):
     """Room for one push of ``kind`` not covered by any reservation, if

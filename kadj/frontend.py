@@ -140,9 +140,10 @@ def _refuse_with(state, stmt):
 
 def _untyped_pipeline(state, name="untyped"):
     """numba's untyped pipeline with :class:`KadjWithBlocks` in place of its
-    with-lifting pass, and three passes skipped or cut short where the IR gives them
+    with-lifting pass, and four passes skipped or cut short where the IR gives them
     nothing to do (:mod:`kadj.lean_passes`: closures inlined only where there are
-    some, the variables' lifetimes computed only where a pass reads them)."""
+    some, the variables' lifetimes computed only where a pass reads them, two of the
+    bytecode translation's peephole rewrites only where they find something)."""
     from numba.core.untyped_passes import WithLifting
 
     from .lean_passes import UNTYPED

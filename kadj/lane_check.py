@@ -45,7 +45,7 @@ def parts(rl):
 
 
 def no_op(x):
-    return (isinstance(x, A.Reserve) and not x.amounts) or (
+    return A.reserves_nothing(x) or (
         isinstance(x, A.CapacityCheck) and x.needed is False)
 
 

@@ -65,7 +65,7 @@ def _parts(rl):
         elif isinstance(x, A.Assign) and isinstance(x.target, str) and \
                 x.target.startswith("_tape_") and not loops:
             allocs.append(x)
-        elif isinstance(x, A.Reserve) and not x.amounts and not loops:
+        elif A.reserves_nothing(x) and not loops:
             continue        # (a reservation of nothing: a replay that records nothing)
         elif not isinstance(x, A.Comment) or loops:
             return None

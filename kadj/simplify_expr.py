@@ -420,7 +420,7 @@ def drop_orphan_comments(fn):
     (``# ---- reverse sweep ----``), or ending a statement list after other statements,
     lost its statements."""
     for seq in lists(fn):
-        shown = [x for x in seq if not _silent(x)]
+        shown = [x for x in seq if not A.reserves_nothing(x)]
         last = len(shown) - 1
         gone = {id(x) for k, x in enumerate(shown)
                 if _is_source_comment(x) and (
@@ -429,11 +429,6 @@ def drop_orphan_comments(fn):
                     k == last and any(not isinstance(y, A.Comment) for y in shown))}
         if gone:
             seq[:] = [x for x in seq if id(x) not in gone]
-
-
-def _silent(x):
-    """A statement that prints nothing (a reservation of no tape)."""
-    return isinstance(x, A.Reserve) and not x.amounts
 
 
 def _is_heading(x):

@@ -176,7 +176,7 @@ def _assigns_only(seq, assigned):
     by ``break`` and ``continue``); None otherwise."""
     for y in A.walk(seq):
         if isinstance(y, (A.Comment, A.Pass, A.Break, A.Continue)) or \
-                isinstance(y, A.Reserve) and not y.amounts:
+                A.reserves_nothing(y):
             continue        # (a reservation of nothing prints nothing)
         if isinstance(y, A.For) and _pure_range(y.iter):
             assigned.add(y.var)
