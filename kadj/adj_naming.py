@@ -235,7 +235,9 @@ class Naming:
         if isinstance(e, ir.Copy):
             return self.o(e.src)
         if isinstance(e, ir.Load):
-            return self.elem(self.arr(e.array.name), [self.o(i) for i in e.index])
+            # a value the array had on entry: the user's array holds it, always
+            base = self.n(e.array.name) if e.entry else self.arr(e.array.name)
+            return self.elem(base, [self.o(i) for i in e.index])
         if isinstance(e, ir.Attr):
             return f"{self.n(e.value.name)}.{e.attr}"
         if isinstance(e, ir.Item):

@@ -56,8 +56,13 @@ class Op:
 
 @dataclass(frozen=True)
 class Load:
+    """``array[index]``.  ``entry``: the element read still holds the value the array
+    had when the kernel was called (:mod:`kadj.entry_loads`): an adjoint reads it from
+    the user's array, which it never writes, at any time."""
+
     array: Var
     index: tuple
+    entry: bool = False
 
 
 @dataclass(frozen=True)
@@ -254,9 +259,19 @@ def stored_arrays(stmts):
     return {s.array.name for s in walk(stmts) if isinstance(s, Store)}
 
 
+def same_index(a, b):
+    """Do two indices (tuples of operands) have the same text?  (A constant's type
+    counts: ``True`` is not ``1``.)"""
+    return len(a) == len(b) and all(
+        x == y and type(getattr(x, "value", None)) is type(getattr(y, "value", None))
+        for x, y in zip(a, b))
+
+
 def loaded_arrays(stmts):
+    """Arrays whose current contents a sequence reads (not counting loads of values an
+    array had on entry: :attr:`Load.entry`)."""
     return {s.expr.array.name for s in walk(stmts)
-            if isinstance(s, Assign) and isinstance(s.expr, Load)}
+            if isinstance(s, Assign) and isinstance(s.expr, Load) and not s.expr.entry}
 
 
 def fmt(stmts, indent=0, locs=False):
@@ -363,7 +378,8 @@ def _e(e):
         args = [_o(a) for a in e.args] + [f"{k}={_o(v)}" for k, v in e.kws]
         return f"{fn_name(e.fn)}({', '.join(args)})"
     if isinstance(e, Load):
-        return f"{e.array.name}[{', '.join(map(_o, e.index))}]"
+        text = f"{e.array.name}[{', '.join(map(_o, e.index))}]"
+        return text + " (on entry)" if e.entry else text
     if isinstance(e, Attr):
         return f"{e.value.name}.{e.attr}"
     if isinstance(e, Item):

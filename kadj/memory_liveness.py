@@ -67,7 +67,8 @@ class MemoryLiveness:
                 super().liveness()
                 loaded = {x.expr.array.name for x in ir.walk(self.k.body)
                           if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Load) and
-                          id(x) in self.kept} & self.replay_rewritten()
+                          not x.expr.entry and id(x) in self.kept} & \
+                    self.replay_rewritten()
                 if loaded <= self._replay_live:
                     break
                 self._replay_live |= loaded

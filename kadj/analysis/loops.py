@@ -236,7 +236,7 @@ def stale_loads(loop, a):
             if isinstance(x, ir.Assign) and x.target not in tainted:
                 e = x.expr
                 if (isinstance(e, ir.Load) and e.array.name in a.stored and
-                        e.array.name not in fresh) or \
+                        not e.entry and e.array.name not in fresh) or \
                         ir.var_names(ir.operands(e)) & tainted:
                     tainted.add(x.target)
                     changed = True

@@ -114,7 +114,7 @@ def _needed_once(body, a, extra):
     for uid, stmts in a.recompute.items():
         for s in ir.walk(stmts):
             if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Load) and \
-                    s.expr.array.name not in a.unwritten and (
+                    not s.expr.entry and s.expr.array.name not in a.unwritten and (
                     not a.carried_replay or s.target in core):
                 if not stored_during_or_after(a, uid, s.expr.array.name,
                                               s.expr.index) or \

@@ -196,7 +196,7 @@ def _choose(loop, a, sums, wanted=None):
             return False
         if a.assign_count.get(s.target, 0) != allowed_count.get(s.target, 0):
             return False
-        if isinstance(e, ir.Load) and e.array.name in stored_in and \
+        if isinstance(e, ir.Load) and e.array.name in stored_in and not e.entry and \
                 not written_behind(a, loop, e):
             return False
         if isinstance(e, ir.Op) and getattr(e.fn, "_kadj_impure", False):

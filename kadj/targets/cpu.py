@@ -32,7 +32,7 @@ whose iterations carry state and would record a tape growing with their trip cou
 from __future__ import annotations
 
 from .. import codegen, cpu_gather, frontend, gather_plan, parallel, reverse, structurize
-from .. import call_memory, fused_ops, running_extremum
+from .. import call_memory, entry_loads, fused_ops, running_extremum, store_forwarding
 from ..kept_memory import keep_memory
 from ..iteration_slots import index_fresh_saves
 from ..lane_jam import jam_replayed
@@ -68,7 +68,8 @@ def _type_kernel(dispatcher, arg_types):
 
 
 def _prepare(kernel, plan):
-    return Prepared(fused_ops.rewrite(running_extremum.rewrite(kernel)))
+    kernel = fused_ops.rewrite(running_extremum.rewrite(kernel))
+    return Prepared(entry_loads.rewrite(store_forwarding.rewrite(kernel)))
 
 
 def _check_option(kernel_name, option, value):
