@@ -10,7 +10,7 @@ from kadj import cost_card
 from kadj.__main__ import main
 
 N = 40
-SAVED = N - 2          # values the adjoint of the recurrence below records
+SAVED = 2 * (N - 2)    # values the adjoint of the recurrence below records
 ARGS = f"np.linspace(0.1, 0.9, {N}), np.linspace(0.2, 0.7, {N}), 0.5"
 
 MODULE = '''
@@ -19,6 +19,8 @@ from numba import njit
 
 @njit
 def recurrence(y, x, a):
+    for i in range(1, y.shape[0]):
+        y[i] = a * y[i - 1] * y[i] + x[i]
     for i in range(1, y.shape[0]):
         y[i] = a * y[i - 1] * y[i] + x[i]
 '''
@@ -63,9 +65,10 @@ def saved(target, tmp_path_factory):
 def test_json_card_of_a_cpu_kernel(saved):
     card = json.loads(saved.read_text())
     assert card["kernel"] == "recurrence" and card["target"] == "cpu"
-    # the loop runs N - 1 iterations; the value it loads from y[i] (which it then
-    # overwrites) is defined afresh in each and saved from the second on (the last one
-    # stays in its variable); y[i - 1] is recomputed
+    # each loop runs N - 1 iterations and saves, from the second on, a value it loads
+    # that a later store overwrites (the last one stays in its variable): the first
+    # loop's y[i - 1] (the second loop rewrites it; its y[i] is read from the user's
+    # array), the second loop's y[i]; the second loop's y[i - 1] is recomputed
     assert card["recorded_values"] == SAVED and card["tape_bytes"] == 8 * SAVED
     assert card["tape_by_kind"] == {"f64": SAVED} and card["tape_per"] == "call"
     assert card["accumulation"] == {"y": "plain", "x": "plain", "a": "plain"}

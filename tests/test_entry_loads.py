@@ -324,3 +324,22 @@ def test_the_gallery_update_in_place_costs_no_copy():
     args = inplace_update_args(np.random.default_rng(0))
     src = kadj.differentiate(inplace_update).adjoint_source(*args)
     assert "_keep_" not in src and "_tape_" not in src, src
+
+
+@njit
+def stencil_in_place(x, y, a):
+    for i in range(1, x.shape[0] - 1):
+        y[i] = y[i] * y[i] + a * (x[i - 1] - 2.0 * x[i] + x[i + 1])
+
+
+@pytest.mark.parametrize("gather", [True, False])
+def test_an_in_place_stencil_in_both_forms(gather):
+    """``y`` is read only on entry, so the kernel qualifies for the gather form (each
+    ``adj_x`` element collected once) as an out-of-place stencil does."""
+    args = (np.linspace(0.1, 1.0, 9), np.linspace(0.3, 1.2, 9), 0.7)
+    k = kadj.differentiate(stencil_in_place, gather=gather)
+    src = k.adjoint_source(*args)
+    assert ("gather form" in src) == gather and "y_work" not in src, src
+    fd_check(k, args)
+    kadj.testing.check_grad(k, (np.linspace(0.1, 1.0, 3001), np.linspace(0.3, 1.2, 3001),
+                                0.7), boundscheck=True)
