@@ -3,7 +3,12 @@ each iteration stores its values at its own row of the tape and its reversed ite
 loads them there, so both the forward sweep's loop and the reversed one may run as
 numba.prange.  Gradients against float64 finite differences (bounds-checked adjoints)
 at sizes from 0 up, and bit for bit against the serial adjoint (parallel=False), whose
-stack form is unchanged."""
+stack form is unchanged.
+
+Each kernel's iteration first halves its element where ``x[i] > 0.5``: what the
+iteration then reads of ``y[i]`` is the element as the iteration left it, which the
+reverse finds only on the tape.  (Without that, each iteration would read what ``y[i]``
+held on entry, which the adjoint reads from the user's array: nothing recorded.)"""
 import math
 
 import numpy as np
@@ -18,6 +23,8 @@ from kadj.testing import check_grad
 def sin_in_place(x, y):
     # t = y[i] is read before the iteration overwrites y[i]; the test of y[i] after
     for i in prange(x.shape[0]):
+        if x[i] > 0.5:
+            y[i] = y[i] * 0.5
         t = y[i]
         y[i] = np.sin(t) * x[i]
         if y[i] > 0:
@@ -28,6 +35,8 @@ def sin_in_place(x, y):
 def weight_by_sign(x, y):
     # the constants chosen by a test on the element the iteration overwrites
     for i in prange(x.shape[0]):
+        if x[i] > 0.5:
+            y[i] = y[i] * 0.5
         if y[i] > 0:
             w = 0.5
         else:
@@ -41,6 +50,8 @@ def from_one(x, y):
     # runs in parts (kadj.thread_parts: that loop and the one adding the parts'
     # copies), the forward sweep's loop runs in parallel
     for i in prange(1, x.shape[0]):
+        if x[i] > 0.5:
+            y[i] = y[i] * 0.5
         if y[i] > 0:
             w = 0.5
         else:
@@ -52,6 +63,8 @@ def from_one(x, y):
 def plain_loop(x, y, a):
     # a plain for loop: parallel only with differentiate(..., parallel=True)
     for i in range(x.shape[0]):
+        if x[i] > 0.5:
+            y[i] = y[i] * 0.5
         t = y[i] * a
         y[i] = math.tanh(t) + x[i]
 
@@ -61,6 +74,8 @@ def saved_twice(x, y):
     # t is assigned twice in an iteration: its first value is saved inside the
     # iteration, at its own place in the row
     for i in prange(x.shape[0]):
+        if x[i] > 0.5:
+            y[i] = y[i] * 0.5
         t = y[i] * x[i]
         y[i] = np.sin(t)
         t = y[i] * y[i]
@@ -72,6 +87,8 @@ def inner_steps(x, y, dt):
     # an inner loop records at every step: the iteration's count of values is not
     # one row's, which keeps the stack form (serial, exact)
     for i in prange(x.shape[0]):
+        if x[i] > 0.5:
+            y[i] = y[i] * 0.5
         v = y[i]
         for k in range(3):
             v = v + dt * math.sin(v) * x[i]

@@ -62,7 +62,8 @@ def _args_grow(n, seed=0, t_end=3.0):
 
 @njit
 def grid_scratch(a, out):
-    """A 2-D scratch array of the kernel's own, and a 2-D argument written in place."""
+    """A 2-D scratch array of the kernel's own, and a 2-D argument written in place and
+    read again (another element of the row: one the loop may have written)."""
     m, n = a.shape
     w = np.empty((m, n))
     for i in range(m):
@@ -71,7 +72,7 @@ def grid_scratch(a, out):
     for i in range(m):
         for j in range(n):
             a[i, j] = w[i, j] * w[m - 1 - i, j]
-            out[i] += a[i, j]
+            out[i] += a[i, n - 1 - j] ** 2
 
 
 def _args_scratch(n, seed=0):

@@ -29,6 +29,8 @@ from kadj.plan import AdjointPlan
 def recurrence(y, x, a):
     for i in range(1, y.shape[0]):
         y[i] = a * y[i - 1] * y[i] + x[i]
+    for i in range(1, y.shape[0]):
+        y[i] = a * y[i - 1] * y[i] + x[i]
 
 
 class WrongScale:
@@ -113,9 +115,10 @@ def test_checks_pass_fail_readably_and_benchmark_records_the_cost_card(inner, tm
 
     (bench,) = json.loads(saved.read_text())["benchmarks"]
     info = bench["extra_info"]
-    # 48 float64 values recorded: the loop's 49 iterations each define afresh the value
-    # loaded from y[i] (then overwritten), saved from the second iteration on
-    assert info["kadj_recorded_values"] == 48 and info["kadj_tape_bytes"] == 48 * 8
+    # 96 float64 values recorded: each loop's 49 iterations define afresh a value a
+    # later store overwrites (the first loop's y[i - 1], which the second loop rewrites;
+    # the second loop's y[i]), saved from the second iteration on
+    assert info["kadj_recorded_values"] == 96 and info["kadj_tape_bytes"] == 96 * 8
     assert info["kadj_tape_per"] == "call"
     assert info["kadj_accumulation"] == {"y": "plain", "x": "plain", "a": "plain"}
     assert info["kadj_forward_s"] > 0 and info["kadj_adjoint_s"] > 0

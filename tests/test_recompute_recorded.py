@@ -27,37 +27,41 @@ def cubic_in_place(u, k, dt, steps):
 
 
 @njit
-def two_recorded(u, w):
+def two_recorded(u, w, steps):
     # a * b needs two recorded values: recording it costs one value, recomputing it two
-    for i in range(u.shape[0]):
-        a = u[i]
-        b = w[i]
-        u[i] = 0.5 * a
-        w[i] = 0.25 * b
-        c = a * b
-        u[i] = u[i] + c * c
+    # (in a time loop: a step reads what the step before stored, which is recorded)
+    for t in range(steps):
+        for i in range(u.shape[0]):
+            a = u[i]
+            b = w[i]
+            u[i] = 0.5 * a
+            w[i] = 0.25 * b
+            c = a * b
+            u[i] = u[i] + c * c
 
 
 @njit
-def transcendental(u):
+def transcendental(u, steps):
     # sin(v) is not recomputed from v (recording its value is cheaper)
-    for i in range(u.shape[0]):
-        v = u[i]
-        s = math.sin(v)
-        u[i] = s * s + v
+    for t in range(steps):
+        for i in range(u.shape[0]):
+            v = u[i]
+            s = math.sin(v)
+            u[i] = s * s + v
 
 
 @njit
-def skipped_iterations(u, k):
+def skipped_iterations(u, k, steps):
     # what follows a continue is the else arm of its if: a value assigned there is not
     # one each reversed iteration holds at its top, and q stays recorded
-    for i in range(u.shape[0]):
-        if k[i] < 0.0:
-            continue
-        v = u[i]
-        q = v * k[i] + 1.0
-        u[i] = q * q - v
-        k[i] = q * 0.5
+    for t in range(steps):
+        for i in range(u.shape[0]):
+            if k[i] < 0.0:
+                continue
+            v = u[i]
+            q = v * k[i] + 1.0
+            u[i] = q * q - v
+            k[i] = q * 0.5
 
 
 def _facts(fn, *args):
@@ -83,7 +87,7 @@ def test_cubic_update_records_only_the_overwritten_value(n, steps):
 
 
 def test_two_recorded_operands_keep_the_record():
-    args = (rng.standard_normal(30), rng.standard_normal(30))
+    args = (rng.standard_normal(30), rng.standard_normal(30), 2)
     k = kadj.differentiate(two_recorded)
     check_grad(k, args)
     _kernel, f = _facts(two_recorded, *args)
@@ -91,7 +95,7 @@ def test_two_recorded_operands_keep_the_record():
 
 
 def test_a_transcendental_keeps_its_record():
-    args = (rng.standard_normal(30),)
+    args = (rng.standard_normal(30), 2)
     check_grad(kadj.differentiate(transcendental), args)
     _kernel, f = _facts(transcendental, *args)
     assert "s" in f.pushed
@@ -101,6 +105,6 @@ def test_iterations_skipped_before_the_recorded_value():
     u = rng.uniform(0.2, 0.9, 40)
     k = rng.uniform(0.2, 1.0, 40) * np.where(np.arange(40) % 3 == 0, -1.0, 1.0)
     kd = kadj.differentiate(skipped_iterations)
-    check_grad(kd, (u, k))
-    _kernel, f = _facts(skipped_iterations, u, k)
+    check_grad(kd, (u, k, 2))
+    _kernel, f = _facts(skipped_iterations, u, k, 2)
     assert {"q", "v"} <= f.pushed
