@@ -13,21 +13,28 @@ A load of argument array ``y`` is marked when
 
 - no loop encloses it and no store into ``y`` comes before it; or
 - every store into ``y`` before the end of the outermost loop around the load lies in
-  the load's innermost loop, after the load in the body, at the same index, and that
-  index names the counter of every loop around the load (``for`` loops whose counters
-  never go negative and are not assigned in their bodies) and otherwise only constants and
-  variables those loops do not assign: each iteration then owns its element and reads
-  it before writing it (``for i: y[i] = f(y[i])``, ``for i: for j: y[i, j] *= s``).
+  the load's innermost loop, and no iteration before the load's writes the element it
+  reads: the index names the counter of every loop around the load once, each plus a
+  constant (``for`` loops with a constant step and a lowest counter value at which no
+  index goes negative, counters not assigned in their bodies) and otherwise only
+  constants and variables the loops do not assign, and each store's index differs only
+  in the innermost counter's constant, by an amount that puts the element in a later
+  iteration, or in none, or in the same one with the store after the load in the body.
+  ``for i: y[i] = f(y[i])``, ``for i: for j: y[i, j] *= s``, and the forward neighbour
+  of an update in place going up, ``y[i + 1]`` in ``y[i] = g(y[i - 1], y[i], y[i + 1])``
+  (``y[i - 1]`` is the previous iteration's: not marked).
 
 An array that the kernel passes to a call, copies or returns is left alone.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import replace
 
 from numba.core import types
 
 from . import ir
+from .gather_plan import _const, _single_defs
 
 __all__ = ["rewrite"]
 
@@ -42,9 +49,10 @@ def rewrite(kernel):
     if not stores:
         return kernel
     marked = set()
+    defs = _single_defs(kernel)
     for st, stack, pos in found.loads:
         arr = st.expr.array.name
-        if arr in stores and _entry(st.expr, stack, pos, stores[arr]):
+        if arr in stores and _entry(st.expr, stack, pos, stores[arr], defs):
             marked.add(id(st))
     if not marked:
         return kernel
@@ -96,38 +104,118 @@ def _inside(stack, loop):
     return any(x is loop for x in stack)
 
 
-def _entry(load, stack, pos, stores):
+def _entry(load, stack, pos, stores, defs):
     """Does ``load`` (at walk position ``pos``, inside the loops ``stack``) read the
-    value its array had on entry?  ``stores``: the array's stores with theirs."""
+    value its array had on entry?  ``stores``: the array's stores with theirs;
+    ``defs``: the kernel's variables assigned once, with their expressions."""
     if not stack:
         return all(p > pos for _, _, p in stores)
     outer, inner = stack[0], stack[-1]
-    own = []
+    nest = None
     for st, st_stack, p in stores:
         if not _inside(st_stack, outer):
             if p < pos:
                 return False     # before the loop nest
             continue             # after it
-        if not (st_stack and st_stack[-1] is inner and p > pos and
-                ir.same_index(st.index, load.index)):
+        if not (st_stack and st_stack[-1] is inner):
             return False
-        own.append(st)
-    return not own or _owned(load.index, stack)
-
-
-def _owned(index, stack):
-    """Does every iteration of the loop nest ``stack`` address its own element with
-    ``index``?"""
-    counters = set()
-    for loop in stack:
-        if not isinstance(loop, ir.ForRange) or not ir.never_negative(loop) or \
-                loop.index in ir.assigned(loop.body):
+        if nest is None:
+            if not all(isinstance(loop, ir.ForRange) for loop in stack):
+                return False     # a while loop may reach the element again
+            nest = _Nest(stack, defs)
+            at = nest.coords(load.index)
+            if at is None:
+                return False
+        ahead = nest.ahead(at, nest.coords(st.index))
+        if ahead is None or (ahead == 0 and p < pos):
             return False
-        counters.add(loop.index)
-    named = ir.var_names(index)
-    if not counters <= named:
-        return False
-    assigned = ir.assigned(stack[0].body)
-    return all(isinstance(x, ir.Const) or (isinstance(x, ir.Var) and (
-        x.name in counters or x.name not in assigned)) for x in index)
+    return True
 
+
+class _Nest:
+    """The loop nest around a load: its counters, each loop's lowest counter value,
+    and the elements an index addresses in terms of them."""
+
+    def __init__(self, stack, defs):
+        self.stack, self.defs = stack, defs
+        self.depth = {loop.index: d for d, loop in enumerate(stack)}
+        self.inside = ir.assigned(stack[-1].body)
+        self.outer_assigned = ir.assigned(stack[0].body)
+        self.lowest = []
+        for loop in stack:
+            ok = ir.never_negative(loop) and loop.index not in ir.assigned(loop.body)
+            step = loop.step.value if ok else 0
+            bound = loop.start if step > 0 else loop.stop
+            self.lowest.append(None if not ok else
+                               bound.value if step > 0 else bound.value + 1)
+
+    def _offset(self, x, n=0):
+        """(depth, constant) when ``x`` is a counter of the nest plus a constant,
+        computed in the innermost loop's body (``ip = i + 1``), else None."""
+        if not isinstance(x, ir.Var) or n > 8:
+            return None
+        if x.name in self.depth:
+            return self.depth[x.name], 0
+        e = self.defs.get(x.name)
+        if x.name not in self.inside or e is None:
+            return None
+        if isinstance(e, ir.Copy):
+            return self._offset(e.src, n + 1)
+        if isinstance(e, ir.Op) and e.fn in (operator.add, operator.sub) and \
+                len(e.args) == 2 and not e.kws:
+            a, b = e.args
+            sign = 1 if e.fn is operator.add else -1
+            cb, ca = _const(b, self.defs), _const(a, self.defs)
+            inner = self._offset(a, n + 1) if cb is not None else None
+            if inner is not None:
+                return inner[0], inner[1] + sign * cb
+            inner = self._offset(b, n + 1) if ca is not None and sign == 1 else None
+            if inner is not None:
+                return inner[0], inner[1] + ca
+        return None
+
+    def coords(self, index):
+        """Per position of ``index``: ``(depth, constant)`` for a counter plus a
+        constant (never below 0), or ``("fixed", operand)`` for a constant or a
+        variable the nest does not assign; None for anything else, or when some loop's
+        counter is at no position or at two."""
+        out = []
+        for x in index:
+            off = self._offset(x)
+            if off is not None:
+                low = self.lowest[off[0]]
+                if low is None or low + off[1] < 0:
+                    return None      # a negative index wraps onto another element
+                out.append(off)
+            elif isinstance(x, ir.Const) or (isinstance(x, ir.Var) and
+                                             x.name not in self.outer_assigned):
+                out.append(("fixed", x))
+            else:
+                return None
+        depths = sorted(c[0] for c in out if c[0] != "fixed")
+        return out if depths == list(range(len(self.stack))) else None
+
+    def ahead(self, load, store):
+        """How many iterations of the innermost loop after the load's the store
+        writes the load's element (0: the same iteration; the outer loops' iterations
+        are the load's), when not before it; else None."""
+        if store is None or len(store) != len(load):
+            return None
+        gap = 0
+        for a, b in zip(load, store):
+            if a[0] == "fixed" or b[0] == "fixed":
+                if a[0] != b[0] or not ir.same_index((a[1],), (b[1],)):
+                    return None
+                continue
+            if a[0] != b[0]:
+                return None
+            if a[0] < len(self.stack) - 1:
+                if a[1] != b[1]:
+                    return None      # another iteration of an outer loop
+                continue
+            gap = a[1] - b[1]
+        if gap == 0:
+            return 0
+        if gap * self.stack[-1].step.value < 0:
+            return None              # an earlier iteration writes it
+        return 1                     # a later one (or none: a step it skips)

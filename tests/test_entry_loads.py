@@ -343,3 +343,73 @@ def test_an_in_place_stencil_in_both_forms(gather):
     fd_check(k, args)
     kadj.testing.check_grad(k, (np.linspace(0.1, 1.0, 3001), np.linspace(0.3, 1.2, 3001),
                                 0.7), boundscheck=True)
+
+
+# ------------------------------------------------------------ neighbours ahead
+
+@njit
+def heat_in_place(u, a):
+    prev = u[0]
+    for i in range(1, u.shape[0] - 1):
+        cur = u[i]
+        u[i] = cur + a * (prev - 2.0 * cur + u[i + 1])
+        prev = cur
+
+
+@njit
+def sor_sweep(u, f, w):
+    for i in range(1, u.shape[0] - 1):
+        u[i] = (1.0 - w) * u[i] + w * 0.5 * (u[i - 1] + u[i + 1] + f[i] * f[i])
+
+
+@njit
+def sweep_down(u, a):
+    for i in range(u.shape[0] - 2, 0, -1):
+        u[i] = u[i] + a * u[i - 1] * u[i + 1]
+
+
+@njit
+def even_elements(x, y):
+    for i in range(0, y.shape[0] - 1, 2):
+        y[i] = y[i] * y[i + 1] + x[i]
+
+
+@njit
+def wraps_below_zero(x, y):
+    for i in range(0, y.shape[0] - 1):
+        y[i - 1] = y[i + 1] * y[i + 1] + x[i]    # y[-1] is y[n - 1], read later
+
+
+@njit
+def rows_in_place(u, a):
+    for i in range(u.shape[0] - 1):
+        for j in range(1, u.shape[1] - 1):
+            u[i, j] = u[i, j] * u[i + 1, j] + a * (u[i, j + 1] - u[i, j - 1])
+
+
+def _n(n):
+    return np.linspace(0.2, 1.1, n) ** 2
+
+
+@pytest.mark.parametrize("kernel, make, entry, current", [
+    # (entry loads, other loads of the array)
+    (heat_in_place, lambda n: (_n(n), 0.3), 3, 0),           # u[0], u[i], u[i + 1]
+    (sor_sweep, lambda n: (_n(n), np.linspace(0.0, 1.0, n), 1.2), 2, 1),
+    (sweep_down, lambda n: (_n(n), 0.4), 2, 1),              # going down: u[i - 1] ahead
+    (even_elements, lambda n: (np.linspace(0.0, 1.0, n), _n(n)), 2, 0),
+    (wraps_below_zero, lambda n: (np.linspace(0.0, 1.0, n), _n(n)), 0, 2),
+    (rows_in_place, lambda n: (np.outer(_n(n), _n(5)), 0.3), 2, 2),
+], ids=["heat", "sor", "down", "step-2", "wraps", "rows"])
+def test_elements_ahead_of_the_sweep_are_read_on_entry(kernel, make, entry, current):
+    """An update in place reads its neighbour ahead (``u[i + 1]`` going up, ``u[i - 1]``
+    going down) before any iteration writes it; the neighbour behind it, a row an outer
+    loop's other iteration writes (``u[i + 1, j]``), and an index that may wrap below 0
+    are the stored values."""
+    args = make(9)
+    k = _prepared(kernel, args)
+    arr = k.args[0] if kernel not in (even_elements, wraps_below_zero) else "y"
+    flags = [ld.entry for ld in _loads(k, arr)]
+    assert (flags.count(True), flags.count(False)) == (entry, current), ir.fmt(k.body)
+    if current == 0:
+        assert f"{arr}_work" not in _src(kernel, args)
+    _checked(kernel, args, 3001, make)
