@@ -53,14 +53,16 @@ def rewrite(kernel):
     for st, stack, pos in found.loads:
         arr = st.expr.array.name
         if arr in stores and _entry(st.expr, stack, pos, stores[arr], defs):
-            marked.add(id(st))
+            marked.add(pos)
     if not marked:
         return kernel
+    at = [0]
 
     def seq(stmts):
         out = []
         for s in stmts:
-            if id(s) in marked:
+            at[0] += 1          # the walk order of _Found.visit
+            if at[0] in marked:
                 s = replace(s, expr=replace(s.expr, entry=True))
             elif isinstance(s, ir.If):
                 s = replace(s, then=seq(s.then), orelse=seq(s.orelse))
