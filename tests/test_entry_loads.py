@@ -247,13 +247,6 @@ def counter_reassigned(x, y):
         y[i] = v
 
 
-@njit
-def passed_to_a_call(x, y):
-    for i in range(y.shape[0]):
-        y[i] = y[i] * x[i]
-    np.sort(y)
-
-
 @pytest.mark.parametrize("kernel, args, entry", [
     (time_steps, (np.linspace(0.1, 1.0, 5), np.linspace(0.2, 0.9, 5), 3), []),
     (neighbour, (np.linspace(0.1, 1.0, 5), np.linspace(0.2, 0.9, 5)), ["y[i] (on entry)"]),
