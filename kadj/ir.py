@@ -12,7 +12,7 @@ Every node carries the numba ``ir.Loc`` of the user's source line.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -265,6 +265,44 @@ def same_index(a, b):
     return len(a) == len(b) and all(
         x == y and type(getattr(x, "value", None)) is type(getattr(y, "value", None))
         for x, y in zip(a, b))
+
+
+def renamed_reads(stmts, names):
+    """The statements (nested ones included) reading ``names[v]`` wherever they read a
+    variable ``v`` of ``names``; assignments' targets and loop counters unchanged."""
+    def sub(x):
+        return Var(names[x.name]) if isinstance(x, Var) and x.name in names else x
+
+    def expr(e):
+        if isinstance(e, Copy):
+            return replace(e, src=sub(e.src))
+        if isinstance(e, (Op, Alloc)):
+            return replace(e, args=tuple(map(sub, e.args)),
+                           kws=tuple((k, sub(v)) for k, v in e.kws))
+        if isinstance(e, Load):
+            return replace(e, index=tuple(map(sub, e.index)))
+        if isinstance(e, (Attr, Item)):
+            return replace(e, value=sub(e.value))
+        raise TypeError(e)
+
+    out = []
+    for s in stmts:
+        if isinstance(s, Assign):
+            s = replace(s, expr=expr(s.expr))
+        elif isinstance(s, Store):
+            s = replace(s, index=tuple(map(sub, s.index)), value=sub(s.value))
+        elif isinstance(s, If):
+            s = replace(s, cond=sub(s.cond), then=renamed_reads(s.then, names),
+                        orelse=renamed_reads(s.orelse, names))
+        elif isinstance(s, ForRange):
+            s = replace(s, start=sub(s.start), stop=sub(s.stop), step=sub(s.step),
+                        body=renamed_reads(s.body, names))
+        elif isinstance(s, Loop):
+            s = replace(s, body=renamed_reads(s.body, names))
+        elif isinstance(s, Return) and s.value is not None:
+            s = replace(s, value=sub(s.value))
+        out.append(s)
+    return type(stmts)(out)
 
 
 def loaded_arrays(stmts):

@@ -44,15 +44,37 @@ def rewrite(kernel):
                              for s in ir.walk(kernel.body)):
         return kernel
     changed = [False]
+    once = _assigned_once(kernel)
+    renames = {}
 
     def seq(stmts):
         out = [_nested(s, seq) for s in stmts]
-        if _forward(out, T, params) | _drop_overwritten(out, T, params):
+        if _forward(out, T, params, once, renames):
+            changed[0] = True
+            out = [s for s in out if s is not None]
+        if _drop_overwritten(out, T, params):
             changed[0] = True
         return out
 
-    body = seq(kernel.body)
-    return replace(kernel, body=type(kernel.body)(body)) if changed[0] else kernel
+    body = type(kernel.body)(seq(kernel.body))
+    if renames:
+        def final(n):
+            while n in renames:
+                n = renames[n]
+            return n
+        body = ir.renamed_reads(body, {t: final(t) for t in renames})
+    return replace(kernel, body=body) if changed[0] else kernel
+
+
+def _assigned_once(kernel):
+    """The variables that one assignment (or the argument list) defines."""
+    count = dict.fromkeys(kernel.args, 1)
+    for s in ir.walk(kernel.body):
+        v = s.target if isinstance(s, ir.Assign) else \
+            s.index if isinstance(s, ir.ForRange) else None
+        if v is not None:
+            count[v] = count.get(v, 0) + 1
+    return {v for v, c in count.items() if c == 1}
 
 
 def _nested(s, seq):
@@ -89,9 +111,12 @@ def _may_change(x, arr, names, T):
     return False
 
 
-def _forward(out, T, params):
+def _forward(out, T, params, once, renames):
     """Loads after a store of the same element in ``out`` (a list, changed in place)
-    read the stored variable.  Returns whether any did."""
+    read the stored variable: a copy of it, or, for a numba temporary where both it and
+    the stored variable are assigned once in the kernel, the stored variable itself
+    wherever the temporary is read (the load becomes None in ``out``; ``renames`` gets
+    the temporary's new name).  Returns whether any load was forwarded."""
     changed = False
     for p, s in enumerate(out):
         if not (_plain(s, params) and isinstance(s.value, ir.Var) and
@@ -101,10 +126,17 @@ def _forward(out, T, params):
         names = ir.var_names(s.index) | {s.value.name}
         for q in range(p + 1, len(out)):
             x = out[q]
+            if x is None:
+                continue
             if isinstance(x, ir.Assign) and isinstance(x.expr, ir.Load) and \
                     x.expr.array.name == arr and ir.same_index(x.expr.index, s.index):
-                out[q] = ir.Assign(x.target, ir.Copy(s.value), loc=x.loc)
                 changed = True
+                if x.target.startswith("$") and x.target in once and \
+                        s.value.name in once:
+                    out[q] = None
+                    renames[x.target] = s.value.name
+                    continue
+                out[q] = ir.Assign(x.target, ir.Copy(s.value), loc=x.loc)
                 if x.target in names:
                     break
                 continue

@@ -142,6 +142,12 @@ def test_loads_after_a_store_read_the_stored_value():
     args = (np.linspace(0.1, 1.0, 6), np.zeros(6), np.zeros(6))
     k = _prepared(write_then_read_back, args)
     assert _loads(k, "y") == [] and len(_stores(k, "y")) == 1
+    # the loads were numba temporaries: they read the stored variable itself
+    (store,) = _stores(k, "y")
+    assert not any(isinstance(s, ir.Assign) and isinstance(s.expr, ir.Copy) and
+                   s.expr.src == store.value for s in ir.walk(k.body)), ir.fmt(k.body)
+    assert sum(1 for s in ir.walk(k.body) if isinstance(s, ir.Assign) and
+               store.value.name in ir.stmt_reads(s)) == 2, ir.fmt(k.body)
     _checked(write_then_read_back, args)
 
 
