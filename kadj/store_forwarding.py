@@ -4,12 +4,13 @@ analysis).
 ``y[i] += a * x[i]; y[i] *= a`` stores ``y[i]`` and loads it back in the next
 statement.  Each load of an element the forward sweep has just written reads the work
 copy's changing state, which the reverse sweep can only get back from a tape.  This
-rewrite reads the stored value instead (the load becomes a copy of the variable stored)
-and drops a store that a later store of the same sequence overwrites with nothing
-reading the array in between::
+rewrite reads the stored value instead (the load becomes a copy of the variable stored;
+a numba temporary assigned once is replaced by that variable wherever it is read, when
+the variable too is assigned once) and drops a store that a later store of the same
+sequence overwrites with nothing reading the array in between::
 
     y[i] = t1            ->   (dropped)
-    t2 = y[i]            ->   t2 = t1
+    t2 = y[i]            ->   t2 = t1        ($t2, a temporary: gone, its reads read t1)
     ...
     y[i] = t5            ->   y[i] = t5
 
