@@ -61,7 +61,7 @@ def rewrite(kernel):
     def seq(stmts):
         out = []
         for k, s in enumerate(stmts):
-            s = _nested(s, seq)
+            s = ir.map_nested(s, seq)
             fused = _fused(stmts, k, s, T)
             if fused is not None:
                 s, changed[0] = fused, True
@@ -70,14 +70,6 @@ def rewrite(kernel):
 
     body = seq(kernel.body)
     return replace(kernel, body=type(kernel.body)(body)) if changed[0] else kernel
-
-
-def _nested(s, seq):
-    if isinstance(s, ir.If):
-        return replace(s, then=tuple(seq(s.then)), orelse=tuple(seq(s.orelse)))
-    if isinstance(s, (ir.ForRange, ir.Loop)):
-        return replace(s, body=tuple(seq(s.body)))
-    return s
 
 
 def _fused(stmts, k, s, T):

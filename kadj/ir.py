@@ -267,6 +267,16 @@ def same_index(a, b):
         for x, y in zip(a, b))
 
 
+def map_nested(s, seq):
+    """Statement ``s`` with each statement sequence it nests (an ``if``'s arms, a
+    loop's body) replaced by ``seq(sequence)``, as a tuple."""
+    if isinstance(s, If):
+        return replace(s, then=tuple(seq(s.then)), orelse=tuple(seq(s.orelse)))
+    if isinstance(s, (ForRange, Loop)):
+        return replace(s, body=tuple(seq(s.body)))
+    return s
+
+
 def renamed_reads(stmts, names):
     """The statements (nested ones included) reading ``names[v]`` wherever they read a
     variable ``v`` of ``names``; assignments' targets and loop counters unchanged."""

@@ -49,7 +49,7 @@ def rewrite(kernel):
     renames = {}
 
     def seq(stmts):
-        out = [_nested(s, seq) for s in stmts]
+        out = [ir.map_nested(s, seq) for s in stmts]
         if _forward(out, T, params, once, renames):
             changed[0] = True
             out = [s for s in out if s is not None]
@@ -76,14 +76,6 @@ def _assigned_once(kernel):
         if v is not None:
             count[v] = count.get(v, 0) + 1
     return {v for v, c in count.items() if c == 1}
-
-
-def _nested(s, seq):
-    if isinstance(s, ir.If):
-        return replace(s, then=tuple(seq(s.then)), orelse=tuple(seq(s.orelse)))
-    if isinstance(s, (ir.ForRange, ir.Loop)):
-        return replace(s, body=tuple(seq(s.body)))
-    return s
 
 
 def _plain(s, params):
