@@ -151,7 +151,7 @@ def cpu_stencil_plan(kernel, an):
     or (None, the reason it keeps the scatter form)."""
     if an.replay or an.restore_arrays or an.checkpoint:
         return None, "a loop of the adjoint is replayed or restores arrays"
-    if an.stored & an.loaded & an.varied_arrays:
+    if an.stored & ir.loaded_elsewhere(kernel.body) & an.varied_arrays:
         return None, "an array is both read and written"
     nests = [s for s in kernel.body if isinstance(s, ir.ForRange)]
     if len(nests) != 1:
@@ -203,7 +203,7 @@ def _nested_plan(kernel, an, top, defs):
     """:func:`nest_plan` for loop ``top`` inside another loop, with the conditions a
     whole kernel meets by :func:`cpu_stencil_plan`'s own checks."""
     stmts = list(ir.walk(top.body))
-    loaded, stored = ir.loaded_arrays(top.body), ir.stored_arrays(top.body)
+    loaded, stored = ir.loaded_elsewhere(top.body), ir.stored_arrays(top.body)
     if loaded & stored & an.varied_arrays:
         return None, "an array is both read and written in the nest"
     if stored & an.restore_arrays or any(

@@ -322,6 +322,23 @@ def loaded_arrays(stmts):
             if isinstance(s, Assign) and isinstance(s.expr, Load) and not s.expr.entry}
 
 
+def loaded_elsewhere(stmts):
+    """:func:`loaded_arrays`, and the arrays an entry load of the sequence reads at an
+    index other than that of every store of the sequence into them.  A load's adjoint
+    adds into the element it read; a store's adjoint takes the element's adjoint: an
+    array in this set may have an element one iteration's reverse adds into and
+    another's takes (``y[i] = f(y[i + 1])``, whose ``y[i + 1]`` is read on entry), an
+    array out of it only its own element (``y[i] = f(y[i])``)."""
+    stores = {}
+    for s in walk(stmts):
+        if isinstance(s, Store):
+            stores.setdefault(s.array.name, []).append(s.index)
+    return {s.expr.array.name for s in walk(stmts)
+            if isinstance(s, Assign) and isinstance(s.expr, Load) and (
+                not s.expr.entry or any(not same_index(ix, s.expr.index)
+                                        for ix in stores.get(s.expr.array.name, ())))}
+
+
 def fmt(stmts, indent=0, locs=False):
     """The statements as indented Python-like text, one statement a line (loops with
     their index and range, ``while True`` for :class:`Loop`); with ``locs``, each line

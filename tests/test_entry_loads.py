@@ -424,3 +424,26 @@ def test_hessian_vector_product_of_an_update_in_place():
     eps = 1e-6
     fd = (g(x + eps * v, y.copy()) - g(x - eps * v, y.copy())) / (2 * eps)
     np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-7)
+
+
+@njit
+def ahead_only(x, y, a):
+    for i in range(0, y.shape[0] - 1):
+        y[i] = a * y[i + 1] * y[i + 1] + x[i]
+
+
+@pytest.mark.parametrize("opts", [{}, {"parallel": True}, {"gather": True}],
+                         ids=["default", "parallel", "gather"])
+def test_a_neighbour_read_on_entry_still_orders_the_reverse(opts):
+    """``y[i + 1]`` is read on entry, but its adjoint goes to the element the next
+    iteration stores: that iteration's reverse must take its cotangent first.  The
+    reversed loop runs backwards, serially, in the scatter form."""
+    k = kadj.differentiate(ahead_only, **opts)
+    args = (np.linspace(-1.0, 1.0, 8), np.linspace(0.2, 0.9, 8), 0.6)
+    src = k.adjoint_source(*args)
+    assert "y_work" not in src and "_tape_" not in src, src
+    assert "independent" not in src and "prange" not in src and \
+        "gather form" not in src, src
+    fd_check(k, args)
+    kadj.testing.check_grad(k, (np.linspace(-1.0, 1.0, 3001), np.linspace(0.2, 0.9, 3001),
+                                0.6), boundscheck=True)

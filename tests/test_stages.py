@@ -699,14 +699,15 @@ def recurrence_down(y, x, a):
 
 @numba.njit
 def recurrence_down_reading_below(y, x, a):
-    # going down, reading y[i - 1]: the next iteration overwrites it
+    # going down, reading y[i - 1]: the next iteration overwrites it, so the element
+    # read is what y held on entry (kadj/entry_loads.py)
     for i in range(y.shape[0] - 1, 0, -1):
         y[i] = a * y[i - 1] * y[i - 1] + x[i]
 
 
 @numba.njit
 def recurrence_ahead(y, x, a):
-    # reads the element the next iteration overwrites: recorded
+    # reads the element the next iteration overwrites: what y held on entry
     for i in range(0, y.shape[0] - 1):
         y[i] = a * y[i + 1] * y[i + 1] + x[i]
 
@@ -751,8 +752,20 @@ def test_recurrence_reads_behind_itself_without_a_tape(fn):
     assert "_tape" not in k2.adjoint_source(y, x, 0.7)
 
 
-@pytest.mark.parametrize("fn,extra", [(recurrence_ahead, ()), (recurrence_then_store, ()),
-                                      (recurrence_down_reading_below, ()),
+@pytest.mark.parametrize("fn", [recurrence_ahead, recurrence_down_reading_below])
+def test_reads_ahead_of_the_recurrence_are_read_on_entry(fn):
+    # the element the next iteration overwrites still holds, in the user's array, what
+    # this iteration read: no tape, no work copy (kadj/entry_loads.py)
+    for n in (1, 2, 3, 8, 1500):
+        args = (np.random.default_rng(n).uniform(-1, 1, n),
+                np.random.default_rng(n + 1).uniform(-1, 1, n), 0.6)
+        k = kadj.differentiate(numba.njit(fn.py_func))
+        check_grad(k, args)
+    src = k.adjoint_source(*args)
+    assert "_tape" not in src and "y_work" not in src, src
+
+
+@pytest.mark.parametrize("fn,extra", [(recurrence_then_store, ()),
                                       (recurrence_wrapping, ()),
                                       (recurrence_in_time_loop, (3,))])
 def test_reads_the_recurrence_overwrites_later_are_recorded(fn, extra):

@@ -17,14 +17,15 @@ def order_free(loop, a):
     the next, every store into an array with an adjoint hits an element indexed by the
     loop variable at one position of the index, the same in every store into that
     array (distinct per iteration: the variable is never negative, since ``y[-1]`` is
-    ``y[n - 1]``), and no array the loop stores is also loaded in it.  Then
+    ``y[n - 1]``), and no array the loop stores is also loaded in it (but for what it
+    held on entry, at the element stores write: :func:`kadj.ir.loaded_elsewhere`).  Then
     each iteration's adjoint reads only adjoints of its own stored elements and only
     adds (commutatively) into others."""
     inner = list(ir.walk(loop.body))
     if loop.uid in a.index_saved or not ir.never_negative(loop):
         return False
     stored = ir.stored_arrays(loop.body)
-    if stored & ir.loaded_arrays(loop.body):
+    if stored & ir.loaded_elsewhere(loop.body):
         return False
     if stored & a.restore_arrays or _rewrites_row(loop, a):
         return False
