@@ -1,7 +1,10 @@
 """The CPU target: ``@numba.njit`` kernels, adjoints compiled with ``numba.njit``.
 
 Typing: numba's CPU typing and target contexts (:func:`kadj.frontend.type_cpu_kernel`);
-no preparation rewrite; the adjoint is written by :func:`kadj.reverse.write_adjoint`,
+preparation: running extrema (:mod:`kadj.running_extremum`), ``x * sqrt(x)``
+(:mod:`kadj.fused_ops`), elements stored and read back (:mod:`kadj.store_forwarding`),
+loads of what an argument held on entry (:mod:`kadj.entry_loads`), in that order; the
+adjoint is written by :func:`kadj.reverse.write_adjoint`,
 saved in kadj's disk cache and compiled by numba with the kernel's own options (and
 numba's own disk cache).  The tape of a reversed loop is a heap array that grows
 ("growable"); adjoint contributions are plain ``+=`` ("plain"), except the sums into
