@@ -28,13 +28,12 @@ An array that the kernel passes to a call, copies or returns is left alone.
 """
 from __future__ import annotations
 
-import operator
 from dataclasses import replace
 
 from numba.core import types
 
 from . import ir
-from .gather_plan import _const, _single_defs
+from .gather_plan import _single_defs, coord_offset
 
 __all__ = ["rewrite"]
 
@@ -139,9 +138,13 @@ class _Nest:
     and the elements an index addresses in terms of them."""
 
     def __init__(self, stack, defs):
-        self.stack, self.defs = stack, defs
+        self.stack = stack
         self.depth = {loop.index: d for d, loop in enumerate(stack)}
-        self.inside = ir.assigned(stack[-1].body)
+        # what coord_offset may follow: computations in the innermost loop's body (run
+        # again at each iteration) and constants
+        inside = ir.assigned(stack[-1].body)
+        self.offset_defs = {v: e for v, e in defs.items()
+                            if v in inside or isinstance(e, ir.Const)}
         self.outer_assigned = ir.assigned(stack[0].body)
         self.lowest = []
         for loop in stack:
@@ -151,31 +154,6 @@ class _Nest:
             self.lowest.append(None if not ok else
                                bound.value if step > 0 else bound.value + 1)
 
-    def _offset(self, x, n=0):
-        """(depth, constant) when ``x`` is a counter of the nest plus a constant,
-        computed in the innermost loop's body (``ip = i + 1``), else None."""
-        if not isinstance(x, ir.Var) or n > 8:
-            return None
-        if x.name in self.depth:
-            return self.depth[x.name], 0
-        e = self.defs.get(x.name)
-        if x.name not in self.inside or e is None:
-            return None
-        if isinstance(e, ir.Copy):
-            return self._offset(e.src, n + 1)
-        if isinstance(e, ir.Op) and e.fn in (operator.add, operator.sub) and \
-                len(e.args) == 2 and not e.kws:
-            a, b = e.args
-            sign = 1 if e.fn is operator.add else -1
-            cb, ca = _const(b, self.defs), _const(a, self.defs)
-            inner = self._offset(a, n + 1) if cb is not None else None
-            if inner is not None:
-                return inner[0], inner[1] + sign * cb
-            inner = self._offset(b, n + 1) if ca is not None and sign == 1 else None
-            if inner is not None:
-                return inner[0], inner[1] + ca
-        return None
-
     def coords(self, index):
         """Per position of ``index``: ``(depth, constant)`` for a counter plus a
         constant (never below 0), or ``("fixed", operand)`` for a constant or a
@@ -183,7 +161,7 @@ class _Nest:
         counter is at no position or at two."""
         out = []
         for x in index:
-            off = self._offset(x)
+            off = coord_offset(x, self.depth, self.offset_defs)
             if off is not None:
                 low = self.lowest[off[0]]
                 if low is None or low + off[1] < 0:

@@ -32,6 +32,7 @@ from dataclasses import replace
 from numba.core import types
 
 from . import ir
+from .gather_plan import _single_defs
 
 __all__ = ["rewrite"]
 
@@ -45,7 +46,10 @@ def rewrite(kernel):
                              for s in ir.walk(kernel.body)):
         return kernel
     changed = [False]
-    once = _assigned_once(kernel)
+    # variables one assignment (or the argument list) defines
+    assigned = ir.assigned(kernel.body)
+    once = (set(_single_defs(kernel)) - set(kernel.args)) | \
+        {a for a in kernel.args if a not in assigned}
     renames = {}
 
     def seq(stmts):
@@ -65,17 +69,6 @@ def rewrite(kernel):
             return n
         body = ir.renamed_reads(body, {t: final(t) for t in renames})
     return replace(kernel, body=body) if changed[0] else kernel
-
-
-def _assigned_once(kernel):
-    """The variables that one assignment (or the argument list) defines."""
-    count = dict.fromkeys(kernel.args, 1)
-    for s in ir.walk(kernel.body):
-        v = s.target if isinstance(s, ir.Assign) else \
-            s.index if isinstance(s, ir.ForRange) else None
-        if v is not None:
-            count[v] = count.get(v, 0) + 1
-    return {v for v, c in count.items() if c == 1}
 
 
 def _plain(s, params):
