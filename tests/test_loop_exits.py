@@ -1,6 +1,7 @@
 """Loops with several exits: ``while True`` left by several breaks (with or without
 code of their own), breaks under ``and``/``or`` and conditional expressions, ``break``
-with ``continue``, ``return`` beside ``break``, and nested loops.  Gradients are
+with ``continue``, ``return`` beside ``break``, a ``for`` that may return inside a ``while
+True`` left by a break after it, and nested loops.  Gradients are
 compared with float64 central finite differences (tests/fdcheck.py) of the bounds-checked
 kernels (tests/conftest.py); CUDA forms run in the simulator and through compile_ptx."""
 import math
@@ -197,6 +198,43 @@ def many_exits_while(x, y):
     y[0] = s
 
 
+@njit
+def for_return_then_break(x, y):
+    # ``while True`` around a ``for`` that may return, left by a break after it
+    z = 0.1
+    i = 0
+    while True:
+        for j in range(x.shape[0]):
+            if x[j] * z > 4.0:
+                return z * x[j]
+            z += x[j] * 0.5
+        i += 1
+        if i > 2:
+            break
+    y[0] = z * z
+    return z
+
+
+@njit
+def for_return_or_break_then_break(x, y):
+    # the ``for`` may return or break; the ``while True`` is left by a break after it
+    z = 0.1
+    n = 0
+    while True:
+        n += 1
+        for j in range(x.shape[0]):
+            z = z * x[j] + 0.1
+            if z > 3.0:
+                return z
+            if z < 0.2:
+                break
+        z += x[0]
+        if z > 1.0 or n > 5:
+            break
+    y[0] = z
+    return z
+
+
 def _v(*xs):
     return np.array(xs, dtype=np.float64)
 
@@ -232,6 +270,16 @@ CASES = [
      lambda: (_v(0.3, 0.4, 0.5, -0.2, 0.6, 0.1, 0.7, 0.2), np.zeros(1))),
     ("many_exits_while_end", many_exits_while,
      lambda: (_v(0.3, 0.4, 0.5, -0.2, 0.6), np.zeros(1))),
+    ("for_return_then_break_returns", for_return_then_break,
+     lambda: (_v(1.3, 0.9, 1.2, 1.1, 0.8), np.zeros(1))),
+    ("for_return_then_break_breaks", for_return_then_break,
+     lambda: (_v(0.3, 0.2, 0.4, 0.1), np.zeros(1))),
+    ("for_return_or_break_returns", for_return_or_break_then_break,
+     lambda: (_v(1.5, 2.5, 2.0, 2.5), np.zeros(1))),
+    ("for_return_or_break_breaks", for_return_or_break_then_break,
+     lambda: (_v(1.2, 0.9, 0.6), np.zeros(1))),
+    ("for_return_or_break_inner_break", for_return_or_break_then_break,
+     lambda: (_v(0.7, 0.1, 0.9, 0.6), np.zeros(1))),
 ]
 
 
