@@ -43,9 +43,14 @@ import statistics
 import sys
 import time
 
+import atexit  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
-os.environ["KADJ_CACHE_DIR"] = tempfile.mkdtemp(prefix="kadj-bench-compile-")
+# every cache this run makes lies in one directory, removed when the run ends
+_SCRATCH = tempfile.mkdtemp(prefix="kadj-bench-compile-")
+atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
+os.environ["KADJ_CACHE_DIR"] = tempfile.mkdtemp(dir=_SCRATCH)
 os.environ.pop("KADJ_DISABLE_CACHE", None)
 
 import numpy as np  # noqa: E402
@@ -79,7 +84,7 @@ def _adjoint_buffers(k, args):
 
 
 def _fresh_cache():
-    os.environ["KADJ_CACHE_DIR"] = tempfile.mkdtemp(prefix="kadj-bench-compile-")
+    os.environ["KADJ_CACHE_DIR"] = tempfile.mkdtemp(dir=_SCRATCH)
 
 
 def _cpu_forward(ex, args):
@@ -153,12 +158,10 @@ def limiter_rows(steps_list):
     """A long kernel (``kernels/long_kernels.py``: ``steps`` limited updates written
     out in one function) at each number of steps: the forward's compile, the adjoint's
     generation and compile (fresh dispatchers, no cache), and the adjoint's lines."""
-    import tempfile as _tempfile
-
     import kadj
     from kernels.long_kernels import limiter_kernel
     rows = []
-    directory = _tempfile.mkdtemp(prefix="kadj-bench-long-")
+    directory = tempfile.mkdtemp(dir=_SCRATCH)
     for steps in steps_list:
         kernel = limiter_kernel(steps, directory)
         u = np.random.default_rng(0).standard_normal(64)
