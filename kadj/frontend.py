@@ -5,7 +5,12 @@ dead-branch pruning), then an extra pass that inlines every call to another jitt
 function that has no registered derivative rule (so helpers are differentiated as part
 of the kernel), then numba's type inference, and stops there.  SSA reconstruction is
 off: kadj's reverse pass restores overwritten variables itself, and the user's variable
-names stay as the user wrote them.
+names stay as the user wrote them.  Typing without SSA gives a name one type for all
+its values, and a copy ``k = i`` the type of ``k`` back to ``i``: where that fails (a
+loop index reused for a float, ``k = i`` then ``k = 0.5 * x[i]`` in a loop, a float
+then an array under one name), the kernel is typed again as numba types it, with SSA
+(each assignment a version of its own, ``k.1``, ``k.2``, joined where control flow
+meets), and the joins turned back into assignments (numba's ``PreLowerStripPhis``).
 
 Refused here, with :class:`~kadj.DifferentiationError`: ``with`` blocks
 (``numba.objmode`` above all; numba's with-lifting pass is replaced by
@@ -19,12 +24,14 @@ return type; every callee is later resolved to its Python object from the IR.
 """
 from __future__ import annotations
 
+import copy
 import inspect
+import os
 import threading
 from dataclasses import dataclass
 
-from numba.core import compiler, ir, ir_utils
-from numba.core import typed_passes
+from numba.core import compiler, errors, ir, ir_utils
+from numba.core import typed_passes, untyped_passes
 from numba.core.compiler import CompilerBase, DefaultPassBuilder, Flags
 from numba.core.compiler_machinery import FunctionPass, PassManager, register_pass
 from numba.core.ir_utils import simplify_CFG
@@ -48,6 +55,8 @@ class TypedKernel:
     arg_names: tuple
     arg_types: tuple
     target: str  # "cpu" or "cuda"
+    #: why the kernel was typed with SSA (numba's error typing it without), else ""
+    retyped: str = ""
 
 
 def is_jitted(obj):
@@ -144,13 +153,15 @@ def _untyped_pipeline(state, name="untyped"):
     nothing to do (:mod:`kadj.lean_passes`: closures inlined only where there are
     some, the variables' lifetimes computed only where a pass reads them, two of the
     bytecode translation's peephole rewrites only where they find something)."""
-    from numba.core.untyped_passes import WithLifting
+    from numba.core.untyped_passes import ReconstructSSA, WithLifting
 
     from .lean_passes import UNTYPED
 
     numba_pm = DefaultPassBuilder.define_untyped_pipeline(state, name)
     pm = PassManager(name)   # not finalized: the caller adds passes and finalizes
     for cls, desc in numba_pm.passes:
+        if cls is ReconstructSSA:
+            continue         # (after the callees are inlined: :class:`_FrontendPipeline`)
         if cls is WithLifting:
             cls, desc = KadjWithBlocks, "kadj: refuse with-blocks"
         pm.add_pass(UNTYPED.get(cls, cls), desc)
@@ -316,7 +327,12 @@ class _FrontendPipeline(CompilerBase):
     def define_pipelines(self):
         pm = _untyped_pipeline(self.state)
         pm.add_pass(KadjInlineCallees, "kadj: inline jitted callees")
+        ssa = self.state.flags.enable_ssa
+        if ssa:   # the inlined callees' blocks are versioned and joined too
+            pm.add_pass(untyped_passes.ReconstructSSA, "ssa")
         pm.add_pass(typed_passes.NopythonTypeInference, "nopython frontend")
+        if ssa:
+            pm.add_pass(typed_passes.PreLowerStripPhis, "joins as assignments")
         pm.finalize()
         return [pm]
 
@@ -336,6 +352,48 @@ def type_cpu_kernel(dispatcher, arg_types):
                 arg_types, "cpu")
 
 
+def _with_ssa(flags):
+    ssa = copy.copy(flags)
+    ssa.enable_ssa = True
+    return ssa
+
+
+def _typed(py_func, typingctx, targetctx, arg_types, flags):
+    """The frontend pipeline, run on ``py_func`` up to type inference: without SSA,
+    and where that typing fails, with it (the first failure raised if both fail)."""
+    try:
+        return _typed_once(py_func, typingctx, targetctx, arg_types, flags), ""
+    except errors.TypingError as first:
+        if flags.enable_ssa:
+            raise
+        try:
+            pipeline = _typed_once(py_func, typingctx, targetctx, arg_types,
+                                   _with_ssa(flags))
+        except errors.TypingError:
+            raise first from None
+        return pipeline, _typing_failure(first)
+
+
+def _typing_failure(exc):
+    """Where a typing error is, ``file.py:line``, or what it is when it names no line."""
+    loc = getattr(exc, "loc", None)
+    if loc is not None and getattr(loc, "line", None):
+        return f"{os.path.basename(loc.filename)}:{loc.line}"
+    return type(exc).__name__
+
+
+def _typed_once(py_func, typingctx, targetctx, arg_types, flags):
+    pipeline = _FrontendPipeline(typingctx, targetctx, None, tuple(arg_types), None,
+                                 flags, {})
+    pipeline.state.cr = None
+    try:
+        pipeline.compile_extra(py_func)
+    except compiler.CompilerError as exc:  # the lowering-less pipeline ended
+        if "pipelines exhausted" not in str(exc):
+            raise
+    return pipeline
+
+
 def _run(py_func, typingctx, targetctx, arg_types, target, flags=None, context=None):
     """Run the frontend pipeline; ``context`` is an optional context manager to run it in
     (the CUDA target override), ``flags`` replaces the CPU flags."""
@@ -348,14 +406,8 @@ def _run(py_func, typingctx, targetctx, arg_types, target, flags=None, context=N
     outer, _current.kernel = getattr(_current, "kernel", None), py_func.__name__
     try:
         with (context or contextlib.nullcontext()):
-            pipeline = _FrontendPipeline(typingctx, targetctx, None, tuple(arg_types),
-                                         None, flags or _flags(), {})
-            pipeline.state.cr = None
-            try:
-                pipeline.compile_extra(py_func)
-            except compiler.CompilerError as exc:  # the lowering-less pipeline ended
-                if "pipelines exhausted" not in str(exc):
-                    raise
+            pipeline, retyped = _typed(py_func, typingctx, targetctx, arg_types,
+                                       flags or _flags())
     finally:
         _current.kernel = outer
     st = pipeline.state
@@ -366,4 +418,5 @@ def _run(py_func, typingctx, targetctx, arg_types, target, flags=None, context=N
     return TypedKernel(
         name=py_func.__name__, py_func=py_func, func_ir=func_ir, typemap=dict(st.typemap),
         calltypes=dict(st.calltypes), return_type=st.return_type,
-        arg_names=tuple(func_ir.arg_names), arg_types=tuple(arg_types), target=target)
+        arg_names=tuple(func_ir.arg_names), arg_types=tuple(arg_types), target=target,
+        retyped=retyped)

@@ -91,22 +91,42 @@ def stages(target, kernel, arg_types, wrt=None, options=None, until="compiled", 
 
     if stage("typed", target.type_kernel, req.dispatcher, req.arg_types):
         return out
+    try:
+        _after_typing(stage, out, target, req, key)
+    except DifferentiationError as exc:
+        retyped = getattr(out["typed"], "retyped", "")
+        if retyped:
+            exc.args = (f"{exc.args[0]}\n{RETYPED_NOTE.format(retyped)}",) + exc.args[1:]
+        raise
+    return out
+
+
+#: appended to a refusal of a kernel typed with SSA (kadj.frontend)
+RETYPED_NOTE = (
+    "Note: numba could not type this kernel with one type per variable name (the first "
+    "failure at {}: a name that holds an integer and a float, or a number and an "
+    "array), so kadj typed it as numba compiles it, one version per assignment, a form "
+    "in which some loops (a `for` left by `break`, for one) are not supported; a name "
+    "of its own for each differently typed value avoids both.")
+
+
+def _after_typing(stage, out, target, req, key):
+    """The stages after "typed", each output put into ``out``, up to the last wanted."""
     if stage("region", _region, target, out["typed"]):
-        return out
+        return
     if stage("plan", _make_plan, target, req, out["region"]):
-        return out
+        return
     if stage("prepared", target.prepare, out["region"], out["plan"]):
-        return out
+        return
     if stage("facts", _facts, out["prepared"], out["plan"], target, req.options):
-        return out
+        return
     # (the adjoint's compiler options too: a function it prints is compiled with them)
     if stage("source", target.write, out["prepared"], out["facts"], out["plan"],
              dict(req.options, jit_options=dict(req.jit_options))):
-        return out
+        return
     if key is None:
         key = cache_key(target, req)
     stage("compiled", target.compile, out["source"], out["plan"], out["typed"], key, req)
-    return out
 
 
 def compile(target, req):
