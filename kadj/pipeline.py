@@ -161,10 +161,12 @@ def tangent_stages(target, req):
 
 
 def _region(target, typed):
-    """The target's region tree, every web of a reused scalar name a variable of its
-    own (:mod:`kadj.var_webs`)."""
+    """The target's region tree, time loops that swap array names unrolled
+    (:mod:`kadj.buffer_swap`), every web of a reused scalar name a variable of its own
+    (:mod:`kadj.var_webs`)."""
+    from .buffer_swap import rewrite
     from .var_webs import split
-    return split(target.structurize(typed))
+    return split(rewrite(target.structurize(typed)))
 
 
 def _make_plan(target, req, region):

@@ -549,7 +549,9 @@ class Structurizer:
     # ---- statements -------------------------------------------------------------
     def _find_array_aliases(self):
         """Array variables defined once as a copy of another array (a helper's array
-        parameter after inlining, ``a = x``) are replaced by the array they name."""
+        parameter after inlining, ``a = x``) are replaced by the array they name, when
+        that array is never rebound (``$t = un; un = u; u = $t``, a buffer swap, keeps
+        its temporary: :mod:`kadj.buffer_swap`)."""
         defs = {}
         for blk in self.blocks.values():
             for s in blk.body:
@@ -559,7 +561,7 @@ class Structurizer:
         for name, vals in defs.items():
             if len(vals) == 1 and isinstance(vals[0], nir.Var) and \
                     isinstance(self.types.get(name), types.Array) and \
-                    vals[0].name not in ():
+                    len(defs.get(vals[0].name, ())) <= 1:
                 self.alias[name] = vals[0].name
 
         def chase(n):

@@ -35,7 +35,13 @@ def count_assignments(kernel, a):
                 raise DifferentiationError(
                     "array variables may not be rebound or aliased",
                     kernel=kernel.name, loc=s.loc, construct="array alias",
-                    remedy="index the original array directly")
+                    remedy="index the original array directly.  A buffer swap "
+                           "(`u, un = un, u`) is supported as the last statement of a "
+                           "`for t in range(...)` loop at the kernel's top level (no "
+                           "break, continue or return in it, the names rebound nowhere "
+                           "else); otherwise copy the new values back (`u[:] = un`), "
+                           "or keep the time levels in one array indexed by the step's "
+                           "parity (`u2[t % 2, i]`)")
     for name in a.param_arrays:
         if name in a.assign_count:
             raise DifferentiationError(
