@@ -982,3 +982,36 @@ def test_changes_lost_in_large_outputs_cannot_be_checked(rng):
     check_grad(_square_scaled_by(1.0, 1e4), (x, np.zeros(64)), full_jacobian_max=0)
     with pytest.raises(AssertionError, match="inner-product test for argument 'x'"):
         check_grad(_square_scaled_by(1.1, 1e4), (x, np.zeros(64)), full_jacobian_max=0)
+
+
+def _cancels(big, factor):
+    """y = (x + big) - big: x itself, computed through an intermediate ``big`` times
+    larger than the outputs, whose rounding the outputs' sizes do not show; the
+    adjoint is ``factor`` times the true one (exact for 1)."""
+
+    @fake(("x", "y"), written={1}, read={0})
+    def cancels(x, y):
+        y[:] = (x + big) - big
+
+    @cancels
+    def cancels(fwd, adj):
+        (x, y), (adj_x, adj_y) = fwd, adj
+        adj_x += factor * adj_y
+        adj_y[:] = 0.0
+
+    return cancels
+
+
+@pytest.mark.parametrize("n", [40, 5000])
+def test_rounding_noise_of_intermediates_is_measured_not_reported(rng, n):
+    # the outputs are about 1, the intermediates 1e8: finite differences carry noise
+    # of about 1e-8 / step, far above rtol, which the outputs' sizes do not predict;
+    # measured along the direction, it clears the right adjoint (no "kink" either)
+    args = (rng.uniform(0.5, 1.0, n), np.zeros(n))
+    check_grad(_cancels(1e8, 1.0), args)
+    # a wrong adjoint still fails where finite differences see it
+    with pytest.raises(AssertionError, match="inner-product test for argument 'x'"):
+        check_grad(_cancels(1e8, 1.5), args)
+    # and noise larger than half the inner product cannot decide: said, not passed
+    with pytest.raises(AssertionError, match="cannot check the gradient"):
+        check_grad(_cancels(1e11, 1.0), args)
