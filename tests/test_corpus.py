@@ -1431,8 +1431,8 @@ def refuse_cumsum_2d(A, out):
 
 
 @njit
-def refuse_double_buffer(u, alpha, nsteps, out):
-    """Ping-pong buffers swapped by rebinding array names."""
+def double_buffer(u, alpha, nsteps, out):
+    """Ping-pong scratch buffers swapped by rebinding array names (unrolled by two)."""
     n = u.shape[0]
     a = np.empty(n)
     b = np.empty(n)
@@ -1489,6 +1489,8 @@ def _lower(seed, n):
 
 
 CASES = [
+    ("double_buffer_odd", double_buffer, lambda: (R(1, 6), 0.2, 3, np.zeros(6))),
+    ("double_buffer_even", double_buffer, lambda: (R(1, 6), 0.2, 4, np.zeros(6))),
     # whole-array NumPy, lowered to element loops
     ("numpy_exp_temporary", numpy_exp_temporary, lambda: (R(1, 3), np.zeros(3))),
     ("numpy_max_scaled", numpy_max_scaled, lambda: (R(1, 3),)),
@@ -1751,7 +1753,6 @@ REFUSALS = [
     ("lgamma", refuse_lgamma, lambda: (U(1, 1.0, 2.0, 3),)),
     ("np_cumprod", refuse_np_cumprod, lambda: (R(1, 4), np.zeros(4))),
     ("cumsum_2d", refuse_cumsum_2d, lambda: (R(1, 3, 2), np.zeros(2))),
-    ("double_buffer", refuse_double_buffer, lambda: (R(1, 6), 0.2, 3, np.zeros(6))),
     ("cond_alias", refuse_cond_alias, lambda: (R(1, 4), R(2, 4), np.zeros(4), True)),
 ]
 
