@@ -27,7 +27,8 @@ from . import rules
 
 REDUCE = {np.sum: "sum", np.mean: "mean", np.max: "max", np.min: "min",
           np.amax: "max", np.amin: "min", np.linalg.norm: "norm"}
-METHODS = {"sum": "sum", "mean": "mean", "max": "max", "min": "min", "cumsum": "cumsum"}
+METHODS = {"sum": "sum", "mean": "mean", "max": "max", "min": "min", "cumsum": "cumsum",
+           "copy": "copy"}
 
 
 class ReduceLowering:
@@ -61,6 +62,9 @@ class ReduceLowering:
             return self.outer(tgt, args, loc)
         if fn is np.cumsum and len(args) == 1:
             return self.cumsum(tgt, self.name(args[0]), loc)
+        if fn is np.copy and len(args) == 1 and not e.kws and \
+                isinstance(self.typ(args[0]), types.Array):
+            return self.copied(tgt, args[0], loc)
         elementwise = (type(fn).__name__ == "ufunc" and len(args) == fn.nin) or \
             fn is abs and len(args) == 1
         if elementwise and isinstance(ttype, types.Array) and (
@@ -68,12 +72,21 @@ class ReduceLowering:
             return self.elementwise(tgt, fn, args, loc)
         return None
 
+    def copied(self, tgt, src, loc):
+        """``tgt = a.copy()`` or ``np.copy(a)``: a new array, filled element by element
+        (a view's elements read from its base)."""
+        return self.elementwise(tgt, None, [src], loc,
+                                combine=lambda out, elems, dtype, at: elems[0])
+
     def method(self, tgt, e, loc):
-        """``a.sum()``, ``a.mean()``, ``a.max()``, ``a.min()``, or None."""
+        """``a.sum()``, ``a.mean()``, ``a.max()``, ``a.min()``, ``a.copy()``, or
+        None."""
         d = self.st._chase(e.func)
         if not (isinstance(d, nir.Expr) and d.op == "getattr" and
                 isinstance(self.typ(d.value), types.Array)):
             return None
+        if d.attr == "copy" and not e.args and not e.kws:
+            return self.copied(tgt, d.value, loc)
         kind = METHODS.get(d.attr)
         if kind is None or (kind == "cumsum" and (e.args or e.kws)):
             self.refuse(f"the array method .{d.attr}() with these arguments", loc)

@@ -1431,6 +1431,26 @@ def refuse_cumsum_2d(A, out):
 
 
 @njit
+def copy_method_then_update(A, out):
+    """``A.copy()``: a new array, updated in place, reduced."""
+    B = A.copy()
+    for i in range(A.shape[0]):
+        for j in range(A.shape[1]):
+            B[i, j] = np.sin(B[i, j]) * A[i, j]
+    out[0] = B.sum()
+
+
+@njit
+def np_copy_of_a_view(x, out):
+    """``np.copy`` of a slice: its elements read from the base array."""
+    y = np.copy(x[1:])
+    for i in range(y.shape[0]):
+        y[i] = y[i] * y[i]
+    for i in range(out.shape[0]):
+        out[i] = y[i] + x[i]
+
+
+@njit
 def double_buffer(u, alpha, nsteps, out):
     """Ping-pong scratch buffers swapped by rebinding array names (unrolled by two)."""
     n = u.shape[0]
@@ -1489,6 +1509,9 @@ def _lower(seed, n):
 
 
 CASES = [
+    ("copy_method_then_update", copy_method_then_update,
+     lambda: (R(1, 3, 4), np.zeros(1))),
+    ("np_copy_of_a_view", np_copy_of_a_view, lambda: (R(1, 6), np.zeros(5))),
     ("double_buffer_odd", double_buffer, lambda: (R(1, 6), 0.2, 3, np.zeros(6))),
     ("double_buffer_even", double_buffer, lambda: (R(1, 6), 0.2, 4, np.zeros(6))),
     # whole-array NumPy, lowered to element loops
