@@ -98,12 +98,20 @@ class ArrayLowering(ViewLowering, ReduceLowering, FusionLowering):
         inplace = {s.target.name: s.value.lhs.name for blk in st.blocks.values()
                    for s in blk.body if isinstance(s, nir.Assign) and
                    isinstance(s.value, nir.Expr) and s.value.op == "inplace_binop"}
+        # ... and not counting an array name's copies of other arrays either (a buffer
+        # swap, ``a, b = b, a``, after ``a = u.copy()``: kadj.buffer_swap), for the
+        # checks that a new array's name is not rebound
+        self.value_defs = {}
         for blk in st.blocks.values():
             for s in blk.body:
                 if isinstance(s, nir.Assign) and not (
                         isinstance(s.value, nir.Var) and
                         inplace.get(s.value.name) == s.target.name):
                     self.defs[s.target.name] = self.defs.get(s.target.name, 0) + 1
+                    if not (isinstance(s.value, nir.Var) and isinstance(
+                            st.types.get(s.value.name), types.Array)):
+                        self.value_defs[s.target.name] = \
+                            self.value_defs.get(s.target.name, 0) + 1
 
     # ---- small helpers ---------------------------------------------------------------
     def name(self, var):
@@ -259,7 +267,8 @@ class ArrayLowering(ViewLowering, ReduceLowering, FusionLowering):
             exts = self.extents(into, out, loc)
         else:
             rtype = st.types[tgt]
-            if self.defs.get(tgt, 0) > 1 or any(v == tgt for k, v in ops if k == "array"):
+            if self.value_defs.get(tgt, 0) > 1 or any(v == tgt for k, v in ops
+                                                       if k == "array"):
                 self.rebound(tgt, loc)
             ndim, dtype = rtype.ndim, rtype.dtype
             exts = None
@@ -314,7 +323,7 @@ class ArrayLowering(ViewLowering, ReduceLowering, FusionLowering):
         return list(inner)
 
     def alloc(self, tgt, rtype, exts, loc):
-        if self.defs.get(tgt, 0) > 1:
+        if self.value_defs.get(tgt, 0) > 1:
             self.rebound(tgt, loc)
         out = []
         scalar = numpy_support.as_dtype(rtype.dtype).type
