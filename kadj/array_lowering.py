@@ -102,14 +102,27 @@ class ArrayLowering(ViewLowering, ReduceLowering, FusionLowering):
         # swap, ``a, b = b, a``, after ``a = u.copy()``: kadj.buffer_swap), for the
         # checks that a new array's name is not rebound
         self.value_defs = {}
+        copies = {s.target.name: s.value.name for blk in st.blocks.values()
+                  for s in blk.body if isinstance(s, nir.Assign) and
+                  isinstance(s.value, nir.Var) and s.target.name.startswith("$")}
+
+        def names_an_array(var):
+            """Is ``var`` (through numba's temporaries) another array's name?"""
+            name = var.name
+            for _ in range(8):
+                if not name.startswith("$"):
+                    return isinstance(st.types.get(name), types.Array)
+                if name not in copies:
+                    return False
+                name = copies[name]
+            return False
         for blk in st.blocks.values():
             for s in blk.body:
                 if isinstance(s, nir.Assign) and not (
                         isinstance(s.value, nir.Var) and
                         inplace.get(s.value.name) == s.target.name):
                     self.defs[s.target.name] = self.defs.get(s.target.name, 0) + 1
-                    if not (isinstance(s.value, nir.Var) and isinstance(
-                            st.types.get(s.value.name), types.Array)):
+                    if not (isinstance(s.value, nir.Var) and names_an_array(s.value)):
                         self.value_defs[s.target.name] = \
                             self.value_defs.get(s.target.name, 0) + 1
 

@@ -41,6 +41,7 @@ from numba.np import numpy_support
 from . import array_lowering
 from . import ir
 from . import rules
+from . import view_webs
 from .complex_parts import METHODS, PARTS, method_call
 from .condition_flags import flag_condition
 from .errors import DifferentiationError, InternalError
@@ -85,6 +86,7 @@ class Structurizer:
         self._tables = {}  # (dtype, bytes) -> the prelude variable holding that table
         self.extra_callee_ok = extra_callee_ok or (lambda fn: False)
         self._refuse_unstructured()
+        view_webs.split(self)
         self._find_array_aliases()
         self._find_scalarized_tuples()
 

@@ -248,6 +248,38 @@ def fancy(x, idx, out):
 
 
 @njit
+def one_view_name_in_two_loops(f, out):
+    # ``fk`` names another view in each loop; each read sees one (kadj.view_webs)
+    q, n = f.shape
+    s = 0.0
+    for k in range(q):
+        fk = f[k]
+        s += fk[0] * fk[1]
+    for k in range(q):
+        fk = f[k]
+        out[k] = fk[n - 1] * s
+
+
+@njit
+def one_view_name_in_each_arm(f, out, c):
+    if c > 0:
+        fk = f[0]
+        out[0] = fk[0] * 2.0
+    else:
+        fk = f[1]
+        out[0] = fk[1] * 3.0
+    fk = f[2, 1:]
+    out[1] = fk[0] * fk[1] * out[0]
+
+
+def test_a_view_name_assigned_where_each_read_sees_one():
+    r = np.random.default_rng(11)
+    check_grad(one_view_name_in_two_loops, (r.standard_normal((3, 4)), np.zeros(3)))
+    for c in (1.0, -1.0):
+        check_grad(one_view_name_in_each_arm, (r.standard_normal((3, 4)), np.zeros(2), c))
+
+
+@njit
 def view_in_branches(x, y, c):
     if c > 0:
         s = x[1:]
