@@ -359,8 +359,9 @@ def _with_ssa(flags):
 
 
 def _typed(py_func, typingctx, targetctx, arg_types, flags):
-    """The frontend pipeline, run on ``py_func`` up to type inference: without SSA,
-    and where that typing fails, with it (the first failure raised if both fail)."""
+    """(the frontend pipeline run on ``py_func`` up to type inference, "" or where
+    typing failed without SSA): typed without SSA, and where that fails, with it (the
+    first failure raised if both fail)."""
     try:
         return _typed_once(py_func, typingctx, targetctx, arg_types, flags), ""
     except errors.TypingError as first:
