@@ -123,6 +123,32 @@ def refused_shared_shape(x, y, n):
     y[i] = s[cuda.threadIdx.x]
 
 
+COEF = np.array([0.5, -1.0, 2.0])
+
+
+@kadj.differentiate
+@cuda.jit
+def const_table(x, y):
+    # a module-level table through cuda.const.array_like: read as the table itself
+    # (regression: refused, with another message under the simulator)
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        c = cuda.const.array_like(COEF)
+        y[i] = c[0] + x[i] * (c[1] + x[i] * c[2])
+
+
+@kadj.differentiate
+@cuda.jit
+def refused_dynamic_shared(x, out):
+    # dynamic shared memory: the adjoint's shared arrays would start at the same
+    # address (regression: accepted, with a wrong gradient)
+    sm = cuda.shared.array(0, float64)
+    t = cuda.threadIdx.x
+    sm[t] = x[t]
+    cuda.syncthreads()
+    out[t] = sm[(t + 1) % cuda.blockDim.x] ** 2
+
+
 # name -> (kernel, (griddim, blockdim), make_args(rng)): gradient-checked in the
 # simulator and compiled to PTX without it
 OWN = {
@@ -136,6 +162,7 @@ OWN = {
     "math_floor_index": (math_floor_index, (2, 8),
                          lambda rng: [rng.random(13) * 4.0 + 0.1, rng.random(13),
                                       np.zeros(13)]),
+    "const_table": (const_table, (2, 8), lambda rng: [rng.random(13), np.zeros(13)]),
 }
 # name -> (kernel, make_args(rng), a phrase of the refusal)
 REFUSED = {
@@ -146,6 +173,9 @@ REFUSED = {
     "refused_shared_shape": (refused_shared_shape,
                              lambda rng: [rng.random(8), np.zeros(8), 8],
                              "numba cannot type this kernel for the CUDA target"),
+    "refused_dynamic_shared": (refused_dynamic_shared,
+                               lambda rng: [rng.random(8), np.zeros(8)],
+                               "dynamic shared memory"),
 }
 
 
@@ -239,6 +269,7 @@ TEST_FILE_ARGS = {
         "local_stages_per_step": [r.uniform(-1.0, 1.0, 7), np.zeros(7), 0.2],
         "local_partial_sums": [r.uniform(-1.0, 1.0, 7), r.uniform(0.2, 0.8, 3),
                                np.zeros(7)]},
+    "mixed_types_cuda_sim": lambda m, r: {"int_or_float": [r.random(8), np.zeros(8)]},
     "loop_exits_cuda_sim": lambda m, r: {
         "newton_and_stop": [r.random(6) + 0.5, np.zeros(6)],
         "damped_exits": [r.random(6) - 0.5, np.zeros(6)],
@@ -586,3 +617,17 @@ def test_adjoint_ptx_refusal_is_complete_under_simulator(runs):
 
 if __name__ == "__main__":
     _dump(sys.argv[1])
+
+
+def test_dynamic_shared_memory_is_refused_and_const_tables_compile():
+    """Without the simulator (the two-process comparison above checks both paths,
+    with -m slow): dynamic shared memory is refused at its line, and a
+    cuda.const.array_like table compiles to PTX."""
+    from cudatools import nvvm_available
+    ok, why = nvvm_available()
+    if not ok:
+        pytest.skip(why)
+    with pytest.raises(kadj.DifferentiationError, match="dynamic shared memory") as info:
+        refused_dynamic_shared.adjoint_ptx(np.ones(8), np.zeros(8), cc=(9, 0))
+    assert info.value.loc is not None and info.value.construct == "dynamic shared memory"
+    assert ".entry" in const_table.adjoint_ptx(np.ones(8), np.zeros(8), cc=(9, 0))

@@ -118,6 +118,14 @@ def _array_type(shape, dtype, alignment=None):
     return types.Array(dtype, ndim, "C")
 
 
+def _const_array_type(ary):
+    """numba-cuda's ``cuda.const.array_like(a)``: a read-only array like the
+    module-level one."""
+    if not isinstance(ary, types.Array):
+        return None
+    return types.Array(ary.dtype, ary.ndim, "C", readonly=True)
+
+
 def _atomic_type(ary, idx, val):
     return ary.dtype if isinstance(ary, types.Array) else None
 
@@ -136,6 +144,8 @@ shim = _module(
     threadfence=_typed("threadfence", lambda: types.none),
     shared=_module("kadj_cuda_shim.shared", array=_typed("shared.array", _array_type)),
     local=_module("kadj_cuda_shim.local", array=_typed("local.array", _array_type)),
+    const=_module("kadj_cuda_shim.const",
+                  array_like=_typed("const.array_like", _const_array_type)),
     **{name: _typed(name, typer) for name, typer in _warp_typers().items()},
     atomic=_module("kadj_cuda_shim.atomic", **{
         op: _typed(f"atomic.{op}", _atomic_type)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
 from numba.core import ir as nir
 from numba.core import types
 
@@ -75,6 +76,8 @@ class CudaStructurizer(Structurizer):
             return [ir.Barrier(loc=loc)]
         if path in ("shared.array", "local.array"):
             return self.convert_array(tgt, e, loc, path)
+        if path == "const.array_like":
+            return self.convert_const_array(tgt, e, loc)
         if path in warp.FUNCS:
             return warp.convert(self, tgt, e, loc, path)
         if path in ("atomic.add", "atomic.sub"):
@@ -141,8 +144,38 @@ class CudaStructurizer(Structurizer):
             self.error(f"cuda.{path} needs a constant shape and dtype", loc=loc,
                        construct=f"cuda.{path}",
                        remedy="use a module-level constant or a literal for the shape")
+        if path == "shared.array" and 0 in (shape if isinstance(shape, tuple) else
+                                            (shape,)):
+            # every dynamic shared array of a block starts at the same address: the
+            # adjoint's own shared arrays would alias the kernel's, and their size is
+            # the launch's, not known here
+            self.error("dynamic shared memory (cuda.shared.array(0, ...), sized at "
+                       "launch) is not supported in differentiated kernels", loc=loc,
+                       construct="dynamic shared memory",
+                       remedy="declare the shared array with a constant size (a "
+                              "module-level constant: cuda.shared.array(TPB, float64)) "
+                              "and launch with that many threads per block")
         return [ir.Assign(tgt, ir.Alloc(CudaIntrinsic(path), (
             ir.Const(shape), ir.GlobalRef(dtype, name=str(dtype)))), loc=loc)]
+
+    def convert_const_array(self, tgt, e, loc):
+        """``cuda.const.array_like(TABLE)`` of a module-level NumPy array: the table
+        itself, read as the kernel reads a module-level array (numba puts both in
+        constant memory); its elements carry no derivative."""
+        try:
+            table = resolve_value(self.fir, e.args[0]) if len(e.args) == 1 and \
+                not e.kws else None
+        except (LookupError, AttributeError):
+            table = None
+        if not isinstance(table, np.ndarray):
+            self.error("cuda.const.array_like() of anything but a module-level NumPy "
+                       "array is not supported", loc=loc,
+                       construct="cuda.const.array_like",
+                       remedy="pass a module-level NumPy array (a global constant), or "
+                              "read that array directly")
+        d = self.fir.get_definition(e.args[0])
+        name = d.name if isinstance(d, (nir.Global, nir.FreeVar)) else "table"
+        return [ir.Assign(tgt, ir.Copy(ir.GlobalRef(table, name=name)), loc=loc)]
 
     def literal(self, var):
         """A constant integer (or tuple of them): literal type, or static value."""
