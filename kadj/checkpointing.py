@@ -259,6 +259,8 @@ class _Loop:
             self._online(state)
         else:
             self._sweep(state, observe=True)
+        if self.runner is not None:
+            self.runner.check()     # (the last step's Python after its launches)
         self.memo.clear()
         self.checked.clear()
         self.runner = None
@@ -278,6 +280,8 @@ class _Loop:
             if self.until(i, *(base[a] for a in roles)):
                 break
             i += 1
+        if self.runner is not None:
+            self.runner.check()     # (the last step's Python after its launches)
         self.schedule = online.finish()
         self.n = self.schedule.steps
         self.final_roles = self.work_roles = roles
@@ -358,6 +362,11 @@ class _Loop:
         if runner is None or runner.state is not base or runner.first_run != observe:
             runner = self.runner = Runner(self, base, observe)
         runner.position = 0
+        if observe:   # (the first sweep: a change the step makes outside its launches)
+            runner.check()
+            runner.step = i
+            if not runner.prints:
+                runner.note()
         saved = swap_stack((runner,))
         try:
             roles = next_roles(self.step, i, cur, base)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from . import arrays
 from . import tape as _tape
 from .errors import DifferentiationError
+from .fingerprint import fingerprint
 from .kernel import DifferentiatedKernel
 from .tape_backward import Backward
 from .tape_index import ArrayIndex
@@ -77,21 +78,54 @@ class Runner:
         self.keys = None        # the state arrays' memory keys, when first needed
         self.first_run = first_run
         self.position = 0
+        # first sweep: each state array's fingerprint as the launches left it, to
+        # catch a change the step function makes outside them (recomputing the step
+        # would replay only the launches: a wrong gradient)
+        self.prints = {} if first_run else None
+        self.step = 0
 
     def record(self, kernel, args, config=None):
         args = tuple(args)
         plan = self.loop.checked_plan(kernel, args, self, self.position, self.first_run)
         self.position += 1
-        if isinstance(kernel, DifferentiatedKernel):
-            # its forward is compiled code, which launches nothing kadj could record
-            return kernel.forward(*args) if config is None else \
-                kernel.forward(config, *args)
-        saved = swap_stack(())      # a custom step's Python runs unrecorded
+        self.check()
         try:
-            return kernel.forward(*args) if config is None else \
-                kernel.forward(config, *args)
+            if isinstance(kernel, DifferentiatedKernel):
+                # its forward is compiled code, which launches nothing kadj could record
+                return kernel.forward(*args) if config is None else \
+                    kernel.forward(config, *args)
+            saved = swap_stack(())      # a custom step's Python runs unrecorded
+            try:
+                return kernel.forward(*args) if config is None else \
+                    kernel.forward(config, *args)
+            finally:
+                restore_stack(saved)
         finally:
-            restore_stack(saved)
+            self.note()
+
+    def note(self):
+        """First sweep: fingerprint the state arrays as they are now."""
+        if self.prints is not None:
+            for j, a in enumerate(self.state):
+                self.prints[j] = fingerprint(a)
+
+    def check(self):
+        """First sweep: refuse a state array whose contents differ from what the
+        launches left (a change made by the step function's own Python)."""
+        if not self.prints:
+            return
+        for j, a in enumerate(self.state):
+            was = self.prints.get(j)
+            if was is not None and fingerprint(a) != was:
+                raise DifferentiationError(
+                    f"checkpointed_loop: state array {j} ({arrays.describe(a)}) was "
+                    f"changed at or after step {self.step} outside the kernels the step "
+                    "function launched (by Python code in the step function, between "
+                    "or after its launches). The loop recomputes and reverses only "
+                    "the launches, so it would take the change for no change: a wrong "
+                    "gradient. Make the change in a differentiated kernel, or launch "
+                    "it as kadj.custom_step(forward, adjoint, ...) with its own "
+                    "adjoint (docs/API.md).")
 
 
 class Reverser:

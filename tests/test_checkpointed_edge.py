@@ -452,3 +452,61 @@ def test_backward_stores_snapshots_in_freed_ones(monkeypatch):
             assert len(made) < 2 * stores     # without reuse: two arrays per store
     assert np.any(grads[1] != 0)
     assert_same(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("where", ["between launches", "after the last launch",
+                                   "before the first launch", "in the last step"])
+def test_a_change_the_step_makes_outside_its_launches_is_refused(where):
+    """A boundary condition set by the step function's Python (``v[0] = 0.0``) is not
+    a launch: the loop would recompute and reverse the step without it, a wrong
+    gradient (``u[0] += 0.5`` and the like here).  The first sweep compares the state with what the launches left, and
+    refuses the change, whichever step and place it is made at."""
+    u0, v0 = X0.copy(), np.zeros(N)
+
+    def step(i, u, v):
+        last = i == 5
+        if where == "before the first launch" and i == 2:
+            u[1] += 0.5
+        heat(u, v, 0.1, F)
+        if where == "between launches" and i == 3:
+            v[0] += 0.5
+        heat(v, u, 0.1, F)
+        if (where == "after the last launch" and i == 1) or \
+                (where == "in the last step" and last):
+            u[0] += 0.5
+        return u, v
+
+    with kadj.Tape():
+        with pytest.raises(DifferentiationError,
+                           match="changed at or after step .* outside the kernels"):
+            kadj.checkpointed_loop(step, (u0, v0), steps=6, snapshots=3)
+
+
+def test_a_change_made_by_a_custom_step_is_recorded():
+    """The same boundary condition launched as kadj.custom_step, with its adjoint, is
+    part of the step: no error, and the gradient is the plain tape's."""
+    def zero_first_adjoint(adj_v):
+        adj_v[0] = 0.0              # v[0]'s old value is overwritten: consumed
+
+    def run(checkpointed):
+        u0, v0 = X0.copy(), np.zeros(N)
+
+        def step(i, u, v):
+            heat(u, v, 0.1, F)
+            kadj.custom_step(lambda: v.__setitem__(0, 0.0), zero_first_adjoint,
+                             reads=(v,), writes=(v,))
+            return v, u
+
+        with kadj.Tape() as tape:
+            if checkpointed:
+                u, v = kadj.checkpointed_loop(step, (u0, v0), steps=5, snapshots=2)
+            else:
+                u, v = u0, v0
+                for i in range(5):
+                    u, v = step(i, u, v)
+            out = np.zeros(1)
+            sqloss(u, TARGET, out)
+        tape.backward(out)
+        return tape.grad(u0)
+
+    assert_same(run(True), run(False))
