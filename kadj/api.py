@@ -57,9 +57,37 @@ def differentiate(kernel=None, wrt=None, checkpoints=None, gather=None, parallel
         options = {k: (kernel.options.get(k) if v is None else v)
                    for k, v in options.items()}
         kernel = kernel.dispatcher
-    target = targets.for_dispatcher(kernel)
-    cls = DifferentiatedKernel if target is None else targets.kernel_class(target)
-    return cls(kernel, wrt=wrt, **{k: v for k, v in options.items() if v is not None})
+    given = {k: v for k, v in options.items() if v is not None}
+    key = (None if wrt is None else tuple(wrt), tuple(sorted(given.items())))
+    memo = _memo_of(kernel)
+    made = None if memo is None else memo.get(key)
+    if made is None:
+        target = targets.for_dispatcher(kernel)
+        cls = DifferentiatedKernel if target is None else targets.kernel_class(target)
+        made = cls(kernel, wrt=wrt, **given)
+        if memo is not None:
+            memo[key] = made
+    return made
+
+
+_MEMO = "_kadj_differentiated"
+
+
+def _memo_of(dispatcher):
+    """The differentiated kernels of ``dispatcher`` made so far, by (wrt, options):
+    ``kadj.grad(f)(x)``, ``kadj.jvp(f, ...)`` or ``kadj.differentiate(f)`` called again
+    and again on one jitted function get the same kernel, with its compiled adjoints,
+    instead of loading them anew each time (numba never frees compiled code: memory
+    grew by each call).  Kept on the dispatcher itself, so both are freed together;
+    None for an object that takes no attribute."""
+    memo = getattr(dispatcher, "__dict__", {}).get(_MEMO)
+    if memo is None:
+        memo = {}
+        try:
+            setattr(dispatcher, _MEMO, memo)
+        except (AttributeError, TypeError):
+            return None
+    return memo
 
 
 def register_adjoint(fn):
