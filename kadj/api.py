@@ -57,37 +57,9 @@ def differentiate(kernel=None, wrt=None, checkpoints=None, gather=None, parallel
         options = {k: (kernel.options.get(k) if v is None else v)
                    for k, v in options.items()}
         kernel = kernel.dispatcher
-    given = {k: v for k, v in options.items() if v is not None}
-    key = (None if wrt is None else tuple(wrt), tuple(sorted(given.items())))
-    memo = _memo_of(kernel)
-    made = None if memo is None else memo.get(key)
-    if made is None:
-        target = targets.for_dispatcher(kernel)
-        cls = DifferentiatedKernel if target is None else targets.kernel_class(target)
-        made = cls(kernel, wrt=wrt, **given)
-        if memo is not None:
-            memo[key] = made
-    return made
-
-
-_MEMO = "_kadj_differentiated"
-
-
-def _memo_of(dispatcher):
-    """The differentiated kernels of ``dispatcher`` made so far, by (wrt, options):
-    ``kadj.grad(f)(x)``, ``kadj.jvp(f, ...)`` or ``kadj.differentiate(f)`` called again
-    and again on one jitted function get the same kernel, with its compiled adjoints,
-    instead of loading them anew each time (numba never frees compiled code: memory
-    grew by each call).  Kept on the dispatcher itself, so both are freed together;
-    None for an object that takes no attribute."""
-    memo = getattr(dispatcher, "__dict__", {}).get(_MEMO)
-    if memo is None:
-        memo = {}
-        try:
-            setattr(dispatcher, _MEMO, memo)
-        except (AttributeError, TypeError):
-            return None
-    return memo
+    target = targets.for_dispatcher(kernel)
+    cls = DifferentiatedKernel if target is None else targets.kernel_class(target)
+    return cls(kernel, wrt=wrt, **{k: v for k, v in options.items() if v is not None})
 
 
 def register_adjoint(fn):
@@ -113,10 +85,27 @@ def register_adjoint(fn):
     return deco
 
 
+_MEMO = "_kadj_transformed"
+
+
 def _as_kernel(f):
+    """``f`` itself when it is a differentiated kernel; else the kernel the transforms
+    (grad, value_and_grad, jvp, hvp) made of the jitted function ``f`` before, kept on
+    its dispatcher (so both are freed together), or a new one.  ``kadj.grad(f)(x)`` or
+    ``kadj.jvp(f, ...)`` written inside an optimisation loop then reuse the compiled
+    adjoints instead of loading them anew at every call (4-17 ms each, and numba never
+    frees compiled code: memory grew by each call).  ``kadj.differentiate(f)`` itself
+    makes a new kernel each time."""
     if isinstance(f, DifferentiatedKernel):
         return f
-    return differentiate(f)
+    made = getattr(f, "__dict__", {}).get(_MEMO)
+    if made is None:
+        made = differentiate(f)
+        try:
+            setattr(f, _MEMO, made)
+        except (AttributeError, TypeError):
+            pass
+    return made
 
 
 def value_and_grad(f, argnums=0, has_aux=False):

@@ -28,7 +28,7 @@ from numba.core import types
 
 from . import adj_ir as A
 from . import codegen, pipeline, rules
-from .api import argnum_indices, differentiate
+from .api import _as_kernel, argnum_indices, differentiate
 from .errors import DifferentiationError
 from .kernel import DifferentiatedKernel
 from .printer import Syntax, render
@@ -229,5 +229,5 @@ def hvp(f, argnums=0):
     (a float for a scalar); for a tuple ``argnums``, ``v`` is a tuple with one direction
     per entry and the result a tuple of the blocks' products
     ``sum_j H[i, j] v[j]``.  The arguments are not modified."""
-    k = f if isinstance(f, DifferentiatedKernel) else differentiate(f)
+    k = _as_kernel(f)
     return HessianVectorProduct(k, argnums)

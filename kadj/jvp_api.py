@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import jvp_call
-from .api import differentiate
+from .api import _as_kernel
 from .errors import DifferentiationError
-from .kernel import DifferentiatedKernel
 
 
 def jvp(f, primals, tangents):
@@ -17,7 +16,7 @@ def jvp(f, primals, tangents):
     directional derivative along ``tangents`` (one per primal: an array shaped like an
     array argument, a float for a scalar, None for a zero tangent or an argument
     without one).  The primals are not modified (arrays ``f`` writes run on copies)."""
-    k = f if isinstance(f, DifferentiatedKernel) else differentiate(f)
+    k = _as_kernel(f)
     primals, tangents = tuple(primals), tuple(tangents)
     if len(tangents) != len(primals):
         raise TypeError(f"kadj.jvp({k.__name__}): {len(primals)} primals but "

@@ -1,8 +1,8 @@
-"""``kadj.differentiate`` of one jitted function, called again (as ``kadj.grad(f)(x)``,
-``kadj.jvp(f, ...)`` or ``kadj.hvp(f)(x, v)`` inside an optimisation loop do), returns
-the kernel made before for the same ``wrt`` and options: its compiled adjoints are
-reused, not loaded anew at every call (numba never frees compiled code).  Other
-``wrt`` or options make another kernel; the results stay right."""
+"""The transforms (``kadj.grad(f)(x)``, ``kadj.value_and_grad``, ``kadj.jvp(f, ...)``,
+``kadj.hvp(f)(x, v)``) of one jitted function, written inside an optimisation loop,
+use the kernel they made of it the first time: its compiled adjoints are reused, not
+loaded anew at every call (numba never frees compiled code).  ``kadj.differentiate``
+itself makes a new kernel each time; the results stay right."""
 import numpy as np
 import pytest
 from numba import njit
@@ -21,13 +21,12 @@ def energy(x, a):
     return s
 
 
-def test_the_same_kernel_for_the_same_function_and_options():
-    k = kadj.differentiate(energy)
-    assert kadj.differentiate(energy) is k
-    assert kadj.differentiate(energy, wrt=("x",)) is kadj.differentiate(energy, wrt=["x"])
-    assert kadj.differentiate(energy, wrt=("x",)) is not k
-    assert kadj.differentiate(energy, checkpoints=4) is not k
-    assert kadj.differentiate(k) is k
+def test_transforms_share_one_kernel_and_differentiate_makes_new_ones():
+    from kadj.api import _as_kernel
+    k = _as_kernel(energy)
+    assert _as_kernel(energy) is k and _as_kernel(k) is k
+    assert kadj.differentiate(energy) is not k
+    assert kadj.differentiate(energy) is not kadj.differentiate(energy)
 
 
 def test_repeated_inline_transforms_compile_once():

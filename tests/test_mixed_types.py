@@ -187,7 +187,7 @@ def _gallery(every):
 @pytest.fixture
 def always_ssa(monkeypatch):
     """kadj's frontend types every kernel with SSA (no disk cache: its key does not
-    tell the two forms apart; no kernel differentiated before)."""
+    tell the two forms apart)."""
     plain = frontend._flags
 
     def with_ssa():
@@ -196,8 +196,6 @@ def always_ssa(monkeypatch):
         return flags
     monkeypatch.setattr(frontend, "_flags", with_ssa)
     monkeypatch.setenv("KADJ_DISABLE_CACHE", "1")
-    # (a fresh differentiated kernel, not the one an earlier test made of the kernel)
-    monkeypatch.setattr(kadj.api, "_memo_of", lambda dispatcher: None)
 
 
 @pytest.mark.parametrize("ex", _gallery(every=8))
