@@ -30,6 +30,7 @@ import numpy as np
 
 from . import arrays, schedules
 from . import tape as _tape
+from .fingerprint import fingerprint
 from .tape_step import Reverser, Runner, StepReplay, next_roles
 from .tape_threads import restore_stack, swap_stack
 from .tape_report import nbytes
@@ -224,6 +225,9 @@ class _Loop:
             if key not in self.inputs:
                 self._check_input(name, plan.arg_names[i], a)
                 self.inputs[key] = a
+                prints = getattr(runner, "input_prints", None)
+                if prints is not None:      # (the first sweep's runner)
+                    prints[key] = fingerprint(a)
         elif key not in self.inputs:
             raise DifferentiationError(
                 f"Kernel '{name}' read argument '{plan.arg_names[i]}' when "
@@ -261,6 +265,7 @@ class _Loop:
             self._sweep(state, observe=True)
         if self.runner is not None:
             self.runner.check()     # (the last step's Python after its launches)
+            self.runner.check_inputs()
         self.memo.clear()
         self.checked.clear()
         self.runner = None
@@ -282,6 +287,7 @@ class _Loop:
             i += 1
         if self.runner is not None:
             self.runner.check()     # (the last step's Python after its launches)
+            self.runner.check_inputs()
         self.schedule = online.finish()
         self.n = self.schedule.steps
         self.final_roles = self.work_roles = roles
@@ -365,6 +371,7 @@ class _Loop:
         if observe:   # (the first sweep: a change the step makes outside its launches)
             runner.check()
             runner.step = i
+            runner.check_inputs()
             if not runner.prints:
                 runner.note()
         saved = swap_stack((runner,))

@@ -24,6 +24,8 @@ private tape.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from . import arrays
 from . import tape as _tape
 from .errors import DifferentiationError
@@ -82,6 +84,7 @@ class Runner:
         # catch a change the step function makes outside them (recomputing the step
         # would replay only the launches: a wrong gradient)
         self.prints = {} if first_run else None
+        self.input_prints = {} if first_run else None   # the other arrays read
         self.step = 0
 
     def record(self, kernel, args, config=None):
@@ -108,6 +111,27 @@ class Runner:
         if self.prints is not None:
             for j, a in enumerate(self.state):
                 self.prints[j] = fingerprint(a)
+
+    def check_inputs(self):
+        """First sweep, at a step's start and at the end: refuse an array the steps
+        read but do not write (a parameter: the loop takes it for a constant) whose
+        contents changed since a launch first read it (fingerprinted then:
+        :meth:`kadj.checkpointing._Loop._note_other`)."""
+        if self.input_prints is None:
+            return
+        for key, a in self.loop.inputs.items():
+            if type(a) is not np.ndarray and not arrays.is_array(a):
+                continue        # (a scalar's slot)
+            was = self.input_prints.get(key)
+            if was is not None and fingerprint(a) != was:
+                raise DifferentiationError(
+                    f"checkpointed_loop: an array the steps read but do not write "
+                    f"({arrays.describe(a)}) was changed at or before step {self.step} "
+                    "(by Python code in the step function). The loop takes "
+                    "the arrays that are not its state for constants; a parameter "
+                    "that changes from step to step must be a state array, or be "
+                    "indexed by the step number inside the kernel (one array holding "
+                    "every step's values).")
 
     def check(self):
         """First sweep: refuse a state array whose contents differ from what the

@@ -510,3 +510,23 @@ def test_a_change_made_by_a_custom_step_is_recorded():
         return tape.grad(u0)
 
     assert_same(run(True), run(False))
+
+
+@pytest.mark.parametrize("when", ["before a step's launch", "after the first step's launch"])
+def test_a_parameter_the_steps_read_changed_from_python_is_refused(when):
+    """An array the steps read but do not write is a constant to the loop; changing it
+    from the step function (a forcing set per step into one array) would be recomputed
+    and reversed as if it were not: refused, with what to do."""
+    u0, v0, forcing = X0.copy(), np.zeros(N), F.copy()
+
+    def step(i, u, v):
+        if when == "before a step's launch" and i == 2:
+            forcing[3] += 0.5
+        heat(u, v, 0.1, forcing)
+        if when == "after the first step's launch" and i == 0:
+            forcing[3] += 0.5
+        return v, u
+
+    with kadj.Tape():
+        with pytest.raises(DifferentiationError, match="read but do not write"):
+            kadj.checkpointed_loop(step, (u0, v0), steps=4, snapshots=2)
