@@ -82,9 +82,8 @@ def _permuting_tail(kernel, at, loop):
     # (a scratch array allocated before the loop, at the top level, is assigned there)
     allocated = [s for s in kernel.body[:at]
                  if isinstance(s, ir.Assign) and isinstance(s.expr, ir.Alloc)]
-    others = _outside(kernel.body, set(id(s) for s in tail) | set(map(id, allocated)))
-    read_elsewhere = ir.var_names(others["reads"])
-    assigned_elsewhere = others["assigned"]
+    read_elsewhere, assigned_elsewhere = _outside(
+        kernel.body, set(id(s) for s in tail) | set(map(id, allocated)))
     temps = {n for n in bound if n not in read_elsewhere and n not in kernel.args}
     perm = {n: bound[n] for n in bound if n not in temps}
     if not perm or set(perm.values()) != set(perm) or all(perm[n] == n for n in perm):
@@ -102,31 +101,19 @@ def _permuting_tail(kernel, at, loop):
     return perm, k
 
 
-def _outside(stmts, skip):
-    """What the statements other than those in ``skip`` read and assign."""
-    reads, assigned = [], set()
+def _outside(stmts, skip=frozenset()):
+    """(names read, names assigned) by the statements other than those in ``skip``
+    (ids), nested ones included."""
+    reads, assigned = set(), set()
     for s in ir.walk(stmts):
         if id(s) in skip:
             continue
+        reads |= ir.stmt_reads(s)
         if isinstance(s, ir.Assign):
             assigned.add(s.target)
-            reads.extend(_expr_operands(s.expr))
-        elif isinstance(s, ir.Store):
-            reads.extend((s.array, *s.index, s.value))
-        elif isinstance(s, ir.If):
-            reads.append(s.cond)
         elif isinstance(s, ir.ForRange):
             assigned.add(s.index)
-            reads.extend((s.start, s.stop, s.step))
-        elif isinstance(s, ir.Return) and s.value is not None:
-            reads.append(s.value)
-    return {"reads": reads, "assigned": assigned}
-
-
-def _expr_operands(e):
-    if isinstance(e, ir.Load):
-        return (e.array, *e.index)
-    return ir.operands(e)
+    return reads, assigned
 
 
 def _order(perm):
@@ -200,7 +187,7 @@ def _unrolled(kernel, at, loop, perm, k):
         body.extend(step(j, base))
     unrolled = ir.ForRange(p, ir.Const(0), ir.Var(groups), ir.Const(1), tuple(body),
                            loc=loc, uid=next(uids), parallel=False)
-    mentions = ir.var_names(_outside(rest, set())["reads"]) & set(perm)
+    mentions = _outside(rest)[0] & set(perm)
     last = fresh("swap_last", idx_t)
     tail_start = (op(last, operator.mul, ir.Var(groups), ir.Const(m)), *offset(last, last))
 

@@ -104,12 +104,18 @@ class Runner:
             finally:
                 restore_stack(saved)
         finally:
-            self.note()
+            self.note([args[i] for i in plan.written])
 
-    def note(self):
-        """First sweep: fingerprint the state arrays as they are now."""
-        if self.prints is not None:
-            for j, a in enumerate(self.state):
+    def note(self, written=None):
+        """First sweep: fingerprint the state arrays as they are now (only those among
+        ``written``, the arrays a launch wrote, or a view of one: :meth:`check` has
+        just compared the others, which the launch left alone)."""
+        if self.prints is None:
+            return
+        key = self.loop.memo.key
+        wrote = None if written is None else {key(a) for a in written}
+        for j, a in enumerate(self.state):
+            if wrote is None or key(a) in wrote or j not in self.prints:
                 self.prints[j] = fingerprint(a)
 
     def check_inputs(self):
@@ -119,37 +125,46 @@ class Runner:
         :meth:`kadj.checkpointing._Loop._note_other`)."""
         if self.input_prints is None:
             return
-        for key, a in self.loop.inputs.items():
-            if type(a) is not np.ndarray and not arrays.is_array(a):
-                continue        # (a scalar's slot)
-            was = self.input_prints.get(key)
-            if was is not None and fingerprint(a) != was:
-                raise DifferentiationError(
-                    f"checkpointed_loop: an array the steps read but do not write "
-                    f"({arrays.describe(a)}) was changed at or before step {self.step} "
-                    "(by Python code in the step function). The loop takes "
-                    "the arrays that are not its state for constants; a parameter "
-                    "that changes from step to step must be a state array, or be "
-                    "indexed by the step number inside the kernel (one array holding "
-                    "every step's values).")
+        a = _changed(self.loop.inputs, self.input_prints)
+        if a is not None:
+            raise DifferentiationError(
+                f"checkpointed_loop: an array the steps read but do not write "
+                f"({arrays.describe(a)}) was changed at or before step {self.step} "
+                "(by Python code in the step function). The loop takes "
+                "the arrays that are not its state for constants; a parameter "
+                "that changes from step to step must be a state array, or be "
+                "indexed by the step number inside the kernel (one array holding "
+                "every step's values).")
 
     def check(self):
         """First sweep: refuse a state array whose contents differ from what the
         launches left (a change made by the step function's own Python)."""
         if not self.prints:
             return
-        for j, a in enumerate(self.state):
-            was = self.prints.get(j)
-            if was is not None and fingerprint(a) != was:
-                raise DifferentiationError(
-                    f"checkpointed_loop: state array {j} ({arrays.describe(a)}) was "
-                    f"changed at or after step {self.step} outside the kernels the step "
-                    "function launched (by Python code in the step function, between "
-                    "or after its launches). The loop recomputes and reverses only "
-                    "the launches, so it would take the change for no change: a wrong "
-                    "gradient. Make the change in a differentiated kernel, or launch "
-                    "it as kadj.custom_step(forward, adjoint, ...) with its own "
-                    "adjoint (docs/API.md).")
+        a = _changed(dict(enumerate(self.state)), self.prints)
+        if a is not None:
+            j = next(j for j, b in enumerate(self.state) if b is a)
+            raise DifferentiationError(
+                f"checkpointed_loop: state array {j} ({arrays.describe(a)}) was "
+                f"changed at or after step {self.step} outside the kernels the step "
+                "function launched (by Python code in the step function, between "
+                "or after its launches). The loop recomputes and reverses only "
+                "the launches, so it would take the change for no change: a wrong "
+                "gradient. Make the change in a differentiated kernel, or launch "
+                "it as kadj.custom_step(forward, adjoint, ...) with its own "
+                "adjoint (docs/API.md).")
+
+
+def _changed(arrays_by_key, prints):
+    """The first array of ``arrays_by_key`` whose fingerprint differs from the one
+    ``prints`` holds for its key (keys without one, and scalars, are skipped), or
+    None."""
+    for key, a in arrays_by_key.items():
+        was = prints.get(key)
+        if was is not None and (type(a) is np.ndarray or arrays.is_array(a)) and \
+                fingerprint(a) != was:
+            return a
+    return None
 
 
 class Reverser:

@@ -52,6 +52,7 @@ can see it at all.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import factorial
 
 import numpy as np
 
@@ -335,8 +336,6 @@ def _measured_noise(problem, point, d, t, cts):
     """The rounding noise of ``C F`` along ``d`` near ``x``, per row of ``C``: the
     median over k = 2..6 of the ECnoise estimates from ``_NOISE_POINTS`` values spaced
     ``_NOISE_SPACING * t`` apart (see the module docstring)."""
-    from math import factorial
-
     h = _NOISE_SPACING * t
     offsets = h * (np.arange(_NOISE_POINTS) - 0.5 * (_NOISE_POINTS - 1))
     values = np.stack([cts @ _run_forward(problem, _with_inputs(problem, point.x + o * d))
