@@ -21,6 +21,7 @@ import dataclasses
 import operator
 
 from .. import ir
+from .parity import checkerboard_key
 
 
 def insert_cells(kernel, index, classes, param_arrays):
@@ -36,9 +37,15 @@ def insert_cells(kernel, index, classes, param_arrays):
     types = dict(kernel.types)
     for arr, (loads, stores) in sorted(accesses.items()):
         c = classes.get(arr)
-        if arr not in param_arrays or not loads or not stores or c is None or \
-                c.cls != "private":
+        if arr not in param_arrays or not loads or not stores or c is None:
             continue
+        if c.cls != "private":
+            # a checkerboard update: the own element a cell, the other loads of
+            # elements no thread writes left as they are (kadj.cuda.parity)
+            board = checkerboard_key(kernel, index, arr)
+            if board is None:
+                continue
+            loads = loads - board[1]
         if any(isinstance(s, ir.Store) and s.accumulate and s.array.name == arr
                for s in ir.walk(body)):
             continue

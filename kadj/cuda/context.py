@@ -129,7 +129,9 @@ def check(w):
         raise DifferentiationError(
             f"the kernel both reads and writes the array(s) {names} at elements other "
             "threads may touch (in-place updates are supported only at the thread's "
-            "own element, x[i] with i from cuda.grid)", kernel=k.name,
+            "own element, x[i] with i from cuda.grid, or in a red-black sweep that "
+            "writes one colour under a test such as (i + j) % 2 == color and reads "
+            "the other colour under the same test)", kernel=k.name,
             loc=_first_store(k, a.work_arrays), construct="array read and written",
             remedy="write the result into a separate output array")
     restore = {x for x in a.restore_arrays if st.space.get(x) != "local"}

@@ -73,9 +73,18 @@ def report(w):
                         "grid": "".join("xyz"[d] for d in st.index.grid_dims)},
         # complex accumulations written as two float atomics (real, imaginary part)
         **({"complex_atomics": dict(st.complex_atomics)} if st.complex_atomics else {}),
-        "in_place_cells": {a: "the thread's own element, updated in place, held in "
-                              "a scalar" for a in sorted(st.cells)},
+        "in_place_cells": {a: _cell_text(arrays.get(a, {}).get("class"))
+                           for a in sorted(st.cells)},
     }
+
+
+def _cell_text(cls):
+    if cls == "private":
+        return "the thread's own element, updated in place, held in a scalar"
+    # kadj.cuda.parity
+    return ("the thread's own element of one colour (a red-black sweep), updated in "
+            "place, held in a scalar; the other colour's elements it reads are written "
+            "by no thread")
 
 
 def build_cuda_adjoint(kernel, an, slot_args, slots=DEFAULT_SLOTS, cells=None,
