@@ -5,7 +5,8 @@ a subprocess with NUMBA_ENABLE_CUDASIM=1 set before numba is imported)::
     NUMBA_ENABLE_CUDASIM=1 python tests/checkerboard_cuda_sim.py sor_2d:0 [case ...]
 
 CASES: an SOR sweep of a 2-D Poisson problem (``(i + j) % 2 == color``), a 1-D
-Gauss-Seidel half sweep left by early returns (``(i + color) & 1``), a 3-D Jacobi-free
+Gauss-Seidel half sweep left by early returns (``(i + color) & 1``), one that only
+writes its own element, a 3-D Jacobi-free
 sweep (``(i + j + k + color) % 2 == 0``) and a grid-stride 1-D sweep (``i % 2 == 1 -
 color``), each for both colours, against float64 central differences
 (:func:`kadj.testing.check_grad_cuda`) on launches with more threads than points and
@@ -46,6 +47,15 @@ def gauss_seidel_1d(u, f, color):
     if (i + color) & 1:
         return
     u[i] = 0.5 * (u[i - 1] + u[i + 1] - f[i] * u[i] * u[i])
+
+
+@kadj.differentiate
+@cuda.jit
+def half_sweep_1d(u, f, color):
+    # the own element only written: its old value is never read
+    i = cuda.grid(1)
+    if 0 < i < u.shape[0] - 1 and (i + color) % 2 == 0:
+        u[i] = 0.5 * (u[i - 1] + u[i + 1] - f[i])
 
 
 @kadj.differentiate
@@ -143,6 +153,7 @@ def _blocks(shape, block):
 KERNELS = {      # kernel, arguments (without the colour), launch
     "sor_2d": (sor_2d, _sor_2d, lambda a: (_blocks(a[0].shape, (4, 4)), (4, 4))),
     "gauss_seidel_1d": (gauss_seidel_1d, _gs_1d, lambda a: (2, 8)),
+    "half_sweep_1d": (half_sweep_1d, _gs_1d, lambda a: (2, 8)),
     "sor_3d": (sor_3d, _sor_3d, lambda a: (_blocks(a[0].shape, (2, 4, 2)), (2, 4, 2))),
     "strided_1d": (strided_1d, _strided, lambda a: (2, 4)),    # fewer threads than points
 }

@@ -1,8 +1,8 @@
 """CUDA red-black (checkerboard) sweeps that update one colour of a grid in place
 (:mod:`kadj.cuda.parity`).
 
-- SOR in 2-D and 3-D, a 1-D Gauss-Seidel half sweep left by early returns and a
-  grid-stride sweep, both colours each: gradients against float64 central
+- SOR in 2-D and 3-D, a 1-D Gauss-Seidel half sweep left by early returns, one that
+  never reads its own element (no load of it in the adjoint) and a grid-stride sweep, both colours each: gradients against float64 central
   differences in the simulator (tests/checkerboard_cuda_sim.py), also at 40x33 and
   301 points; eight alternating half sweeps on a Tape; the forward mode; the user's
   arrays unchanged by ``k.adjoint[...]``.
@@ -60,6 +60,12 @@ def test_adjoint_and_tangent_compile_to_ptx(name):
     assert ".entry" in ptx and "atom.global.add.f64" in ptx
     tangent = k.jvp_ptx(*args, cc=(9, 0))
     assert ".entry" in tangent and "st.global.f64" in tangent
+
+
+def test_a_write_only_own_element_is_not_loaded():
+    k, args = _args("half_sweep_1d")
+    src = k.adjoint_source(*args)
+    assert "u__cell = u[" not in src and "adj_u, i," not in src, src
 
 
 @pytest.mark.slow   # the CUDA simulator; the PTX tests and refusals run by default

@@ -64,7 +64,8 @@ def insert_cells(kernel, index, classes, param_arrays):
             # the element, from the coordinates' own variables and the constants
             operands = tuple(ir.Var(v) if kind == "c" else ir.Const(v)
                              for kind, v in key)
-            body = _rewrite(body, arr, operands, cell, ids, ir.var_names(operands))
+            body = _rewrite(body, arr, operands, cell, ids, ir.var_names(operands),
+                            read=bool(ids & loads))
             names.append(cell)
         cells[arr] = tuple(names)
     if not cells:
@@ -76,8 +77,10 @@ def _count(stmt, ids):
     return sum(1 for x in ir.walk((stmt,)) if id(x) in ids)
 
 
-def _rewrite(seq, arr, key, cell, ids, key_vars):
-    """Place the cell's load in ``seq`` (or deeper) and rewrite the accesses."""
+def _rewrite(seq, arr, key, cell, ids, key_vars, read=True):
+    """Place the cell's load in ``seq`` (or deeper) and rewrite the accesses; without
+    ``read`` (a red-black sweep that only writes its own element) no load: the
+    element's old value is never read, and its cotangent is consumed by the store."""
     holders = [s for s in seq if _count(s, ids)]
     if len(holders) == 1 and not any(id(x) in ids for x in (holders[0],)):
         h = holders[0]
@@ -85,23 +88,24 @@ def _rewrite(seq, arr, key, cell, ids, key_vars):
             n_then = sum(_count(x, ids) for x in h.then)
             n_else = sum(_count(x, ids) for x in h.orelse)
             if n_else == 0:
-                return [dataclasses.replace(h, then=tuple(
-                    _rewrite(h.then, arr, key, cell, ids, key_vars))) if x is h else x
-                    for x in seq]
+                inner = _rewrite(h.then, arr, key, cell, ids, key_vars, read)
+                return [dataclasses.replace(h, then=tuple(inner)) if x is h else x
+                        for x in seq]
             if n_then == 0:
-                return [dataclasses.replace(h, orelse=tuple(
-                    _rewrite(h.orelse, arr, key, cell, ids, key_vars))) if x is h else x
-                    for x in seq]
+                inner = _rewrite(h.orelse, arr, key, cell, ids, key_vars, read)
+                return [dataclasses.replace(h, orelse=tuple(inner)) if x is h else x
+                        for x in seq]
         elif isinstance(h, ir.ForRange) and h.index in key_vars:
             # a new element each iteration (grid-stride loop): a new cell each time
             return [dataclasses.replace(h, body=tuple(
-                _rewrite(h.body, arr, key, cell, ids, key_vars))) if x is h else x
+                _rewrite(h.body, arr, key, cell, ids, key_vars, read))) if x is h else x
                 for x in seq]
     out = []
     placed = False
     for s in seq:
         if not placed and _count(s, ids):
-            out.append(ir.Assign(cell, ir.Load(ir.Var(arr), key), loc=s.loc))
+            if read:
+                out.append(ir.Assign(cell, ir.Load(ir.Var(arr), key), loc=s.loc))
             placed = True
         out.extend(_replace(s, arr, cell, ids))
     return out
