@@ -7,7 +7,8 @@ stay small: at most 128 threads per launch), and ``sized(rng, n, trips=None)``
 returning a launch and arguments at a chosen size (``tests/test_size_sweep_cuda.py``).
 
 - :mod:`.stencils`    heat (1-D guarded, periodic, 2-D), wave leapfrog, upwind
-                      advection, Jacobi, 3-D Laplacian, shared-memory tile
+                      advection, Jacobi, red-black SOR in place, 3-D Laplacian,
+                      shared-memory tile
 - :mod:`.sparse`      CSR SpMV, gathers and scatters through index arrays
 - :mod:`.particles`   particle-to-grid deposits (atomics), histograms, grid-to-particle
                       interpolation, pairwise forces

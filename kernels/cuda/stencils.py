@@ -1,4 +1,5 @@
-"""Stencils: heat, wave, advection, Jacobi, 3-D Laplacian, a shared-memory tile."""
+"""Stencils: heat, wave, advection, Jacobi, red-black SOR, 3-D Laplacian, a
+shared-memory tile."""
 import math  # noqa: F401  (kernels may use it)
 
 import numpy as np
@@ -99,6 +100,20 @@ def jacobi2d(u, f, u_new, h2):
     if 1 <= i < u.shape[0] - 1 and 1 <= j < u.shape[1] - 1:
         u_new[i, j] = 0.25 * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1]
                               + h2 * f[i, j])
+
+
+@kadj.differentiate
+@cuda.jit
+def redblack_sor2d(u, f, w, color):
+    """One colour's half sweep of red-black SOR for -lap(u) = f, in place: the
+    points with (i + j) % 2 == color are updated from their neighbours, which have
+    the other colour."""
+    i, j = cuda.grid(2)
+    n, m = u.shape
+    if 0 < i < n - 1 and 0 < j < m - 1:
+        if (i + j) % 2 == color:
+            gs = 0.25 * (u[i - 1, j] + u[i + 1, j] + u[i, j - 1] + u[i, j + 1] + f[i, j])
+            u[i, j] = u[i, j] + w * (gs - u[i, j])
 
 
 @kadj.differentiate
@@ -302,6 +317,16 @@ def _jacobi_args(rng):
     return [rng.random((7, 8)), rng.random((7, 8)), np.zeros((7, 8)), 0.01]
 
 
+def _redblack_sized(rng, n, trips=None):
+    no_trips(trips, "redblack_sor2d")
+    shape = grid2(n)
+    return launch_2d(*shape), [rng.random(shape), 0.01 * rng.random(shape), 1.5, 1]
+
+
+def _redblack_args(rng):
+    return [rng.random((7, 8)), 0.01 * rng.random((7, 8)), 1.5, 0]
+
+
 def _laplacian3d_sized(rng, n, trips=None):
     no_trips(trips, "laplacian3d")
     shape = grid3(n)
@@ -367,6 +392,9 @@ CASES = [
     Case("jacobi2d", jacobi2d, ((2, 2), (4, 4)), _jacobi_args,
          note="Jacobi sweep, cuda.grid(2)",
          sized=_jacobi_sized),
+    Case("redblack_sor2d", redblack_sor2d, ((2, 2), (4, 4)), _redblack_args,
+         note="red-black SOR half sweep in place: (i + j) % 2 == color",
+         sized=_redblack_sized),
     Case("laplacian3d", laplacian3d, ((1, 1, 1), (5, 5, 5)), _laplacian3d_args,
          note="cuda.grid(3), 7-point stencil",
          sized=_laplacian3d_sized),
