@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from ..targets.base import Intrinsics
 
 INDEX_FUNCS = {"grid", "gridsize"}
+#: block-wide votes: a barrier that also returns an integer from every thread's predicate
+VOTES = {"syncthreads_or", "syncthreads_and", "syncthreads_count"}
 SPECIAL_REGS = {f"{r}.{c}" for r in ("threadIdx", "blockIdx", "blockDim", "gridDim")
                 for c in "xyz"} | {"warpsize", "laneid"}
 

@@ -39,6 +39,7 @@ from numba.core import types
 from numba.core.typing.templates import (AttributeTemplate, CallableTemplate,
                                          infer_getattr)
 from numba.extending import models, register_model, typeof_impl
+from .intrinsics import VOTES
 
 
 class _ShimModule(pytypes.ModuleType):
@@ -126,6 +127,12 @@ def _const_array_type(ary):
     return types.Array(ary.dtype, ary.ndim, "C", readonly=True)
 
 
+def _vote_type(predicate):
+    """numba-cuda's ``cuda.syncthreads_or`` (``_and``, ``_count``): an int32 of an
+    integer predicate (numba-cuda refuses a bool)."""
+    return types.int32 if isinstance(types.unliteral(predicate), types.Integer) else None
+
+
 def _atomic_type(ary, idx, val):
     return ary.dtype if isinstance(ary, types.Array) else None
 
@@ -140,6 +147,7 @@ shim = _module(
     grid=_typed("grid", _grid_type),
     gridsize=_typed("gridsize", _grid_type),
     syncthreads=_typed("syncthreads", lambda: types.none),
+    **{vote: _typed(vote, _vote_type) for vote in VOTES},
     syncwarp=_typed("syncwarp", lambda *a: types.none),
     threadfence=_typed("threadfence", lambda: types.none),
     shared=_module("kadj_cuda_shim.shared", array=_typed("shared.array", _array_type)),

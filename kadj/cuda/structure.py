@@ -24,7 +24,7 @@ from ..frontend import resolve_value
 from ..structurize import Structurizer, run_structurizer
 from . import shim as _shim
 from . import atomic_extrema, warp
-from .intrinsics import INDEX_FUNCS, SPECIAL_REGS, CudaIntrinsic
+from .intrinsics import INDEX_FUNCS, SPECIAL_REGS, VOTES, CudaIntrinsic
 
 _FOLD = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.lshift,
          operator.rshift}
@@ -74,6 +74,8 @@ class CudaStructurizer(Structurizer):
             return [ir.Assign(tgt, ir.Op(CudaIntrinsic(path), args), loc=loc)]
         if path == "syncthreads":
             return [ir.Barrier(loc=loc)]
+        if path in VOTES:
+            return self.convert_vote(tgt, e, loc, path)
         if path in ("shared.array", "local.array"):
             return self.convert_array(tgt, e, loc, path)
         if path == "const.array_like":
@@ -88,7 +90,19 @@ class CudaStructurizer(Structurizer):
                    construct=f"cuda.{path}",
                    remedy="supported: cuda.grid, cuda.gridsize, threadIdx/blockIdx/"
                           "blockDim/gridDim, cuda.atomic.add/sub/max/min, cuda.shfl_*_sync, "
-                          "cuda.ballot_sync, cuda.activemask, cuda.lanemask_lt")
+                          "cuda.ballot_sync, cuda.activemask, cuda.lanemask_lt, "
+                          "cuda.syncthreads_or/_and/_count")
+
+    def convert_vote(self, tgt, e, loc, path):
+        """``v = cuda.syncthreads_or(p)`` (``_and``, ``_count``) -> a barrier, then the
+        vote: the barrier is what the adjoint mirrors (its reverse sweep needs one
+        there, as for ``cuda.syncthreads()``); the vote's integer is never active, and
+        the adjoint's forward sweep takes it again where a branch needs it."""
+        if len(e.args) != 1 or e.kws:
+            self.error(f"cuda.{path} takes one predicate", loc=loc,
+                       construct=f"cuda.{path}")
+        vote = ir.Op(CudaIntrinsic(path), (self.operand(e.args[0]),))
+        return [ir.Barrier(loc=loc), ir.Assign(tgt, vote, loc=loc)]
 
     def atomic_operands(self, tgt, e, loc, path):
         """(array, index operands, value) of ``cuda.<path>(a, idx, v)``, refusing a call
