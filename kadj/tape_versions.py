@@ -133,6 +133,7 @@ class Versions:
             entries.append(entry)
         keys = tuple(keys)
         _check_aliasing(plan, index, keys)
+        _check_self_overlap(plan, index, args)
         versions = tuple(None if k is None else e.version if e is not None else 0
                          for k, e in zip(keys, entries))
         launch = make_launch(kernel, args, config, plan, index, keys, versions)
@@ -280,6 +281,21 @@ def _check_value(plan, index, i, a):
             f"argument '{plan.arg_names[i]}' is a {type(a).__name__} holding arrays, "
             "which the tape cannot track. Pass the arrays as separate arguments.")
     return None
+
+
+def _check_self_overlap(plan, index, args):
+    """Refuse a written array several of whose elements share memory (a broadcast
+    view, a 0 stride), as the adjoint call does: its elements' adjoints would be
+    kept apart where the memory is one."""
+    for i in sorted(plan.written):
+        if i < len(args) and arrays.is_array(args[i]) and \
+                arrays.self_overlapping(args[i]):
+            raise DifferentiationError(
+                f"Launch #{index} of kernel '{plan.kernel_name}' writes argument "
+                f"'{plan.arg_names[i]}' ({arrays.describe(args[i])}), several of whose "
+                "elements share memory (a broadcast view or a 0 stride): each element "
+                "would get its own adjoint where the memory is one. Pass a separate "
+                f"array ({plan.arg_names[i]}.copy()).")
 
 
 def _check_aliasing(plan, index, keys):
