@@ -23,6 +23,7 @@ from . import arrays, call_cache, codegen, pipeline, progress, rules, tape_threa
     typing_memo, validate
 from .compiling import compiling
 from .errors import DifferentiationError
+from .frozen_globals import FrozenGlobals
 
 
 class DifferentiatedKernel:
@@ -73,6 +74,8 @@ class DifferentiatedKernel:
         self._lock = threading.Lock()
         self._last = None
         self._rules_seen = rules.generation()
+        # the globals the forward was compiled with (numba freezes them; CPU kernels)
+        self._frozen = FrozenGlobals(self) if self.target.name == "cpu" else None
 
     def __repr__(self):
         return f"<kadj differentiated kernel {self.__name__}>"
@@ -82,9 +85,9 @@ class DifferentiatedKernel:
         if kwargs:
             args = self.complete_args(args, kwargs)
         if tape_threads.entered or tape_threads.active() is not None:
-            return self._forward(args, lambda: self.dispatcher(*args))
+            return self._forward(args, lambda: self._dispatch(args))
         try:                            # no tape anywhere: nothing to record or check
-            return self.dispatcher(*args)
+            return self._dispatch(args)
         except (NumbaError, NotImplementedError) as exc:
             raise_clearer(self.__name__, self.arg_names, args, exc)
             raise
@@ -113,7 +116,30 @@ class DifferentiatedKernel:
 
     def forward(self, *args):
         """Run the forward kernel without recording it on a tape."""
-        return self.dispatcher(*args)
+        return self._dispatch(args)
+
+    def _dispatch(self, args):
+        """The numba dispatcher's call; a signature it compiled on the way has its
+        globals noted (:mod:`kadj.frozen_globals`)."""
+        d = self.dispatcher
+        if self._frozen is None:
+            return d(*args)
+        n = len(d.overloads)
+        result = d(*args)
+        if len(d.overloads) != n:
+            self._frozen.after_forward()
+        return result
+
+    def recompile(self):
+        """Compile the forward again, for every signature numba has compiled, with the
+        current values of the globals the kernel reads (numba froze them at the first
+        compilation), and drop the adjoints: they are built again, with the same
+        values, when next needed."""
+        self.dispatcher.recompile()
+        if self._frozen is not None:
+            self._frozen.forget()
+            self._frozen.after_forward()
+        self._forget_adjoints()
 
     # ---- compilation -----------------------------------------------------------------
     def _arg_types(self, args):
@@ -171,6 +197,8 @@ class DifferentiatedKernel:
         with self._lock:
             hit = self._cache.get(arg_types)
             if hit is None:
+                if self._frozen is not None:
+                    self._frozen.before_build(arg_types)
                 hit = self._build(arg_types)
                 self._cache[arg_types] = hit
         self._last = hit
