@@ -38,6 +38,7 @@ from .tape_versions import _PLAIN
 from .kernel import DifferentiatedKernel
 from .errors import DifferentiationError
 from .plan import AdjointPlan
+from .step_scalars import ScalarLog, scalars_of
 
 __all__ = ["checkpointed_loop"]
 
@@ -134,6 +135,7 @@ class _Loop:
         self.peak_snapshots = 1     # snapshots held at once, the tape's state 0 included
         self.final_roles = tuple(range(self.k))
         self.runner = None            # the Runner of the latest steps run
+        self.scalar_log = ScalarLog()  # the steps' scalar arguments, as first run
         self.memo = arrays.KeyMemo()  # keys of the arrays the steps launch on
         self.checked = {}             # launch key -> (kernel, plan, state), see checked_plan
         self.step_replay = None       # one-launch steps checked, during a backward
@@ -155,6 +157,8 @@ class _Loop:
         sweep (in the first sweep, at the same position in its step) is not checked
         again: the checks depend on nothing else, and noting it again would note
         nothing new (:meth:`_launch_key`)."""
+        runner.scalars.append((getattr(kernel, "__name__", "custom step"),
+                               scalars_of(position, args, _PLAIN)))
         key = self._launch_key(kernel, args, runner, position if forward else None)
         if key is not None:
             hit = self.checked.get(key)
@@ -230,10 +234,15 @@ class _Loop:
                     prints[key] = fingerprint(a)
         elif key not in self.inputs:
             raise DifferentiationError(
-                f"Kernel '{name}' read argument '{plan.arg_names[i]}' when "
-                "checkpointed_loop recomputed a step, but not when the step first "
-                "ran; the step function must launch the same kernels on the same "
-                "arrays each time it runs a given step number.")
+                f"Kernel '{name}' read argument '{plan.arg_names[i]}' "
+                f"({arrays.describe(a)}) when checkpointed_loop ran a step again, and "
+                "that array is none the steps passed when they first ran (an array the "
+                "step function makes anew at each call?). The loop runs a step again "
+                "by calling the step function with the same step number and takes the "
+                "arrays that are not its state for constants it has seen: make such an "
+                "array once, before the loop (all steps' values in one array indexed "
+                "by the step number inside the kernel), or pass a scalar computed from "
+                "the step number.")
 
     def _check_input(self, name, arg, a):
         """Refuse an array read by a step that shares memory with a state array
@@ -368,6 +377,7 @@ class _Loop:
         if runner is None or runner.state is not base or runner.first_run != observe:
             runner = self.runner = Runner(self, base, observe)
         runner.position = 0
+        runner.scalars = []
         if observe:   # (the first sweep: a change the step makes outside its launches)
             runner.check()
             runner.step = i
@@ -379,6 +389,7 @@ class _Loop:
             roles = next_roles(self.step, i, cur, base)
         finally:
             restore_stack(saved)
+        self.scalar_log.done(i, runner.scalars, observe)
         self.executions += 1
         return roles
 
@@ -497,6 +508,7 @@ class _Loop:
             next_roles(self.step, i, cur, base)
         finally:
             restore_stack(saved)
+        self.scalar_log.done(i, reverser.scalars, False)
         scalars = {}
         steps = self.step_replay
         one = reverser.pending if reverser.inner is None else None

@@ -86,6 +86,7 @@ class Runner:
         self.prints = {} if first_run else None
         self.input_prints = {} if first_run else None   # the other arrays read
         self.step = 0
+        self.scalars = []       # this step's launches: (kernel name, scalar arguments)
 
     def record(self, kernel, args, config=None):
         args = tuple(args)
@@ -177,6 +178,7 @@ class Reverser:
         self.inner = None       # the private tape, made at the first launch it records
         self.pending = None     # (kernel, args, config, plan): the launch not recorded
         self.position = 0
+        self.scalars = []       # the step's launches: (kernel name, scalar arguments)
 
     def record(self, kernel, args, config=None):
         args = tuple(args)

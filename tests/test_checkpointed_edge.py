@@ -3,7 +3,7 @@ against the store-everything tape (the same launches recorded one by one): very 
 loops (n = 1, 2, n <= s + 1) and s = 1; an array read only every third step; a second
 forward at new inputs before backward; steps reading ``target[:, t]`` by step number;
 parameters read by every step; two checkpointed loops on one tape; three rotating
-buffers."""
+buffers; scalars from a Python clock and arrays made anew at each call, refused."""
 import numba
 import numpy as np
 import pytest
@@ -394,10 +394,59 @@ def test_recomputation_that_differs_late_is_refused(change):
         out = np.zeros(1)
         sqloss(u, TARGET, out)
     recomputing["on"] = True
-    words = ("when checkpointed_loop recomputed a step" if change == "reads"
+    words = ("when checkpointed_loop ran a step again" if change == "reads"
              else "which is not a state array it was given")
     with pytest.raises(DifferentiationError, match=words):
         tape.backward(out)
+
+
+@pytest.mark.parametrize("clock", ["python", "step number"])
+def test_a_scalar_from_a_python_clock_is_refused(clock):
+    """A step whose scalar comes from Python state advanced at each call (t += dt)
+    passes another value when the loop runs it again: refused at the first step run
+    again (its gradient was wrong, with no error); computed from the step number it
+    equals the store-everything tape's."""
+    def make_step():
+        state = {"t": 0.0}
+
+        def step(i, u, v):
+            t = state["t"] if clock == "python" else 0.5 * i
+            heat(u, v, 0.05 * (1.0 + t), F)
+            state["t"] += 0.5
+            return v, u
+        return step
+
+    grads = []
+    for checkpoint in (True, False):
+        u0, v0 = X0.copy(), np.zeros(N)
+        with kadj.Tape() as tape:
+            u, v = run(make_step(), (u0, v0), 12, 3, checkpoint)
+            out = np.zeros(1)
+            sqloss(u, TARGET, out)
+        if checkpoint and clock == "python":
+            with pytest.raises(DifferentiationError,
+                               match=r"step 11 passed other scalar arguments \(to 'heat'\)"):
+                tape.backward(out)
+            return
+        tape.backward(out)
+        grads.append(tape.grad(u0))
+    assert np.any(grads[1] != 0)
+    assert_same(grads[0], grads[1])
+
+
+def test_an_array_made_anew_at_each_call_is_refused_with_what_to_do():
+    def step(i, u, v):
+        heat(u, v, 0.1, np.sin(0.5 * i) * F)      # a new array at each call
+        return v, u
+
+    with kadj.Tape() as tape:
+        u, v = kadj.checkpointed_loop(step, (X0.copy(), np.zeros(N)), steps=6,
+                                      snapshots=2)
+        out = np.zeros(1)
+        sqloss(u, TARGET, out)
+    with pytest.raises(DifferentiationError, match="makes anew at each call") as info:
+        tape.backward(out)
+    assert "indexed by the step number" in str(info.value)
 
 
 def test_recomputed_scalar_of_another_type_is_checked_again():
