@@ -182,6 +182,7 @@ def _value_and_grad(k, args, nums, single):
             bufs.append(np.zeros_like(x))
         else:
             bufs.append(np.zeros(1, dtype=np.asarray(x).dtype))
+    k.raise_as_forward(plan, args)       # the adjoint does not check what f checks
     value = k.adjoint(*args, *bufs, adj_return=1.0)
     grads = []
     for i in idx:

@@ -182,7 +182,8 @@ def _write(d, adj, plan, key, source_files, report, lines):
     meta = {"format": CACHE_VERSION, "key": key, "kernel_name": plan.kernel_name,
             "arg_names": list(plan.arg_names), "adjoint_args": list(plan.adjoint_args),
             "written": sorted(plan.written), "read": sorted(plan.read),
-            "returns_value": plan.returns_value, "function": adj.name, "report": report,
+            "returns_value": plan.returns_value, "forward_raises": plan.forward_raises,
+            "function": adj.name, "report": report,
             "sha256": hashlib.sha256(data).hexdigest(),
             "files": [[f, os.path.getmtime(f)] for f in sorted(source_files)
                       if os.path.exists(f)],
@@ -280,14 +281,16 @@ def build_many(sources, plan, key, source_files, extra, func_ir=None):
 def _plan_meta(plan):
     return {"kernel_name": plan.kernel_name, "arg_names": list(plan.arg_names),
             "adjoint_args": list(plan.adjoint_args), "written": sorted(plan.written),
-            "read": sorted(plan.read), "returns_value": plan.returns_value}
+            "read": sorted(plan.read), "returns_value": plan.returns_value,
+            "forward_raises": plan.forward_raises}
 
 
 def _plan_of(meta):
     return AdjointPlan(kernel_name=meta["kernel_name"], arg_names=tuple(meta["arg_names"]),
                        adjoint_args=tuple(meta["adjoint_args"]),
                        written=frozenset(meta["written"]), read=frozenset(meta["read"]),
-                       returns_value=meta["returns_value"])
+                       returns_value=meta["returns_value"],
+                       forward_raises=bool(meta.get("forward_raises", False)))
 
 
 def _write_many(d, sources, plan, key, source_files, extra, lines):

@@ -179,6 +179,7 @@ def hvp_call(k, args, kwargs, argnums, v):
         else:       # an array the function writes: no tangent of its incoming state
             tangents.append(np.zeros_like(x) if isinstance(x, np.ndarray)
                             else np.zeros(1, np.asarray(x).dtype))
+    k.raise_as_forward(comp.plan, args)
     inner = comp.inner
     inner_args = fwd + tuple(tangents)
     iplan = inner.adjoint_plan(*inner_args)

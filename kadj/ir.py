@@ -189,6 +189,7 @@ class Kernel:
     types: dict = field(compare=False, default_factory=dict)  # variable -> numba type
     return_type: Any = field(compare=False, default=None)
     loc: Any = field(compare=False, default=None)
+    raises: bool = field(compare=False, default=False)  # a raise left out (structurize)
 
 
 # ---- helpers -----------------------------------------------------------------------

@@ -157,6 +157,7 @@ def run(kernel, args, kwargs, config=None):
         facts = calls.get(key) if key is not None else None
         if facts is not None and facts.accepts(args):
             kernel._jvp_last = facts.comp
+            kernel.raise_as_forward(facts.comp.plan, args[:len(kernel.arg_names)])
             return _result(facts.comp, facts.comp.function(*args))
     comp, fwd, tangents = split_call(call, kernel, args, kwargs,
                                      device=config is not None)
@@ -166,6 +167,7 @@ def run(kernel, args, kwargs, config=None):
     if not kwargs and key is not None and len(args) == len(fwd) + len(tangents) and \
             all(a is b for a, b in zip(args, tuple(fwd) + tangents)):
         call_cache.remember(calls, key, comp, args)
+    kernel.raise_as_forward(comp.plan, fwd)
     with compiling():   # (a first call compiles)
         return _result(comp, comp.function(*fwd, *tangents))
 

@@ -130,6 +130,16 @@ class DifferentiatedKernel:
             self._frozen.after_forward()
         return result
 
+    def raise_as_forward(self, plan, args):
+        """Run the forward on copies of the array arguments when the kernel has a
+        ``raise`` (or ``assert``) that the generated code leaves out
+        (``plan.forward_raises``): jvp and the transforms of functions, which run no
+        forward of their own, then raise where the forward would, before any argument
+        changes."""
+        if plan.forward_raises:
+            self.dispatcher(*[np.copy(a) if isinstance(a, np.ndarray) else a
+                              for a in args])
+
     def recompile(self):
         """Compile the forward again, for every signature numba has compiled, with the
         current values of the globals the kernel reads (numba froze them at the first

@@ -23,6 +23,10 @@ class AdjointPlan:
                     after writing them).
     returns_value:  True when the kernel returns a float (the adjoint then takes
                     ``adj_return=``).
+    forward_raises: True when the kernel has a ``raise`` (or ``assert``) that the
+                    generated code leaves out (it differentiates the path without
+                    one): ``jvp`` and the transforms of functions then run the
+                    forward first, on copies, so that it raises as the kernel does.
     """
 
     kernel_name: str
@@ -31,6 +35,7 @@ class AdjointPlan:
     written: frozenset
     read: frozenset
     returns_value: bool
+    forward_raises: bool = False
 
     def adjoint_names(self):
         return tuple("adj_" + self.arg_names[i] for i in self.adjoint_args)
@@ -82,4 +87,5 @@ def build_plan(kernel_name, arg_names, wrt, kernel, arg_types):
                                    kernel=kernel_name, construct="complex return")
     return AdjointPlan(kernel_name=kernel_name, arg_names=tuple(arg_names),
                        adjoint_args=tuple(slots), written=frozenset(written),
-                       read=frozenset(read), returns_value=returns)
+                       read=frozenset(read), returns_value=returns,
+                       forward_raises=bool(getattr(kernel, "raises", False)))

@@ -132,8 +132,11 @@ class Structurizer:
         for _ in range(3):  # $it -> $phi -> i
             body = _rename_loop_indices(body)
         first_loc = self.blocks[entry].loc
+        raises = any(isinstance(b.terminator, (nir.StaticRaise, nir.DynamicRaise))
+                     for b in self.blocks.values())
         return ir.Kernel(name=self.tk.name, args=self.tk.arg_names, body=tuple(body),
-                         types=self.types, return_type=self.tk.return_type, loc=first_loc)
+                         types=self.types, return_type=self.tk.return_type, loc=first_loc,
+                         raises=raises)
 
     def fresh(self, base, typ):
         self.uid += 1

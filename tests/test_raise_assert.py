@@ -135,3 +135,43 @@ def test_the_adjoint_has_no_raise():
     src = kadj.differentiate(raise_in_loop).adjoint_source(_v(0.3, 0.2), np.zeros(2))
     code = [ln.split("#")[0] for ln in src.splitlines()]
     assert not any(re.search(r"\braise\b", ln) or "-10.0" in ln for ln in code), src
+
+
+@pytest.mark.parametrize("kernel,args,exc", [
+    (shapes_checked, (_v(0.3, 0.2), np.zeros(3)), ValueError),
+    (raise_in_loop, (_v(0.3, -20.0), np.zeros(2)), ValueError),
+    (assert_length, (np.zeros(0), np.zeros(0)), AssertionError),
+], ids=["raise_at_entry", "raise_in_loop", "assert"])
+def test_jvp_raises_as_the_forward_does_before_changing_anything(kernel, args, exc):
+    # kernel.jvp runs the forward: it raises where the forward would, and the
+    # arguments keep their values (the check runs the forward on copies first)
+    k = kadj.differentiate(kernel)
+    before = [np.copy(a) for a in args]
+    tangents = [np.ones_like(a) for a in args]
+    with pytest.raises(exc):
+        k.jvp(*args, *tangents)
+    assert all(np.array_equal(a, b) for a, b in zip(args, before))
+    assert all(np.all(t == 1.0) for t in tangents)
+    assert k.jvp_source(*args) and k.adjoint_plan(*args).forward_raises
+
+
+@pytest.mark.parametrize("transform", ["value_and_grad", "grad", "jvp", "hvp"])
+def test_transforms_of_a_function_raise_as_it_does(transform):
+    x = _v(0.3, -0.7, 1.2)
+    bad = np.zeros(0)
+    f = kadj.differentiate(raise_then_return)
+    run = {"value_and_grad": lambda a: kadj.value_and_grad(raise_then_return)(a),
+           "grad": lambda a: kadj.grad(raise_then_return)(a),
+           "jvp": lambda a: kadj.jvp(raise_then_return, (a,), (np.ones_like(a),)),
+           "hvp": lambda a: kadj.hvp(raise_then_return)(a, np.ones_like(a))}[transform]
+    with pytest.raises(ValueError, match="empty input"):
+        run(bad)
+    run(x)                                # a valid input: a result, no exception
+    assert f.adjoint_plan(x).forward_raises
+
+
+def test_only_a_kernel_with_a_raise_is_flagged():
+    k = kadj.differentiate(assert_message_in_loop)
+    assert k.adjoint_plan(_v(0.3, -0.7), np.zeros(1)).forward_raises
+    plain = kadj.differentiate(njit(lambda x, y: None))
+    assert not plain.adjoint_plan(_v(0.3), np.zeros(1)).forward_raises
