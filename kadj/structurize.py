@@ -890,6 +890,11 @@ class Structurizer:
         if op in ("binop", "inplace_binop", "unary"):
             fn = e.immutable_fn if op == "inplace_binop" else e.fn
             args = (e.lhs, e.rhs) if op != "unary" else (e.value,)
+            if fn in (operator.is_, operator.is_not) and op == "binop":
+                same = _identity_by_type(*(self.types.get(a.name) for a in args))
+                if same is not None:      # ``w is None`` for an array w: False
+                    value = same if fn is operator.is_ else not same
+                    return [ir.Assign(tgt, ir.Copy(ir.Const(value)), loc=loc)]
             if any(isinstance(self.types.get(a.name), types.Array) for a in args):
                 return array_lowering.lowering(self).binop(tgt, e, loc)
             return [ir.Assign(tgt, ir.Op(fn, tuple(self.operand(a) for a in args)),
@@ -1119,6 +1124,20 @@ def _qualname(obj):
         if name and getattr(mod, name, None) is obj:
             return f"{prefix}.{name}"
     return getattr(obj, "__name__", "obj")
+
+
+def _identity_by_type(a, b):
+    """``x is y`` decided by the types alone (as numba types it): True for two Nones,
+    False for None and a value that cannot be None (an array, a number); None when
+    the values decide (an optional, objects)."""
+    none = [isinstance(t, types.NoneType) for t in (a, b)]
+    if all(none):
+        return True
+    if any(none):
+        other = b if none[0] else a
+        if isinstance(other, (types.Array, types.Number, types.Boolean, types.BaseTuple)):
+            return False
+    return None
 
 
 class _Raises:

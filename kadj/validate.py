@@ -86,7 +86,10 @@ def split_adjoint_call(call, names, defaults, args, kwargs, slot="adjoint"):
                         "arguments.")
     fwd = bind(call, names, defaults, args[:n], fwd_kw)
     first_default = n - len(defaults)
-    for i in range(first_default, n if len(args) > n else 0):
+    # n positional arguments and no adjoint by name: the adjoints must be among them
+    # (an adjoint call has some), so an array where a number is defaulted is one
+    suspect = len(args) > n or (len(args) == n and not adj_kw)
+    for i in range(first_default, n if suspect else 0):
         d = defaults[i - first_default]
         if is_array(args[i]) and isinstance(d, (int, float)):
             raise _default_got_array(call, names, i, d, "", slot)

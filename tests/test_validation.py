@@ -468,23 +468,43 @@ def test_none_default_left_out_before_positional_adjoints(data):
     np.testing.assert_allclose(ax, 2.0 * x * ct, rtol=1e-14)
 
 
-def test_none_default_given_an_array_kadj_refuses(data):
-    """When the array makes the kernel one kadj refuses, the DifferentiationError stays,
-    with a note naming the argument."""
+def test_optional_array_argument_both_ways(data):
+    """``w is None`` on an array argument is decided by its type (numba types it so):
+    the kernel differentiates with the array given and with None; adjoints slipped into
+    its place are refused, naming it."""
     @njit
     def pick(x, out, w=None):
         for i in range(x.shape[0]):
             out[i] = x[i] * (1.0 if w is None else w[i])
     k = kadj.differentiate(pick)
-    x, _, ct = data
+    x, y, ct = data
     out, bufs = np.zeros(6), [np.zeros(6), ct.copy()]
-    with pytest.raises(kadj.DifferentiationError) as info:
-        k.adjoint(x, out, *bufs)
-    notes = "\n".join(getattr(info.value, "__notes__", []))
-    assert "argument 'w' (default None) got an array, probably an adjoint" in notes
+    _refused(TypeError, r"argument 'w' \(default None\) got an array, probably an adjoint",
+             lambda: k.adjoint(x, out, *bufs), [x, out, *bufs])
     ax, aout = np.zeros(6), ct.copy()
     k.adjoint(x, out, None, ax, aout)
     np.testing.assert_allclose(ax, ct, rtol=1e-15)
+    ax, aout, aw = np.zeros(6), ct.copy(), np.zeros(6)
+    k.adjoint(x, out, y, ax, aout, aw)
+    np.testing.assert_allclose(ax, y * ct, rtol=1e-15)
+    np.testing.assert_allclose(aw, x * ct, rtol=1e-15)
+
+
+def test_numeric_defaults_left_out_with_as_many_arguments_as_parameters(data):
+    """k(x, y, a=0.5, p=2).adjoint(x, y, adj_x, adj_y): the adjoints take the places
+    of a and p (as many positional arguments as parameters); refused naming 'a' (was
+    numba's raw TypingError)."""
+    @njit
+    def power(x, y, a=0.5, p=2):
+        for i in range(x.shape[0]):
+            y[i] = a * x[i] ** p
+    k = kadj.differentiate(power)
+    x, _, ct = data
+    bufs = [np.zeros(6), ct.copy()]
+    _refused(TypeError, r"^power.adjoint: argument 'a' \(default 0.5\) got an array",
+             lambda: k.adjoint(x, np.zeros(6), *bufs), [x, *bufs])
+    _refused(TypeError, r"^power.jvp: argument 'a' \(default 0.5\) got an array",
+             lambda: k.jvp(x, np.zeros(6), np.ones(6), np.zeros(6)), [x])
 
 
 def test_defaults_left_out_before_positional_tangents(data):
