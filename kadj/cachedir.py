@@ -203,6 +203,33 @@ def _configured_cache_class():
 
         def _index_key(self, sig, codegen):
             return (*super()._index_key(sig, codegen), numba_config())
+
+        # a damaged file of numba's (its index or data unreadable: a truncated
+        # write, a file overwritten) is a miss: compiled anew, the index removed so
+        # that the save writes a fresh one, never an error of the adjoint call
+        def load_overload(self, sig, target_context):
+            try:
+                return super().load_overload(sig, target_context)
+            except Exception as exc:
+                self._discard(exc)
+                return None
+
+        def save_overload(self, sig, data):
+            try:
+                super().save_overload(sig, data)
+            except Exception as exc:
+                self._discard(exc)
+
+        def _discard(self, exc):
+            path = getattr(self._cache_file, "_index_path", None)
+            warn_once(f"numba's cache file {path} for kadj's compiled code could not be "
+                      f"read or written ({type(exc).__name__}: {exc}); it is removed and "
+                      "the code compiled anew.")
+            try:
+                if path:
+                    os.remove(path)
+            except OSError:
+                pass
     return ConfiguredCache
 
 

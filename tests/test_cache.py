@@ -383,9 +383,12 @@ def test_damaged_cache_entry_is_regenerated(populated, tmp_path, damage):
     assert_gradient(again, 2.0)
 
 
-# numba's own cache files: a truncated index used to raise pickle.UnpicklingError from
-# every later adjoint call; kadj now recompiles without numba's cache instead
-def test_damaged_numba_cache_file_is_not_fatal(populated, tmp_path):
+# numba's own cache files: a truncated index used to raise pickle.UnpicklingError, and
+# one overwritten with text a raw ValueError, from every later adjoint call; a damaged
+# file is now a miss (kadj.cachedir: removed, compiled anew, one CacheWarning), and the
+# next process loads the fresh one
+@pytest.mark.parametrize("damage", ["truncated", "text"])
+def test_damaged_numba_cache_file_is_not_fatal(populated, tmp_path, damage):
     src, pristine, first = populated
     assert first["disk_cached"]
     cache = tmp_path / "cache"
@@ -393,9 +396,15 @@ def test_damaged_numba_cache_file_is_not_fatal(populated, tmp_path):
     index = sorted(cache.rglob("*.nbi"))
     assert index, "no numba cache index next to the adjoint module"
     for p in index:
-        p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+        if damage == "truncated":
+            p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+        else:
+            p.write_text("garbage\n")
     r = run_child(src, cache)
     assert_gradient(r, 2.0)
+    again = run_child(src, cache)
+    assert_gradient(again, 2.0)
+    assert again["hits"] >= 1 and again["misses"] == 0, again
 
 
 # ---- 4. an unusable cache directory falls back to memory ------------------------------------
