@@ -20,7 +20,7 @@ class AdjointPlan:
                     floating-point inputs plus every written floating-point array.
     written:        indices of array arguments the kernel may write.
     read:           indices of array arguments the kernel may read (before or
-                    after writing them).
+                    after writing them; an atomic max/min reads its element).
     returns_value:  True when the kernel returns a float (the adjoint then takes
                     ``adj_return=``).
     forward_raises: True when the kernel has a ``raise`` (or ``assert``) that the
@@ -55,7 +55,11 @@ def build_plan(kernel_name, arg_names, wrt, kernel, arg_types):
     from . import ir
     from .errors import DifferentiationError
     stored = ir.stored_arrays(kernel.body)
-    loaded = ir.loaded_arrays(kernel.body)
+    # an element an atomic max/min claims is read too: its adjoint compares the
+    # contributions with the value the element held before the call
+    loaded = ir.loaded_arrays(kernel.body) | {
+        s.array.name for s in ir.walk(kernel.body)
+        if isinstance(s, ir.Store) and s.accumulate == "claim"}
     slots, written, read = [], set(), set()
     for i, (name, t) in enumerate(zip(arg_names, arg_types)):
         is_arr = isinstance(t, types.Array)

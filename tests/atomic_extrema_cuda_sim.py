@@ -8,7 +8,9 @@ Each case checks ``k.adjoint`` against float64 central differences of forward la
 (:func:`kadj.testing.check_grad_cuda`); the values are distinct (a tie's finite
 differences are one-sided).  ``exact:<kernel>`` compares the adjoint with the
 analytic one: the cotangent of each element goes to the winning value, or stays on
-the element when its pre-call value won.  Prints ``CASE <name> OK <detail>`` or
+the element when its pre-call value won.  ``tape:<kernel>`` records the launch on a
+:class:`kadj.Tape` (host and device arrays) and compares ``tape.grad`` with the direct
+adjoint.  Prints ``CASE <name> OK <detail>`` or
 ``CASE <name> FAIL <why>``.
 """
 import os
@@ -281,9 +283,44 @@ EXTRA = {"exact:max_pool": _exact_max_pool, "ties": _ties,
          "exact:stride_min": _exact_stride}
 
 
+def _on_a_tape(name):
+    """The launch recorded on a kadj.Tape (host arrays, and device arrays): tape.grad
+    equals the direct adjoint, which the gradient cases check.  The tape must keep
+    the claimed array's pre-call contents: the adjoint compares the contributions
+    with them (it kept none, and the pre-call value won every element)."""
+    k, config, make = CASES[name]
+    rng = np.random.default_rng(5)
+    args = make(rng)
+    plan = k.adjoint_plan(*args)
+    cts = {i: rng.standard_normal(args[i].shape) for i in plan.written}
+    bufs = [cts[i].copy() if i in cts else
+            np.zeros_like(args[i]) if isinstance(args[i], np.ndarray) else
+            np.zeros(1) for i in plan.adjoint_args]
+    k.adjoint[config](*[np.copy(a) if isinstance(a, np.ndarray) else a for a in args],
+                      *bufs)
+    worst = 0.0
+    for device in (False, True):
+        put = cuda.to_device if device else np.copy
+        run = [put(a) if isinstance(a, np.ndarray) else a for a in args]
+        with kadj.Tape() as tape:
+            k[config](*run)
+        tape.backward(seeds=[(run[i], put(cts[i])) for i in plan.written])
+        for j, i in enumerate(plan.adjoint_args):
+            if not isinstance(args[i], np.ndarray):
+                continue
+            g = tape.grad(run[i])
+            g = g.copy_to_host() if device else g
+            assert np.allclose(g, bufs[j], rtol=1e-12, atol=1e-14), \
+                (plan.arg_names[i], device, g, bufs[j])
+            worst = max(worst, float(np.max(np.abs(g - bufs[j]), initial=0.0)))
+    return worst
+
+
 def run_case(name):
     from kadj.testing import check_grad_cuda
     rng = np.random.default_rng(0)
+    if name.startswith("tape:"):
+        return _on_a_tape(name[len("tape:"):])
     if name in EXTRA:
         return EXTRA[name](rng)
     k, config, make = CASES[name]
@@ -294,7 +331,8 @@ def main(names):
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:0] = [here]
     from cudatools import report_cases
-    cases = {n: (lambda n=n: run_case(n)) for n in list(CASES) + list(EXTRA)}
+    cases = {n: (lambda n=n: run_case(n))
+             for n in list(CASES) + list(EXTRA) + [f"tape:{c}" for c in CASES]}
     report_cases(cases, names)
 
 

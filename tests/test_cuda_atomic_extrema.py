@@ -26,10 +26,28 @@ from kadj.cuda.atomic_extrema import claim_ptx
 
 @pytest.mark.slow   # the CUDA simulator; its PTX tests run by default (-m slow runs it)
 def test_gradients_in_the_simulator():
-    names = list(sim.CASES) + list(sim.EXTRA)
+    names = list(sim.CASES) + list(sim.EXTRA) + [f"tape:{n}" for n in sim.CASES]
     res = run_sim_cases("atomic_extrema_cuda_sim.py", names)
     bad = {n: r for n, r in res.items() if r[0] != "OK"}
     assert not bad, bad
+
+
+def test_on_a_tape_in_the_simulator():
+    # the tape keeps the claimed arrays' pre-call contents (plan.read): it kept none,
+    # and tape.grad was zero for the contributions
+    res = run_sim_cases("atomic_extrema_cuda_sim.py",
+                        [f"tape:{n}" for n in ("max_pool", "scatter_max", "min_pool_2d")])
+    bad = {n: r for n, r in res.items() if r[0] != "OK"}
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("name", sorted(sim.CASES))
+def test_the_claimed_array_is_read(name):
+    k, config, make = sim.CASES[name]
+    args = make(np.random.default_rng(0))
+    plan = k.adjoint_plan(*args)
+    claimed = {i for i, a in enumerate(plan.arg_names) if a in ("out",)}
+    assert claimed and claimed <= plan.read and claimed <= plan.written, plan
 
 
 def test_adjoint_takes_the_winner_array():
