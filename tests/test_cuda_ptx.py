@@ -190,6 +190,38 @@ def test_gather_form_has_no_atomics_on_neighbours(name):
             assert "< 0" in lines[n - 1], line
 
 
+@kadj.differentiate
+@cuda.jit
+def heat_two_coefficients(u, v, a, b):
+    i = cuda.grid(1)
+    if 0 < i < u.shape[0] - 1:
+        v[i] = u[i] + a * (u[i - 1] - 2.0 * u[i] + u[i + 1]) + b * u[i] * u[i]
+
+
+@kadj.differentiate
+@cuda.jit
+def conv3_f32(x, y, w0, w1, w2):
+    i = cuda.grid(1)
+    if 0 < i < x.shape[0] - 1:
+        y[i] = w0 * x[i - 1] + w1 * x[i] + w2 * x[i + 1]
+
+
+@pytest.mark.parametrize("k,args", [
+    (heat_two_coefficients, (np.ones(20), np.zeros(20), 0.1, 0.2)),
+    (conv3_f32, (np.ones(20, np.float32), np.zeros(20, np.float32), np.float32(0.2),
+                 np.float32(0.5), np.float32(0.3))),
+], ids=["two_f64", "three_f32"])
+def test_consume_kernel_with_several_scalars_compiles(k, args):
+    # the consume kernel sums each scalar's slots (kadj.cuda.block_sum.slot_total_*):
+    # two calls used to bring two copies of a shared array's symbol, which NVVM
+    # refused to link ("symbol multiply defined"); one atomic per scalar now
+    nscalars = sum(1 for a in args if not isinstance(a, np.ndarray))
+    zero = k.adjoint_ptx(*args, cc=(9, 0), form="zero")
+    assert len(_atomics(zero)) == nscalars and not _atomics(zero, "shared"), \
+        "\n".join(_atomics(zero))
+    assert ".entry" in k.adjoint_ptx(*args, cc=(9, 0), form="gather")
+
+
 def test_no_gather_form_without_neighbour_arrays():
     k, args, _ = CASES["pointwise"]
     assert k.adjoint_report(*args)["gather"]["used"] is False

@@ -21,7 +21,8 @@ spreads them: ``block_slot_f64(slots, row, v)`` adds the block's sum to one of t
 the block's index, ``x + 37 y + 101 z`` modulo :data:`SLOTS`; slots :data:`STRIDE`
 elements apart, so they fall in different cache lines), and
 ``slot_total_f64(slots, row, out, idx)``, called by every thread of the second kernel,
-lets block 0 sum the slots into ``out[idx]`` (one atomic) and set them to zero again
+lets thread 0 of block 0 sum the slots into ``out[idx]`` (one atomic) and set them to
+zero again
 (:mod:`kadj.cuda.slots` keeps one zeroed slots array per device, stream and host
 thread).  The ``_f32`` versions sum float32 values; their slots are float64 too.
 """
@@ -114,17 +115,16 @@ def _adding_as(dt):
 
 
 def _slot_total(sum_into):
+    # thread 0 of block 0 alone sums the row's slots: no shared memory and no barrier
+    # (two calls of a device function that holds a shared array inside another one
+    # did not link: each brought its own copy of the array's symbol)
     def slot_total(slots, row, out, idx):
-        if cuda.blockIdx.x == 0 and cuda.blockIdx.y == 0 and cuda.blockIdx.z == 0:
-            t = cuda.threadIdx.x + cuda.blockDim.x * (
-                cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
-            nt = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z
+        if cuda.blockIdx.x == 0 and cuda.blockIdx.y == 0 and cuda.blockIdx.z == 0 and \
+                cuda.threadIdx.x == 0 and cuda.threadIdx.y == 0 and cuda.threadIdx.z == 0:
             v = float64(0)
-            k = t
-            while k < SLOTS:
+            for k in range(SLOTS):
                 v += slots[row * (SLOTS * STRIDE) + k * STRIDE]
                 slots[row * (SLOTS * STRIDE) + k * STRIDE] = float64(0)
-                k += nt
             sum_into(out, idx, v)
     return slot_total
 
@@ -154,7 +154,7 @@ def helpers():
         dt = _NAMES[name]
         out[name] = summing(dt, add)
         out[slot] = summing(dt, to_slot)
-        out[tot] = device(_slot_total(summing(float64, inline(_adding_as(dt)))))
+        out[tot] = device(_slot_total(inline(_adding_as(dt))))
     for name, fn in out.items():
         fn.__name__ = fn.__qualname__ = name
         fn.__module__ = __name__
