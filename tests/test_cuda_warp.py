@@ -44,7 +44,8 @@ def _ptx_or_skip():
 _MODES = {"warp_sum_while": ("up",), "warp_sum_unrolled": ("up",),
           "butterfly_xor": ("bfly",), "scan_up": ("down",),
           "broadcast_lane0": ("bfly", "idx"), "ballot_count": (),
-          "warp_sum_f32": ("up",)}
+          "warp_sum_f32": ("up",), "two_level_sum": ("up",),
+          "shuffle_by_block": ("bfly",)}
 
 
 @pytest.mark.parametrize("name", list(sim.CASES))
@@ -108,8 +109,28 @@ def shuffle_partial_mask(x, out):
     out[i] = cuda.shfl_down_sync(0xFFFF, x[i], 1)
 
 
+@kadj.differentiate
+@cuda.jit
+def shuffle_under_half_warp(x, out):
+    i = cuda.grid(1)
+    half = cuda.threadIdx.x // 16          # not the same in every lane of a warp
+    if half == 0:
+        out[i] = cuda.shfl_down_sync(FULL, x[i], 1)
+
+
+@kadj.differentiate
+@cuda.jit
+def shuffle_under_2d_warp_id(x, out):
+    i, j = cuda.grid(2)
+    wid = cuda.threadIdx.x // 32           # a 2-D block: warps span rows
+    if wid == 0 and cuda.threadIdx.y == 0:
+        out[i] = cuda.shfl_down_sync(FULL, x[i], 1)
+
+
 @pytest.mark.parametrize("kernel, words", [
     (shuffle_under_branch, "a branch on a thread-dependent condition"),
+    (shuffle_under_half_warp, "a branch on a thread-dependent condition"),
+    (shuffle_under_2d_warp_id, "a branch on a thread-dependent condition"),
     (shuffle_in_thread_loop, "a loop whose bounds depend on the thread"),
     (shuffle_after_early_return, "thread-dependent condition"),
     (shuffle_partial_mask, "constant mask 0xffff"),

@@ -10,11 +10,12 @@ forward launches (:func:`kadj.testing.check_grad_cuda`); a case named ``jvp:<ker
 checks ``k.jvp`` against central differences along a random direction instead.
 Prints ``CASE <name> OK <detail>`` or ``CASE <name> FAIL <why>``.
 """
+import math
 import os
 import sys
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, float64
 
 import kadj
 
@@ -120,6 +121,47 @@ def warp_sum_f32(x, out):
         out[i // 32] = v
 
 
+@kadj.differentiate
+@cuda.jit
+def two_level_sum(x, out):
+    """Block sum in two levels: each warp's shfl_down tree, the warp sums in shared
+    memory, then warp 0 alone (``if wid == 0``, the same in every lane of a warp)
+    reduces them with shuffles."""
+    part = cuda.shared.array(2, float64)
+    i = cuda.grid(1)
+    lane = cuda.threadIdx.x % 32
+    wid = cuda.threadIdx.x // 32
+    v = x[i] * x[i] if i < x.shape[0] else 0.0
+    off = 16
+    while off > 0:
+        v += cuda.shfl_down_sync(FULL, v, off)
+        off //= 2
+    if lane == 0:
+        part[wid] = v
+    cuda.syncthreads()
+    if wid == 0:
+        t = part[lane] if lane < 2 else 0.0
+        off = 16
+        while off > 0:
+            t += cuda.shfl_down_sync(FULL, t, off)
+            off //= 2
+        if lane == 0:
+            cuda.atomic.add(out, 0, math.sin(t))
+
+
+@kadj.differentiate
+@cuda.jit
+def shuffle_by_block(x, out):
+    """A shuffle under a branch on the block index (the same in every lane)."""
+    i = cuda.grid(1)
+    v = x[i]
+    if cuda.blockIdx.x % 2 == 0:
+        v = v * cuda.shfl_xor_sync(FULL, v, 1)
+    else:
+        v = v + cuda.shfl_xor_sync(FULL, v, 2)
+    out[i] = v
+
+
 def _f32(rng, n):
     return rng.standard_normal(n).astype(np.float32)
 
@@ -139,6 +181,10 @@ CASES = {
                      lambda r: [r.standard_normal(32), np.zeros(32)]),
     "warp_sum_f32": (warp_sum_f32, (1, 64),
                      lambda r: [_f32(r, 64), np.zeros(2, np.float32)]),
+    "two_level_sum": (two_level_sum, (2, 64),
+                      lambda r: [r.standard_normal(100), np.zeros(1)]),
+    "shuffle_by_block": (shuffle_by_block, (3, 32),
+                         lambda r: [r.standard_normal(96), np.zeros(96)]),
 }
 
 

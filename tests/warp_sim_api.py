@@ -4,18 +4,20 @@
 ``shfl_xor_sync``, ``ballot_sync``, ``activemask`` and ``lanemask_lt`` to the
 simulator's ``cuda`` module with the hardware's semantics (PTX ``shfl.sync`` with width
 32: the lane operand is taken modulo 32; an out-of-range lane reads its own value).
-Each call is an exchange through a per-block table between two block barriers, so
-every thread of the block must make the same calls in the same order: true of the
-kernels kadj accepts, whose shuffles stand where every thread arrives (the simulator
-then also checks that promise: a thread that skipped a shuffle deadlocks or reads the
-wrong exchange).  A lane outside the mask reads NaN (undefined on a GPU).
+Each call is an exchange through a per-warp table between two barriers of the warp's
+lanes, so every lane of a warp must make the same calls in the same order: true of the
+kernels kadj accepts, whose shuffles stand where every lane of a warp arrives (the
+simulator then also checks that promise: a lane that skipped a shuffle leaves the
+others waiting, and they fail after a timeout).  A lane outside the mask reads NaN (undefined on a GPU).
 """
 from __future__ import annotations
 
 import math
 import threading
 
-_TABLES = {}
+_WARPS = {}          # (block, first thread of the warp, lanes) -> (barrier, table)
+_LOCK = threading.Lock()
+_TIMEOUT = 120.0     # seconds a lane waits for the others (a skipped shuffle fails)
 
 
 def _me():
@@ -23,29 +25,40 @@ def _me():
     return t, (t.blockIdx.x, t.blockIdx.y, t.blockIdx.z), t.thread_id
 
 
+def _lanes(t, warp):
+    bx, by, bz = t._manager._block_dim
+    return min(32, bx * by * bz - warp)
+
+
 def _exchange(value):
-    """Every thread of the block publishes ``value``; returns (table, own id)."""
+    """Every lane of the warp publishes ``value``; returns (barrier, table, own id)."""
     t, block, tid = _me()
-    table = _TABLES.setdefault(block, {})
+    warp = tid - tid % 32
+    key = (block, warp, _lanes(t, warp))
+    with _LOCK:
+        state = _WARPS.get(key)
+        if state is None:
+            state = _WARPS[key] = (threading.Barrier(key[2], timeout=_TIMEOUT), {})
+    barrier, table = state
     table[tid] = value
-    t.syncthreads()
-    return t, table, tid
+    barrier.wait()
+    return barrier, table, tid
 
 
-def _read(t, table, tid, mask, src_lane, value):
+def _read(barrier, table, tid, mask, src_lane, value):
     warp = tid - tid % 32
     src = warp + src_lane
     if not (int(mask) >> src_lane) & 1 or src not in table:
         out = math.nan if isinstance(value, float) else 0
     else:
         out = table[src]
-    t.syncthreads()   # every thread has read before the table is reused
+    barrier.wait()    # every lane has read before the table is reused
     return out
 
 
 def _shfl(mode):
     def shfl(self, mask, value, b):
-        t, table, tid = _exchange(value)
+        barrier, table, tid = _exchange(value)
         lane, b = tid % 32, int(b) & 31
         if mode == "idx":
             j, ok = b, True
@@ -58,18 +71,18 @@ def _shfl(mode):
         else:
             j = lane ^ b
             ok = j <= 31
-        return _read(t, table, tid, mask, j if ok else lane, value)
+        return _read(barrier, table, tid, mask, j if ok else lane, value)
     return shfl
 
 
 def _ballot(self, mask, predicate):
-    t, table, tid = _exchange(bool(predicate))
+    barrier, table, tid = _exchange(bool(predicate))
     warp = tid - tid % 32
     bits = 0
     for j in range(32):
         if (int(mask) >> j) & 1 and table.get(warp + j, False):
             bits |= 1 << j
-    t.syncthreads()
+    barrier.wait()
     return bits - (1 << 32) if bits >= 1 << 31 else bits   # int32, like numba-cuda
 
 

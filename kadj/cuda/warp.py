@@ -106,11 +106,10 @@ def check_convergent(kernel):
     or after an early exit taken by some threads only.  Returns ``kernel``."""
     if not any(_shuffle(s) for s in ir.walk(kernel.body)):
         return kernel
-    from .threads import ThreadDeps
-    deps = ThreadDeps(kernel)
+    deps = _WarpDeps(kernel)
 
-    def varies(xs):
-        return any(deps.of(x) for x in xs if isinstance(x, ir.Var))
+    def varies(xs):     # within a warp: on the thread's index, not its block's or warp's
+        return any(c[0] == "t" for x in xs if isinstance(x, ir.Var) for c in deps.of(x))
 
     def visit(seq, why):
         for s in seq:
@@ -156,6 +155,55 @@ def check_convergent(kernel):
                 remedy="use 0xffffffff, or a mask from a variable (e.g. mask = "
                        "cuda.activemask())")
     return kernel
+
+
+def _warp_deps_class():
+    from .threads import ThreadDeps, thread_dims
+
+    class WarpDeps(ThreadDeps):
+        """What each variable depends on, with ``threadIdx.x // 32`` (or ``>> 5``, or
+        any multiple of 32 or shift of at least 5) the warp's component ``("w", 0)``,
+        the same in every lane, in a kernel whose blocks are 1-D (it reads no other
+        thread index; its adjoint's launch is refused otherwise:
+        :func:`kadj.cuda.threads.check_launch_dims`), where a warp is 32 consecutive
+        ``threadIdx.x``."""
+
+        def __init__(self, kernel):
+            self.one_d = thread_dims(kernel)[0] in ((), (0,))
+            super().__init__(kernel)
+
+        def _expr_deps(self, e):
+            if self.one_d and isinstance(e, ir.Op) and len(e.args) == 2 and \
+                    _warp_divisor(e) and self._is_thread_x(e.args[0]):
+                return {("w", 0)}
+            return super()._expr_deps(e)
+
+        def _is_thread_x(self, x, depth=0):
+            while isinstance(x, ir.Var) and depth < 8:
+                entries = self.sources.get(x.name, ())
+                if len(entries) != 1:
+                    return False
+                e = entries[0][0]
+                if isinstance(e, ir.Op) and isinstance(e.fn, CudaIntrinsic):
+                    return e.fn.path == "threadIdx.x"
+                if not isinstance(e, ir.Copy):
+                    return False
+                x, depth = e.src, depth + 1
+            return False
+    return WarpDeps
+
+
+def _warp_divisor(e):
+    import operator
+    c = e.args[1].value if isinstance(e.args[1], ir.Const) else None
+    if not isinstance(c, int) or isinstance(c, bool):
+        return False
+    return (e.fn is operator.floordiv and c > 0 and c % 32 == 0) or (
+        e.fn is operator.rshift and c >= 5)
+
+
+def _WarpDeps(kernel):
+    return _warp_deps_class()(kernel)
 
 
 def _line(loc):
