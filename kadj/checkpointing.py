@@ -38,7 +38,7 @@ from .tape_versions import _PLAIN
 from .kernel import DifferentiatedKernel
 from .errors import DifferentiationError
 from .plan import AdjointPlan
-from .step_scalars import ScalarLog, scalars_of
+from .step_log import StepLog, launch_parts, relative
 
 __all__ = ["checkpointed_loop"]
 
@@ -135,7 +135,7 @@ class _Loop:
         self.peak_snapshots = 1     # snapshots held at once, the tape's state 0 included
         self.final_roles = tuple(range(self.k))
         self.runner = None            # the Runner of the latest steps run
-        self.scalar_log = ScalarLog()  # the steps' scalar arguments, as first run
+        self.step_log = StepLog()      # what each step did when it first ran
         self.memo = arrays.KeyMemo()  # keys of the arrays the steps launch on
         self.checked = {}             # launch key -> (kernel, plan, state), see checked_plan
         self.step_replay = None       # one-launch steps checked, during a backward
@@ -157,8 +157,8 @@ class _Loop:
         sweep (in the first sweep, at the same position in its step) is not checked
         again: the checks depend on nothing else, and noting it again would note
         nothing new (:meth:`_launch_key`)."""
-        runner.scalars.append((getattr(kernel, "__name__", "custom step"),
-                               scalars_of(position, args, _PLAIN)))
+        runner.launched.append((getattr(kernel, "__name__", "custom step"),
+                                launch_parts(position, args, _PLAIN, runner.current)))
         key = self._launch_key(kernel, args, runner, position if forward else None)
         if key is not None:
             hit = self.checked.get(key)
@@ -377,7 +377,7 @@ class _Loop:
         if runner is None or runner.state is not base or runner.first_run != observe:
             runner = self.runner = Runner(self, base, observe)
         runner.position = 0
-        runner.scalars = []
+        runner.launched, runner.current = [], cur
         if observe:   # (the first sweep: a change the step makes outside its launches)
             runner.check()
             runner.step = i
@@ -386,12 +386,12 @@ class _Loop:
                 runner.note()
         saved = swap_stack((runner,))
         try:
-            roles = next_roles(self.step, i, cur, base)
+            out = next_roles(self.step, i, cur, base)
         finally:
             restore_stack(saved)
-        self.scalar_log.done(i, runner.scalars, observe)
+        self.step_log.done(i, runner.launched, relative(roles, out), observe)
         self.executions += 1
-        return roles
+        return out
 
     def adjoint(self, *args):
         initial, adjoints = args[:self.k], args[self.k:]
@@ -502,13 +502,13 @@ class _Loop:
                                    if w in self.replay_base})
         cur = tuple([base[a] for a in roles])
         reverser = Reverser(self, base)
-        reverser.keys = keys
+        reverser.keys, reverser.current = keys, cur
         saved = swap_stack((reverser,))
         try:
-            next_roles(self.step, i, cur, base)
+            out = next_roles(self.step, i, cur, base)
         finally:
             restore_stack(saved)
-        self.scalar_log.done(i, reverser.scalars, False)
+        self.step_log.done(i, reverser.launched, relative(roles, out), False)
         scalars = {}
         steps = self.step_replay
         one = reverser.pending if reverser.inner is None else None

@@ -86,7 +86,8 @@ class Runner:
         self.prints = {} if first_run else None
         self.input_prints = {} if first_run else None   # the other arrays read
         self.step = 0
-        self.scalars = []       # this step's launches: (kernel name, scalar arguments)
+        self.launched = []      # this step's launches (kadj.step_log.launch_parts)
+        self.current = ()       # the state as this step was given it
 
     def record(self, kernel, args, config=None):
         args = tuple(args)
@@ -178,7 +179,8 @@ class Reverser:
         self.inner = None       # the private tape, made at the first launch it records
         self.pending = None     # (kernel, args, config, plan): the launch not recorded
         self.position = 0
-        self.scalars = []       # the step's launches: (kernel name, scalar arguments)
+        self.launched = []      # the step's launches (kadj.step_log.launch_parts)
+        self.current = ()       # the state as the step was given it
 
     def record(self, kernel, args, config=None):
         args = tuple(args)
