@@ -232,6 +232,7 @@ class _Loop:
                 prints = getattr(runner, "input_prints", None)
                 if prints is not None:      # (the first sweep's runner)
                     prints[key] = fingerprint(a)
+                    runner.recent[key] = a
         elif key not in self.inputs:
             raise DifferentiationError(
                 f"Kernel '{name}' read argument '{plan.arg_names[i]}' "
@@ -274,7 +275,7 @@ class _Loop:
             self._sweep(state, observe=True)
         if self.runner is not None:
             self.runner.check()     # (the last step's Python after its launches)
-            self.runner.check_inputs()
+            self.runner.check_inputs(final=True)
         self.memo.clear()
         self.checked.clear()
         self.runner = None
@@ -296,7 +297,7 @@ class _Loop:
             i += 1
         if self.runner is not None:
             self.runner.check()     # (the last step's Python after its launches)
-            self.runner.check_inputs()
+            self.runner.check_inputs(final=True)
         self.schedule = online.finish()
         self.n = self.schedule.steps
         self.final_roles = self.work_roles = roles

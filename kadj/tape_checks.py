@@ -76,22 +76,26 @@ class Prints:
     """The fingerprints of one launch's array arguments, each computed once for all
     the tapes recording it: before the launch, and after it for the written ones."""
 
-    __slots__ = ("args", "pre", "post", "changed")
+    __slots__ = ("args", "pre", "post", "changed", "_places")
 
     def __init__(self, args):
         self.args = args
         self.pre = {}
         self.post = {}
         self.changed = frozenset()
+        self._places = None     # id(argument) -> its indices, when first needed
 
     def before(self, i):
         pre = self.pre.get(i)
         if pre is None:
             a = self.args[i]
             pre = take(a)
-            for j, b in enumerate(self.args):
-                if b is a:
-                    self.pre[j] = pre
+            if self._places is None:    # (a launch of many arrays: a loop's inputs)
+                self._places = {}
+                for j, b in enumerate(self.args):
+                    self._places.setdefault(id(b), []).append(j)
+            for j in self._places.get(id(a), (i,)):
+                self.pre[j] = pre
         return pre
 
     def written(self, written):

@@ -21,7 +21,9 @@ seen:
   only with the arrays of the segments its span meets (a bisection finds them), first
   by span, then with the exact bounded test (:func:`kadj.arrays.overlap`, which runs
   ``np.shares_memory`` only when ``np.may_share_memory`` says the arrays may meet).
-  Interleaved views (``a[::2]`` and ``a[1::2]``) share a segment and get the exact test.
+  Interleaved views (``a[::2]`` and ``a[1::2]``) share a segment; 1-D views of the
+  same shape and stride whose elements fall between each other's (the columns of a
+  matrix, ``A[:, j]``) are told apart by their offsets, others get the exact test.
 
 The index has its own small lock, held only while it is read or changed and never
 while another lock is taken, so that a launch in another thread can ask whether it
@@ -48,13 +50,61 @@ def overlaps(a, b):
         return True
 
 
+def _lattice(key):
+    """(|stride|, itemsize, residue) of a 1-D strided view whose elements are more
+    than one item apart (a column ``A[:, j]``, ``x[::2]``), from its memory key: its
+    elements' addresses are its start modulo the stride (the residue); else None."""
+    _, ptr, shape, strides, dtype = key
+    if len(shape) != 1 or shape[0] < 2:
+        return None
+    stride, size = abs(strides[0]), np.dtype(dtype).itemsize
+    return (stride, size, ptr % stride) if stride > size else None
+
+
 class _Segment:
-    """Tracked arrays whose byte spans meet, and the bytes ``[lo, hi)`` they cover."""
+    """Tracked arrays whose byte spans meet, and the bytes ``[lo, hi)`` they cover.
+    1-D strided views are kept by (stride, item size) and residue (:func:`_lattice`):
+    two of the same stride and item size whose residues are an item or more apart,
+    both ways around, never share a byte (each of their elements sits at its residue
+    modulo the stride), so a view is compared only with those whose residue is near
+    its own, and with the other arrays; the columns of one matrix do not meet."""
 
-    __slots__ = ("lo", "hi", "members")
+    __slots__ = ("lo", "hi", "count", "others", "families")
 
-    def __init__(self, lo, hi, members):
-        self.lo, self.hi, self.members = lo, hi, members   # members: [(lo, hi, array)]
+    def __init__(self, lo, hi):
+        self.lo, self.hi, self.count = lo, hi, 0
+        self.others = []        # members (lo, hi, array, key) of no lattice
+        self.families = {}      # (stride, itemsize) -> {residue: [member]}
+
+    def put(self, member):
+        lat = _lattice(member[3])
+        if lat is None:
+            self.others.append(member)
+        else:
+            self.families.setdefault(lat[:2], {}).setdefault(lat[2], []).append(member)
+        self.count += 1
+
+    def absorb(self, other):
+        self.lo, self.hi = min(self.lo, other.lo), max(self.hi, other.hi)
+        self.others.extend(other.others)
+        for fam, by_residue in other.families.items():
+            mine = self.families.setdefault(fam, {})
+            for r, members in by_residue.items():
+                mine.setdefault(r, []).extend(members)
+        self.count += other.count
+
+    def near(self, lat):
+        """The members that may share memory with an array of lattice ``lat`` (None:
+        every member)."""
+        yield from self.others
+        for fam, by_residue in self.families.items():
+            if lat is None or fam != lat[:2]:
+                for members in by_residue.values():
+                    yield from members
+                continue
+            stride, size, r = lat
+            for d in range(1 - size, size):
+                yield from by_residue.get((r + d) % stride, ())
 
 
 class ArrayIndex:
@@ -95,12 +145,17 @@ class ArrayIndex:
                 return                   # an empty array overlaps nothing
             starts, segments = self._spaces.setdefault(space, ([], []))
             first, last = self._meeting(starts, segments, lo, hi)
-            members = [(lo, hi, a)]
-            for seg in segments[first:last]:
-                lo, hi = min(lo, seg.lo), max(hi, seg.hi)
-                members.extend(seg.members)
-            starts[first:last] = [lo]
-            segments[first:last] = [_Segment(lo, hi, members)]
+            met = segments[first:last]
+            # the largest segment met takes in the others (an array that joins a
+            # segment of n costs what it brings, not n)
+            seg = max(met, key=lambda x: x.count) if met else _Segment(lo, hi)
+            for other in met:
+                if other is not seg:
+                    seg.absorb(other)
+            seg.lo, seg.hi = min(lo, seg.lo), max(hi, seg.hi)
+            seg.put((lo, hi, a, key))
+            starts[first:last] = [seg.lo]
+            segments[first:last] = [seg]
 
     @staticmethod
     def _meeting(starts, segments, lo, hi):
@@ -126,9 +181,12 @@ class ArrayIndex:
             if found is not None:
                 starts, segments = found
                 first, last = self._meeting(starts, segments, lo, hi)
-                for seg in segments[first:last]:
-                    candidates.extend(b for blo, bhi, b in seg.members
-                                      if blo < hi and lo < bhi)
+                met = segments[first:last]
+                if met:
+                    lat = _lattice(self._memo.key(a))
+                    for seg in met:
+                        candidates.extend(b for blo, bhi, b, _ in seg.near(lat)
+                                          if blo < hi and lo < bhi)
         for b in candidates:
             if overlaps(a, b):
                 return b

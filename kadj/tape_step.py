@@ -85,6 +85,7 @@ class Runner:
         # would replay only the launches: a wrong gradient)
         self.prints = {} if first_run else None
         self.input_prints = {} if first_run else None   # the other arrays read
+        self.recent = {}        # those first read since the last check, by key
         self.step = 0
         self.launched = []      # this step's launches (kadj.step_log.launch_parts)
         self.current = ()       # the state as this step was given it
@@ -120,18 +121,24 @@ class Runner:
             if wrote is None or key(a) in wrote or j not in self.prints:
                 self.prints[j] = fingerprint(a)
 
-    def check_inputs(self):
-        """First sweep, at a step's start and at the end: refuse an array the steps
-        read but do not write (a parameter: the loop takes it for a constant) whose
-        contents changed since a launch first read it (fingerprinted then:
-        :meth:`kadj.checkpointing._Loop._note_other`)."""
+    def check_inputs(self, final=False):
+        """First sweep: refuse an array the steps read but do not write (a parameter:
+        the loop takes it for a constant) whose contents changed since a launch first
+        read it (fingerprinted then: :meth:`kadj.checkpointing._Loop._note_other`).
+        At a step's start, the arrays first read in the step before (a change made
+        right after the read, by the step's own Python); at the end (``final``), every
+        one.  Each step costs what it read, not what the loop has read so far (a
+        step reading its own row ``forcing[i]``)."""
         if self.input_prints is None:
             return
-        a = _changed(self.loop.inputs, self.input_prints)
+        checked = self.loop.inputs if final else self.recent
+        self.recent = {}
+        a = _changed(checked, self.input_prints)
         if a is not None:
             raise DifferentiationError(
                 f"checkpointed_loop: an array the steps read but do not write "
-                f"({arrays.describe(a)}) was changed at or before step {self.step} "
+                f"({arrays.describe(a)}) was changed "
+                f"{'during the loop' if final else f'at or before step {self.step}'} "
                 "(by Python code in the step function). The loop takes "
                 "the arrays that are not its state for constants; a parameter "
                 "that changes from step to step must be a state array, or be "

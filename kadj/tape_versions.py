@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import arrays, tape_report
+from .tape_index import ArrayIndex
 from .errors import DifferentiationError
 
 __all__ = ["Launch", "Versions"]
@@ -121,12 +122,13 @@ class Versions:
         """Check the launch against this tape without changing the tape."""
         index = len(self._launches)
         new = {}
+        fresh = []          # an index of ``new``'s arrays, made at the second one
         keys, entries = [], []
         for i, a in enumerate(args):
             if type(a) in _PLAIN:
                 key = entry = None
             elif arrays.is_array(a):
-                key, entry = self._track(plan, index, i, a, new)
+                key, entry = self._track(plan, index, i, a, new, fresh)
             else:
                 key = entry = _check_value(plan, index, i, a)
             keys.append(key)
@@ -144,15 +146,24 @@ class Versions:
                 copies.append(key)
         return Pending(launch, new, tuple(copies), entries)
 
-    def _track(self, plan, index, i, a, new):
+    def _track(self, plan, index, i, a, new, fresh):
         """The key of array argument ``i`` and its :class:`TrackedArray` (None for
-        an array the tape has not seen: it goes in ``new``)."""
+        an array the tape has not seen: it goes in ``new``, and in the index of them
+        ``fresh`` holds once there are two, so that a launch of many new arrays, the
+        inputs of a checkpointed loop's steps, tests each against those it meets, not
+        against every other)."""
         key, entry = self._index.find(a)
         if entry is None:
             entry = self._arrays.get(key)
         if entry is not None or key in new:
             return key, entry
-        other = self._index.overlapping(a, tuple(new.values()))
+        other = self._index.overlapping(a)
+        if other is None and new:
+            if not fresh:
+                fresh.append(ArrayIndex(self._index._memo))
+                for k, b in new.items():
+                    fresh[0].add(k, b, None)
+            other = fresh[0].overlapping(a)
         if other is not None:
             raise DifferentiationError(
                 f"Launch #{index} of kernel '{plan.kernel_name}' passes argument "
@@ -163,6 +174,8 @@ class Versions:
                 "their exact memory view: pass the same array (or an identical "
                 "view) every time, or copy the view before the launch.")
         new[key] = a
+        if fresh:
+            fresh[0].add(key, a, None)
         return key, None
 
     def _to_preserve(self, launch, i, tracked):

@@ -132,17 +132,18 @@ def test_an_array_object_changed_in_place_is_not_taken_for_its_old_view():
             smooth(np.ones(N), a, ALPHA)
 
 
-def test_replay_still_refuses_a_written_argument_whose_elements_share_memory():
-    u, out = np.ones(N), np.zeros(1)
+def test_a_written_argument_whose_elements_share_memory_is_refused_late_in_a_tape():
+    # refused when recorded, as k.adjoint refuses it (the tape used to record it and
+    # leave the refusal to the replay)
+    u = np.ones(N)
     base = np.zeros(N)
     stuck = np.lib.stride_tricks.as_strided(base, shape=(N,), strides=(0,))
-    with kadj.Tape() as tape:
+    with kadj.Tape():
         for _ in range(20):
             smooth(u, np.zeros(N), ALPHA)
-        smooth(u, stuck, ALPHA)
-        sumsq(stuck, out)
-    with pytest.raises(ValueError, match="share memory"):
-        tape.backward(out)
+        with pytest.raises(kadj.DifferentiationError, match="share memory"):
+            smooth(u, stuck, ALPHA)
+    assert not base.any()
 
 
 def _loop_gradient(n, steps, s):

@@ -299,7 +299,7 @@ CASES = [
                         "enclosing `if` picks one thread)"),
     (cuda_neighbour_in_place, "at elements other threads may touch (in-place updates are "
                               "supported only at the thread's own element, x[i] with i "
-                              "from cuda.grid)"),
+                              "from cuda.grid, or in a red-black sweep"),
     (tape_changed_outside, "was changed outside the recorded launches after that launch"),
     (tape_loss_shape, "tape.backward(loss) needs a 1-element loss array, but got an array "
                       "of shape (8,)"),
