@@ -8,6 +8,9 @@ on the loop, which re-runs it when it recomputes the step) or just runs it.
 """
 from __future__ import annotations
 
+import inspect
+import types
+
 import numpy as np
 
 from . import arrays
@@ -52,6 +55,7 @@ class CustomStep:
             read=frozenset(range(len(self.arrays))) if self.values else frozenset(),
             returns_value=False)
         self.arg_names = self.plan.arg_names
+        _check_arity(self.__name__, adjoint, len(self.arrays), self.values)
 
     def adjoint_plan(self, *args):
         return self.plan
@@ -68,6 +72,45 @@ class CustomStep:
             self.adjoint_fn(*before, *adjoints)
         else:
             self.adjoint_fn(*adjoints)
+
+
+# (code, number of defaults, keyword defaults, argument count) of Python functions
+# whose signature took their arguments: a step made anew for every call (a lambda in a
+# loop) is inspected once
+_ARITY_OK = set()
+
+
+def _check_arity(name, adjoint, n, values):
+    """Refuse an adjoint that cannot take the arguments the backward will pass it: one
+    adjoint per distinct array of ``reads + writes`` (after the ``n`` arrays' earlier
+    contents with ``values=True``).  Skipped when the signature cannot be inspected."""
+    count = 2 * n if values else n
+    key = None
+    if type(adjoint) is types.FunctionType:
+        key = (adjoint.__code__, len(adjoint.__defaults__ or ()),
+               tuple(adjoint.__kwdefaults__ or ()), count)
+        if key in _ARITY_OK:
+            return
+    try:
+        sig = inspect.signature(adjoint)
+    except (TypeError, ValueError):
+        return
+    try:
+        sig.bind(*[None] * count)
+        if key is not None and len(_ARITY_OK) < 4096:
+            _ARITY_OK.add(key)
+    except TypeError:
+        plural = "" if n == 1 else "s"
+        whose = "array's" if n == 1 else "arrays'"
+        takes = (f"{count} arguments: the {n} {whose} contents from before "
+                 f"forward (values=True), then {'its' if n == 1 else 'their'} adjoint "
+                 f"buffer{plural}" if values else
+                 f"{n} adjoint buffer{plural}, one per distinct array of reads + writes "
+                 "(None for an array that is not floating point)")
+        raise DifferentiationError(
+            f"Custom step '{name}': its adjoint {getattr(adjoint, '__name__', adjoint)!r} "
+            f"has the signature {sig}, but the backward calls it with {takes}. Give it one "
+            "parameter per argument (or *args).") from None
 
 
 def _arrays_of(given, what):

@@ -205,7 +205,32 @@ class HessianVectorProduct:
         if not args:
             raise TypeError(f"kadj.hvp({self.kernel.__name__}) is called as "
                             "(*args, v): the function's arguments, then the direction.")
+        self._check_count(args, kwargs)
         return hvp_call(self.kernel, args[:-1], kwargs, self.argnums, args[-1])
+
+    def _check_count(self, args, kwargs):
+        """Refuse a call one value short: the function's arguments, or the direction
+        ``v`` after them (the last value passed is taken as ``v``)."""
+        k = self.kernel
+        names = k.arg_names
+        required = len(names) - len(k.py_func.__defaults__ or ())
+        given = args[:-1]
+        if all(n in kwargs for n in names[len(given):required]):
+            return
+        single = isinstance(self.argnums, (int, np.integer))
+        nums = (self.argnums,) if single else tuple(self.argnums)
+        try:
+            shaped = " and ".join(f"'{names[i]}'" for i in argnum_indices(k, nums))
+        except (IndexError, TypeError):
+            shaped = f"args[{self.argnums}]"
+        like = f"shaped like {shaped}" if single else f"a tuple of directions shaped " \
+            f"like {shaped}"
+        by_name = f" (and {', '.join(kwargs)} by keyword)" if kwargs else ""
+        raise TypeError(
+            f"kadj.hvp({k.__name__}) takes the function's arguments {names} followed by "
+            f"the direction v ({like}), and one is missing: it got {len(args)} "
+            f"positional value(s){by_name}, the last taken as v. Pass every argument of "
+            f"{k.__name__}, then v.")
 
     def source(self, *args, **kwargs):
         """The tangent value function's source, then its adjoint's (which computes

@@ -102,6 +102,10 @@ def split_call(call, kernel, args, kwargs, device=False):
     except (NumbaError, DifferentiationError) as exc:
         validate.blame_omitted_default(call, names, defaults, args, kwargs, exc,
                                        "tangent")
+        clear = validate.explain_failure(call, names, fwd, exc) \
+            if isinstance(exc, NumbaError) else None
+        if clear is not None:
+            raise clear from exc
         raise
     plan = _TangentPlan(comp.plan)
     expected = plan.adjoint_names()
@@ -115,7 +119,8 @@ def split_call(call, kernel, args, kwargs, device=False):
         raise TypeError(f"{call}: {tuple(dot_kw)} are not tangent slots (given twice, or "
                         f"not a differentiated floating-point argument); the tangents are "
                         f"{expected}.")
-    validate.check_adjoint_call(call, plan, fwd, tangents, host=not device)
+    validate.check_adjoint_call(call, plan, fwd, tangents, host=not device,
+                                slot="tangent")
     if device:
         validate.check_transferable(call, names + expected, tuple(fwd) + tangents)
     return comp, fwd, tangents

@@ -305,7 +305,7 @@ class DifferentiatedKernel:
     def check_adjoint_launch(self, call, config, comp):
         """Refuse an adjoint launch ``config`` the kernel cannot run (device targets)."""
 
-    def adjoint(self, *args, adj_return=1.0, **kwargs):
+    def adjoint(self, *args, adj_return=validate.DEFAULT_ADJ_RETURN, **kwargs):
         """Run the adjoint: ``k.adjoint(*forward_args, *adjoints, adj_return=1.0)``.
 
         Adjoints are in/out (API.md): on entry the cotangent of each argument's state
@@ -332,7 +332,11 @@ class DifferentiatedKernel:
                 if key is not None:
                     call_cache.remember(self._calls, key, comp, args)
         if comp.plan.returns_value:
-            call_args = (*call_args, float(adj_return))
+            call_args = (*call_args, validate.adj_return_value(
+                f"{self.__name__}.adjoint", self.__name__, True, adj_return))
+        elif adj_return is not validate.DEFAULT_ADJ_RETURN:
+            validate.adj_return_value(f"{self.__name__}.adjoint", self.__name__, False,
+                                      adj_return)
         try:
             return self._run(comp, call_args)
         except (pickle.UnpicklingError, EOFError, ValueError) as exc:

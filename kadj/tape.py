@@ -191,7 +191,16 @@ class Tape(Versions, Checks, Backward):
         made in another thread.  Launches are recorded one at a time.
         """
         args = tuple(args)
-        plan = kernel.adjoint_plan(*args)
+        try:
+            plan = kernel.adjoint_plan(*args)
+        except AttributeError:
+            if hasattr(kernel, "adjoint_plan"):
+                raise
+            raise TypeError(
+                f"tape.record takes a differentiated kernel (kadj.differentiate) or a "
+                f"custom step, got {kernel!r}; decorate a numba kernel with "
+                "@kadj.differentiate, and record Python code with "
+                "tape.record_custom(forward, adjoint, reads=..., writes=...).") from None
         stack = tape_threads.stack()
         if len(stack) == 1 and stack[0] is self:
             with self._lock:                 # the common case: one tape, its thread
@@ -273,10 +282,15 @@ class Tape(Versions, Checks, Backward):
                 "tape.grad(...).")
         key = arrays.memory_key(x)
         if key not in self._differentiable and key not in self._grads:
+            raised = self._raised.get(key)
+            why = ("it is not floating point, or every kernel that reads it excludes it "
+                   "with wrt=." if raised is None else
+                   f"the launch of kernel '{raised[0]}' that passed it raised "
+                   f"{raised[1]}, and a launch that raises is not recorded. Record the "
+                   "launch again with arguments it accepts.")
             raise DifferentiationError(
                 f"No recorded launch differentiates with respect to this array "
-                f"({arrays.describe(x)}): it is not floating point, or every kernel that "
-                "reads it excludes it with wrt=.")
+                f"({arrays.describe(x)}): {why}")
         if self._requested is not None and key not in self._requested[0]:
             raise DifferentiationError(
                 f"tape.backward(..., wrt=[...]) computed only the gradients of the "
@@ -378,8 +392,16 @@ class Tape(Versions, Checks, Backward):
         self._loops = []                 # checkpointed loops recorded, for the report
         self._index = ArrayIndex()       # the arrays by identity and by span
         self._differentiable = set()
+        self._raised = {}                # key -> (kernel, error) of a launch that raised
         self._has_gradients = False
         self.zero()
+
+    def _note_raised(self, launch, exc):
+        """A launch raised, so it is not recorded: note its arrays, for :meth:`grad`'s
+        message."""
+        for key in launch.keys:
+            if key is not None:
+                self._raised[key] = (launch.plan.kernel_name, type(exc).__name__)
 
 
 
@@ -404,6 +426,10 @@ def _record_on(tapes, kernel, args, config, plan, run):
     try:
         result = None if not run else kernel.forward(*args) if config is None \
             else kernel.forward(config, *args)
+    except BaseException as exc:
+        for tape, p in zip(tapes, pending):
+            tape._note_raised(p.launch, exc)
+        raise
     finally:
         for tape, p in zip(tapes, pending):
             tape._advance(p)
@@ -426,6 +452,9 @@ def _record_one(tape, kernel, args, config, plan, run):
     try:
         result = None if not run else kernel.forward(*args) if config is None \
             else kernel.forward(config, *args)
+    except BaseException as exc:
+        tape._note_raised(pending.launch, exc)
+        raise
     finally:
         tape._advance(pending)
     prints.written(plan.written)

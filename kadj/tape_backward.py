@@ -182,10 +182,17 @@ class Backward:
                     f"array of shape {tuple(loss.shape)}; pass seeds=[(array, "
                     "cotangent)] to seed a larger output.")
             pairs.append((loss, np.ones(tuple(loss.shape), np.dtype(loss.dtype))))
-        for pair in seeds or ():
-            if len(pair) != 2:
+        if seeds is not None and not isinstance(seeds, (list, tuple)):
+            raise DifferentiationError(
+                f"tape.backward(seeds=...) takes a list of (array, cotangent) pairs, "
+                f"got {arrays.describe(seeds)}; pass seeds=[(y, dy), ...].")
+        for n, pair in enumerate(seeds or ()):
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+                hint = (" (for one seed, pass a list holding one pair: "
+                        "seeds=[(y, dy)])" if arrays.is_array(pair) else "")
                 raise DifferentiationError(
-                    "Each seed must be an (array, cotangent) pair.")
+                    f"Each seed must be an (array, cotangent) pair, but seeds[{n}] is "
+                    f"{arrays.describe(pair)}{hint}; pass seeds=[(y, dy), ...].")
             array, cotangent = pair
             self._recorded_float_key(array, "a seeded array")
             if not arrays.is_array(cotangent):

@@ -45,11 +45,33 @@ def next_roles(step, i, cur, base):
     out = step(i, *cur)
     roles = roles_of(out, base)
     if roles is None:
+        what, remedy = _returned(out, base)
         raise DifferentiationError(
-            f"The step function of checkpointed_loop returned {type(out).__name__} at "
-            f"step {i}; it must return the next state: the {len(cur)} state arrays "
-            "it was given, in any order.")
+            f"The step function of checkpointed_loop returned {what} at step {i}; it "
+            f"must return the next state: the {len(cur)} state arrays it was given, in "
+            f"any order{remedy}.")
     return roles
+
+
+def _returned(out, base):
+    """(what a step returned instead of the next state, a remedy) for the message."""
+    if not isinstance(out, (tuple, list)):
+        return type(out).__name__, ""
+    kind = type(out).__name__
+    if len(out) != len(base):
+        return f"a {kind} of {len(out)} values", ""
+    others = [o for o in out if not any(o is b for b in base)]
+    new = sum(1 for o in others if arrays.is_array(o))
+    if new:
+        one = new == 1
+        return (f"a {kind} holding {new} new array{'' if one else 's'} (not "
+                f"{'one of ' if one else ''}the state arrays it was given: "
+                f"{'a copy' if one else 'copies'}, for example)",
+                ". Return the given arrays themselves, having written the new values "
+                "into them")
+    if others:
+        return f"a {kind} holding {arrays.describe(others[0])}, not a state array", ""
+    return f"a {kind} holding one state array twice", ""
 
 
 def roles_of(out, base):

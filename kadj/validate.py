@@ -13,8 +13,10 @@ bounded effort); when the bounded test cannot decide, the call is refused.
 """
 from __future__ import annotations
 
+import linecache
 import math
 import numbers
+import re
 
 import numpy as np
 
@@ -59,6 +61,7 @@ def bind(call, names, defaults, args, kwargs):
 
 PREFIX = {"adjoint": "adj_", "tangent": "dot_"}   # keyword prefix of each slot kind
 TAKER = {"adjoint": "the adjoint", "tangent": "jvp"}  # the call that takes the slots
+BUFFERS = {"adjoint": "adjoint buffers", "tangent": "tangents"}   # the slots, in messages
 
 
 def split_adjoint_call(call, names, defaults, args, kwargs, slot="adjoint"):
@@ -187,12 +190,17 @@ def _int_hint(plan, fwd):
 
 # ---- the arguments themselves (before anything is compiled) ------------------------------
 def check_arguments(call, names, args):
-    """Refuse arguments numba cannot pass or kadj cannot differentiate: lists, float16,
-    non-native byte order, object arrays."""
+    """Refuse arguments numba cannot pass or kadj cannot differentiate: lists, tuples
+    holding arrays, float16, non-native byte order, object arrays."""
     for name, a in zip(names, args):
         if isinstance(a, list):
             raise TypeError(f"{call}: argument '{name}' is a Python list; kernels take "
                             f"arrays: pass np.asarray({name}).")
+        if isinstance(a, tuple) and next(arrays.arrays_in(a), None) is not None:
+            raise TypeError(f"{call}: argument '{name}' is a tuple holding arrays; kadj "
+                            "does not support tuples holding arrays as kernel arguments "
+                            "(it cannot give the arrays in them adjoint buffers). Pass "
+                            "the arrays as separate arguments of the kernel.")
         if is_array(a) or isinstance(a, np.generic):
             _check_dtype(call, name, np.dtype(a.dtype), is_array(a))
 
@@ -224,12 +232,17 @@ def unsupported_type(call, name, value):
 
 def explain_failure(call, names, args, exc):
     """A clearer error for numba's typing failure ``exc`` caused by an argument (None,
-    a list, an unsupported dtype), or None when no argument explains it."""
+    a list, an unsupported dtype, a read-only array the kernel writes), or None when no
+    argument explains it."""
     try:
         check_arguments(call, names, args)
     except TypeError as clear:
         return clear
     text = str(exc)
+    read_only = [n for n, a in zip(names, args) if is_array(a) and not arrays.writeable(a)]
+    if read_only and ("Cannot modify readonly array" in text or
+                      "setitem(readonly array" in text):
+        return _read_only_written(call, read_only, getattr(exc, "loc", None))
     nones = [n for n, a in zip(names, args) if a is None]
     if nones and "none" in text:
         reason = next((ln.strip() for ln in text.splitlines()
@@ -239,6 +252,35 @@ def explain_failure(call, names, args, exc):
                          f"there (numba: {reason}); pass an array or a number for "
                          f"{listed}.")
     return None
+
+
+def _read_only_written(call, read_only, loc):
+    """The error for a kernel that writes into a read-only array argument (numba
+    refuses to type the write, in the forward and in the adjoint alike); ``loc``: the
+    write's location, whose source line (its assignment target, else the whole line)
+    tells which of several read-only arrays."""
+    where = ""
+    if loc is not None and getattr(loc, "line", None):
+        where = f" at {loc.filename}:{loc.line}"
+        line = linecache.getline(loc.filename, loc.line)
+        target = re.match(r"([^=]*?)(?:\*\*|//|>>|<<|[-+*/%&|^@])?=(?!=)", line)
+        for text in (target.group(1) if target else "", line):
+            named = [n for n in read_only if re.search(rf"\b{re.escape(n)}\b", text)]
+            if named:
+                read_only = named
+                break
+    if len(read_only) == 1:
+        name = read_only[0]
+        what = (f"argument '{name}' is read-only ({name}.flags.writeable is False), but "
+                f"the kernel writes into it{where}")
+        fix = f"pass a writeable array ({name}.copy())"
+    else:
+        listed = ", ".join(f"'{n}'" for n in read_only)
+        what = (f"arguments {listed} are read-only (flags.writeable is False), but the "
+                f"kernel writes into one of them{where}")
+        fix = "pass writeable arrays (copies) for the arrays the kernel writes"
+    return ValueError(f"{call}: {what}, so neither the forward nor its derivatives can "
+                      f"run; {fix}.")
 
 
 # ---- launch configurations ---------------------------------------------------------------
@@ -280,22 +322,24 @@ def _dims(call, what, d, limits):
 
 
 # ---- the adjoint call --------------------------------------------------------------------
-def check_adjoint_call(call, plan, fwd, adjs, host=False):
+def check_adjoint_call(call, plan, fwd, adjs, host=False, slot="adjoint"):
     """Check the adjoint buffers ``adjs`` (in slot order) against ``plan`` and the
     forward arguments ``fwd``: types (NumPy arrays when ``host``), shapes, dtypes,
     writeable, no element shared with another element, with a forward argument or with
     another buffer; and no array the kernel writes sharing memory with another
-    argument."""
+    argument.  ``slot="tangent"``: the same for the tangents of ``k.jvp``, and said
+    so."""
     names, written = plan.arg_names, plan.written
     expected = plan.adjoint_names()
+    taker = TAKER[slot]
     for i, buf, aname in zip(plan.adjoint_args, adjs, expected):
-        _check_buffer(call, names[i], fwd[i], buf, aname, host)
+        _check_buffer(call, names[i], fwd[i], buf, aname, host, slot)
     fmem = [(i, m) for i, a in enumerate(fwd) if (m := arrays.memory(a)) is not None]
     bmem = [(aname, arrays.memory(b)) for aname, b in zip(expected, adjs)]
     for aname, b in zip(expected, adjs):
         if arrays.self_overlapping(b):
             raise ValueError(f"{call}: several elements of {aname} share memory (a "
-                             "broadcast view or a 0 stride), so their adjoints would be "
+                             f"broadcast view or a 0 stride), so their {slot}s would be "
                              f"mixed; pass a separate array (np.zeros_like({aname[4:]})).")
     for j, m in fmem:
         if j in written and arrays.self_overlapping(fwd[j]):
@@ -308,12 +352,12 @@ def check_adjoint_call(call, plan, fwd, adjs, host=False):
             if may(mb[1], m[1]) and _meet(call, mb, m, aname, names[i]):
                 raise ValueError(
                     f"{call}: {aname} shares memory with the forward argument "
-                    f"'{names[i]}', which the adjoint would then modify; adjoint buffers "
+                    f"'{names[i]}', which {taker} would then modify; {BUFFERS[slot]} "
                     f"must be separate arrays: pass np.zeros_like({names[i]}).")
     for k, (n1, m1) in enumerate(bmem):
         for n2, m2 in bmem[k + 1:]:
             if may(m1[1], m2[1]) and _meet(call, m1, m2, n1, n2):
-                raise ValueError(f"{call}: the adjoint buffers {n1} and {n2} share "
+                raise ValueError(f"{call}: the {BUFFERS[slot]} {n1} and {n2} share "
                                  "memory; pass a separate array for each.")
     for k, (i, m1) in enumerate(fmem):
         for j, m2 in fmem[k + 1:]:
@@ -326,7 +370,40 @@ def check_adjoint_call(call, plan, fwd, adjs, host=False):
                     f"separate arrays (e.g. {names[r]}.copy()).")
 
 
-def _check_buffer(call, name, x, buf, aname, host):
+class DefaultCotangent(float):
+    """The default ``adj_return`` (1.0), told apart from a value the caller passed."""
+
+
+DEFAULT_ADJ_RETURN = DefaultCotangent(1.0)
+
+
+def adj_return_value(call, kernel_name, returns_value, value):
+    """``adj_return=`` as a float: a number, a 0-d or a 1-element array (the scalar
+    convention of adjoint slots).  Refused when the kernel returns no float (given by
+    the caller, not defaulted) and for anything else."""
+    if not returns_value:
+        if value is not DEFAULT_ADJ_RETURN:
+            shown = f" ({arrays.describe(value)})" if is_array(value) else f"={value!r}"
+            raise TypeError(
+                f"{call} got adj_return{shown}, but {kernel_name} returns no "
+                "floating-point value, so adj_return (the cotangent of the returned "
+                "value) has no meaning; leave it out, and seed the arrays the kernel "
+                "writes through their adjoint buffers.")
+        return None
+    if type(value) is float:
+        return value
+    if value is DEFAULT_ADJ_RETURN:
+        return 1.0
+    if isinstance(value, np.ndarray) and value.shape in ((), (1,)):
+        value = value.reshape(())[()]
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        return float(value)
+    raise TypeError(f"{call}: adj_return must be a number (or a 0-d or 1-element array), "
+                    f"the cotangent of the value {kernel_name} returns; got "
+                    f"{arrays.describe(value)}. Pass e.g. adj_return=1.0.")
+
+
+def _check_buffer(call, name, x, buf, aname, host, slot="adjoint"):
     if type(buf) is np.ndarray and type(x) is np.ndarray:  # the common case, quickly
         if buf.shape == x.shape and buf.dtype == x.dtype and buf.flags.writeable:
             return
@@ -345,12 +422,14 @@ def _check_buffer(call, name, x, buf, aname, host):
     else:
         want = np.asarray(x).dtype
         if shape != (1,) or dtype != want:
-            raise ValueError(f"{call}: {aname} (the adjoint of the scalar {name}) must be "
+            raise ValueError(f"{call}: {aname} (the {slot} of the scalar {name}) must be "
                              f"a 1-element array of dtype {want}, got shape {shape} and "
                              f"dtype {dtype}; pass np.zeros(1, np.{want.name}).")
     if not arrays.writeable(buf):
-        raise ValueError(f"{call}: {aname} is read-only, and the adjoint accumulates into "
-                         "it; pass a writeable array.")
+        does = "the adjoint accumulates into it" if slot == "adjoint" else \
+            "jvp updates the tangents in place"
+        raise ValueError(f"{call}: {aname} is read-only, and {does}; pass a writeable "
+                         "array.")
 
 
 def _meet(call, ma, mb, what_a, what_b):

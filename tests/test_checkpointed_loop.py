@@ -186,6 +186,32 @@ def test_step_returning_other_arrays_is_refused():
             kadj.checkpointed_loop(step, (u0, v0), steps=3, snapshots=2)
 
 
+@pytest.mark.parametrize("returned,match", [
+    (lambda u, v: (v.copy(), u.copy()), r"returned a tuple holding 2 new arrays \(not "
+     r"the state arrays it was given: copies, for example\) at step 0; .*Return the "
+     "given arrays themselves, having written the new values into them"),
+    (lambda u, v: (v.copy(), u), r"returned a tuple holding 1 new array \(not one of "
+     r"the state arrays it was given: a copy, for example\) at step 0"),
+    (lambda u, v: (v, v), "returned a tuple holding one state array twice at step 0"),
+    (lambda u, v: (v, 1.0), "returned a tuple holding float 1.0, not a state array"),
+    (lambda u, v: (v,), "returned a tuple of 1 values at step 0"),
+    (lambda u, v: None, "returned NoneType at step 0"),
+])
+def test_what_a_step_returned_instead_of_the_state(returned, match):
+    """The refusal says what the step returned: copies of the state arrays (new
+    arrays), one of them twice, another value, too few values."""
+    u0, v0 = np.zeros(N), np.zeros(N)
+
+    def step(i, u, v):
+        heat(u, v, 0.1, F)
+        return returned(u, v)
+
+    with kadj.Tape():
+        with pytest.raises(DifferentiationError, match="^The step function of "
+                           "checkpointed_loop " + match):
+            kadj.checkpointed_loop(step, (u0, v0), steps=3, snapshots=2)
+
+
 def test_overwritten_input_is_detected_at_backward():
     u0, v0, f, out = X0.copy(), np.zeros(N), F.copy(), np.zeros(1)
 

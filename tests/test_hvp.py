@@ -356,6 +356,14 @@ def test_refusals():
         kadj.hvp(rnn, 0)(x, 0.8, 0.1, np.ones(5))
     with pytest.raises(IndexError, match="out of range"):
         kadj.hvp(rnn, 3)(x, 0.8, 0.1, 1.0)
+    # the direction left out: the last value would be taken as v, leaving h0 unset
+    with pytest.raises(TypeError, match=r"^kadj.hvp\(rnn\) takes the function's "
+                       r"arguments \('x', 'w', 'h0'\) followed by the direction v "
+                       r"\(shaped like 'x'\), and one is missing"):
+        kadj.hvp(rnn)(x, 0.8, 0.1)
+    with pytest.raises(TypeError, match=r"a tuple of directions shaped like 'x' and "
+                       r"'w'.*2 positional value\(s\) \(and h0 by keyword\)"):
+        kadj.hvp(rnn, (0, 1))(x, 0.8, h0=0.1)
 
 
 @numba.njit

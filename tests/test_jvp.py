@@ -339,6 +339,36 @@ def test_repeated_calls_of_one_signature_keep_every_check():
         k.jvp(base[:7], base[3:10], 0.5, du, dun, da)
 
 
+def test_tangent_refusals_speak_of_tangents():
+    """The buffer checks k.jvp shares with k.adjoint name jvp and tangents, not the
+    adjoint, and leave the arguments and tangents as they were."""
+    from numpy.lib.stride_tricks import as_strided
+    k = kadj.differentiate(_step)
+    u, un = np.linspace(0, 1, 6), np.zeros(6)
+    du, dun, da = np.ones(6), np.zeros(6), np.zeros(1)
+    ro = np.zeros(6)
+    ro.flags.writeable = False
+    cases = [
+        ((u, un, 0.5, u, dun, da), "dot_u shares memory with the forward argument 'u', "
+                                   "which jvp would then modify; tangents must be "
+                                   "separate arrays"),
+        ((u, un, 0.5, du, du, da), "the tangents dot_u and dot_u_new share memory"),
+        ((u, un, 0.5, du, ro, da), "dot_u_new is read-only, and jvp updates the tangents "
+                                   "in place"),
+        ((u, un, 0.5, du, dun, np.zeros(2)), r"dot_alpha \(the tangent of the scalar "
+                                             r"alpha\) must be a 1-element array"),
+        ((u, un, 0.5, as_strided(np.ones(1), (6,), (0,)), dun, da),
+         "several elements of dot_u share memory .*, so their tangents would be mixed"),
+    ]
+    for args, match in cases:
+        before = [np.array(a, copy=True) for a in args]
+        with pytest.raises(ValueError, match=r"^_step.jvp: " + match) as info:
+            k.jvp(*args)
+        assert "adjoint" not in str(info.value), info.value
+        for a, b in zip(args, before):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_jvp_and_adjoint_are_cached_apart():
     from kadj import jvp_call, pipeline
     k = kadj.differentiate(_step)

@@ -160,6 +160,24 @@ def test_a_failing_forward_is_not_recorded(rng):
     assert tape.launches == ()
 
 
+def test_grad_of_an_array_only_a_failed_launch_passed(rng):
+    """tape.grad of an array passed only to a launch that raised says so (it said the
+    array was not floating point or excluded with wrt=); the tape goes on recording."""
+    x, y, loss = rng.standard_normal(3), np.zeros(3), np.zeros(1)
+    a, b = rng.standard_normal(3), np.zeros(3)
+    with Tape() as tape:
+        scale(x, y, 2.0)
+        with pytest.raises(RuntimeError):
+            broken(a, b)
+        sumsq(y, loss)
+    tape.backward(loss)
+    with pytest.raises(DifferentiationError, match=r"the launch of kernel 'broken' that "
+                       "passed it raised RuntimeError, and a launch that raises is not "
+                       "recorded"):
+        tape.grad(a)
+    close(tape.grad(x), 8.0 * x)
+
+
 def test_messages_keep_kernel_names_as_written(rng):
     camel = FakeKernel(square_inplace.fn, square_inplace.adj, ("y",), {0}, {0})
     camel.__name__ = "squareInPlace"
@@ -427,6 +445,32 @@ def test_seed_shape_mismatch(rng):
     tape, x, y, loss = recorded(rng)
     with pytest.raises(DifferentiationError, match="shape"):
         tape.backward(seeds=[(y, np.ones(3))])
+
+
+def test_malformed_seeds(rng):
+    tape, x, y, loss = recorded(rng)
+    for seeds, match in [
+            ({0: (y, np.ones(4))}, r"tape.backward\(seeds=...\) takes a list of "
+                                   r"\(array, cotangent\) pairs, got dict"),
+            (y, "takes a list of .* got array of shape"),
+            ((y, np.ones(4)), r"seeds\[0\] is array of shape \(4,\) and dtype float64 "
+                              r"\(for one seed, pass a list holding one pair: "
+                              r"seeds=\[\(y, dy\)\]\)"),
+            ([(y,)], r"seeds\[0\] is tuple"),
+            ([(y, np.ones(4)), 3.0], r"seeds\[1\] is float 3.0")]:
+        with pytest.raises(DifferentiationError, match=match):
+            tape.backward(seeds=seeds)
+    tape.backward(seeds=[(y, np.ones(4))])
+    close(tape.grad(x), np.full(4, 2.0))
+
+
+def test_record_refuses_what_is_not_a_kernel():
+    with Tape() as tape:
+        with pytest.raises(TypeError, match="tape.record takes a differentiated kernel "
+                           r"\(kadj.differentiate\) or a custom step, got <built-in "
+                           "function print>.*record_custom"):
+            tape.record(print, (1,))
+    assert tape.launches == ()
 
 
 def test_seed_on_an_integer_array(rng):

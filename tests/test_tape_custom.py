@@ -180,3 +180,34 @@ def test_custom_step_arguments_are_checked():
     ro.flags.writeable = False
     with pytest.raises(DifferentiationError, match="read-only"):
         kadj.Tape().record_custom(lambda: None, lambda a: None, writes=(ro,))
+
+
+def test_custom_adjoint_arity_is_checked_when_recorded():
+    """An adjoint that cannot take one buffer per distinct array (after their earlier
+    contents with values=True) is refused when recorded, before forward runs (was a raw
+    TypeError at backward); one whose signature cannot be read is accepted."""
+    u, v = np.zeros(3), np.zeros(3)
+    ran = []
+    cases = [(lambda: None, {}, "signature \\(\\), but the backward calls it with 2 "
+                                "adjoint buffers, one per distinct array of reads \\+ "
+                                "writes"),
+             (lambda a, b: None, {"values": True}, "with 4 arguments: the 2 arrays' "
+                                                    "contents from before forward"),
+             (lambda a, b, c: None, {}, "signature \\(a, b, c\\)")]
+    for adjoint, options, match in cases:
+        with kadj.Tape() as tape:
+            with pytest.raises(DifferentiationError,
+                               match="^Custom step 'fwd': its adjoint '<lambda>' has the "
+                               ".*" + match):
+                tape.record_custom(lambda: ran.append(1), adjoint, reads=(u,),
+                                   writes=(u, v), name="fwd", **options)
+        assert not tape.launches and not ran
+    with kadj.Tape() as tape:
+        with pytest.raises(DifferentiationError, match="calls it with 1 adjoint buffer,"):
+            kadj.custom_step(lambda: ran.append(1), lambda: None, writes=v)
+    assert not tape.launches and not ran
+    with kadj.Tape() as tape:                   # accepted: *args, and no signature
+        tape.record_custom(lambda: None, lambda *adj: None, reads=(u,), writes=(v,))
+        tape.record_custom(lambda: None, lambda a, b, c=0: None, reads=(u,), writes=(v,))
+        tape.record_custom(lambda: None, max, reads=(u,), writes=(v,))
+    assert len(tape.launches) == 3

@@ -9,6 +9,7 @@ with NUMBA_ENABLE_CUDASIM=1 set before numba is imported, prints one
 """
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -301,6 +302,7 @@ def test_unsupported_arguments_refused_before_compiling(data):
         ((list(x), y, 0.3), "'x' is a Python list.*np.asarray\\(x\\)"),
         ((x.astype(object), y, 0.3), "'x' is an object array"),
         (({"x": x}, y, 0.3), "'x' is a dict, which numba cannot pass"),
+        (((x, y), y, 0.3), "'x' is a tuple holding arrays.*separate arguments"),
     ]
     for args, match in cases:
         k = _no_build(kadj.differentiate(axpy))
@@ -382,6 +384,76 @@ def test_integer_scalar_has_no_slot(k, data):
     msg = _refused(TypeError, r"expects 2 adjoint argument\(s\)",
                    lambda: k.adjoint(x, y, 1, *bufs), [x, y, *bufs])
     assert "'a' is the integer 1" in msg and "pass 1.0" in msg
+
+
+@njit
+def energy(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * x[i]
+    return s
+
+
+def test_adj_return_number_or_one_element_array(data):
+    """adj_return= takes a number, a 0-d or a 1-element array (a scalar's adjoint
+    slot); anything else is refused naming adj_return."""
+    k = kadj.differentiate(energy)
+    x, _, _ = data
+    for seed in (2.0, 2, np.float32(2.0), np.array(2.0), np.array([2.0])):
+        g = np.zeros(6)
+        assert k.adjoint(x, g, adj_return=seed) == pytest.approx(float(np.dot(x, x)))
+        np.testing.assert_allclose(g, 4.0 * x, rtol=1e-15)
+    for bad in ("a", np.zeros(2), np.zeros((1, 1)), [2.0], None, True):
+        g = np.zeros(6)
+        msg = _refused(TypeError, r"^energy.adjoint: adj_return must be a number",
+                       lambda: k.adjoint(x, g, adj_return=bad), [x, g])
+        assert "adj_return=1.0" in msg
+
+
+def test_adj_return_on_a_kernel_that_returns_nothing(k, data):
+    """Given explicitly, adj_return is refused on a kernel returning no float (it was
+    ignored); the default stays accepted."""
+    x, y, ct = data
+    bufs = [np.zeros(6), ct.copy(), np.zeros(1)]
+    msg = _refused(TypeError, r"^axpy.adjoint got adj_return=5.0, but axpy returns no "
+                   "floating-point value", lambda: k.adjoint(x, y, 0.3, *bufs,
+                                                             adj_return=5.0),
+                   [x, y, *bufs])
+    assert "leave it out" in msg
+    k.adjoint(x, y, 0.3, *bufs)
+    ref_x, _, ref_a = _axpy_reference(x, 0.3, ct)
+    np.testing.assert_allclose(bufs[0], ref_x, rtol=1e-14)
+    np.testing.assert_allclose(bufs[2][0], ref_a, rtol=1e-12)
+
+
+def test_read_only_written_argument(data):
+    """A read-only array the kernel writes: one sentence naming it and the line that
+    writes it, from the forward, the adjoint, jvp and a Tape (numba's TypingError
+    before); a read-only array the kernel only reads is accepted."""
+    k = kadj.differentiate(axpy)
+    x, y, ct = data
+    ro_x, ro_y = x.copy(), y.copy()
+    ro_x.flags.writeable = ro_y.flags.writeable = False
+    line = axpy.py_func.__code__.co_firstlineno + 3
+    where = f"{re.escape(__file__)}:{line}"
+    bufs = _bufs()
+    for call, fn in [("axpy", lambda: k(x, ro_y, 0.3)),
+                     ("axpy", lambda: k.adjoint(x, ro_y, 0.3, *bufs)),
+                     ("axpy.jvp", lambda: k.jvp(x, ro_y, 0.3, *bufs)),
+                     ("axpy", lambda: k(ro_x, ro_y, 0.3))]:
+        msg = _refused(ValueError, rf"^{call}: argument 'y' is read-only \(y.flags."
+                       rf"writeable is False\), but the kernel writes into it at {where}",
+                       fn, [x, ro_x, ro_y, *bufs])
+        assert "y.copy()" in msg
+    with kadj.Tape() as tape:
+        _refused(ValueError, "argument 'y' is read-only", lambda: k(x, ro_y, 0.3),
+                 [x, ro_y])
+    assert not tape.launches
+    bufs = [np.zeros(6), ct.copy(), np.zeros(1)]
+    k.adjoint(ro_x, y, 0.3, *bufs)             # read only: accepted
+    ref_x, _, ref_a = _axpy_reference(x, 0.3, ct)
+    np.testing.assert_allclose(bufs[0], ref_x, rtol=1e-14)
+    np.testing.assert_allclose(bufs[2][0], ref_a, rtol=1e-12)
 
 
 # ---- a None default: omitted on the forward, given explicitly on the adjoint -------------
