@@ -56,6 +56,7 @@ class Backward:
                 launches, requested[0], requested[1], tuple(buffers),
                 {key: self._arrays[key].version for key in buffers})
             launches = [launch for launch in launches if launch.index in keep]
+        _check_no_cut(launches)
         count = self.streams if streams is None else stream_count(streams)
         scalars = {}
         if any(launch.config is not None for launch in self._launches):
@@ -337,6 +338,41 @@ class Backward:
         raise InternalError(
             f"the tape lost the pre-call contents of argument '{launch.arg_name(i)}' "
             f"of {launch.describe()}")
+
+
+def _check_no_cut(launches):
+    """Refuse a replay whose chain a ``wrt`` cuts: a launch that reads a floating-point
+    array it has no adjoint slot for (its kernel differentiated with a ``wrt`` that
+    leaves it out), which an earlier launch of the replay wrote with an adjoint.  The
+    gradients of that launch's inputs would miss the path through the array, with no
+    error; the user decides (the array into ``wrt``, or a copy passed as a constant)."""
+    produced = {}        # (key, version) -> (launch, argument) that wrote it
+    for launch in launches:
+        plan = launch.plan
+        if tape_graph.is_opaque(launch):
+            continue
+        for i in sorted(plan.read):
+            key = launch.keys[i]
+            if key is None or i in plan.adjoint_args or \
+                    np.dtype(getattr(launch.args[i], "dtype", np.int8)).kind not in "fc":
+                continue
+            writer = produced.get((key, launch.versions[i]))
+            if writer is None:
+                continue
+            w, j = writer
+            name = launch.arg_name(i)
+            raise DifferentiationError(
+                f"{sentence(launch.describe())} reads argument '{name}', which "
+                f"{w.describe()} wrote (as '{w.arg_name(j)}'), but kernel "
+                f"'{plan.kernel_name}' has no adjoint for '{name}' (it was "
+                "differentiated with a wrt that leaves it out), so the gradients of "
+                f"what went into '{name}' would miss this path, with no error. "
+                f"Differentiate '{plan.kernel_name}' with '{name}' in wrt (or without "
+                f"wrt); to treat '{name}' as a constant here, pass a copy of it to this "
+                "launch.")
+        for j in plan.written:
+            if launch.keys[j] is not None and j in plan.adjoint_args:
+                produced[(launch.keys[j], launch.versions[j] + 1)] = (launch, j)
 
 
 def _trusted_call(launch, args, adjoints):

@@ -179,3 +179,51 @@ def test_gradients_add_up_only_for_what_every_call_requested():
     tape.zero()
     tape.backward(out)
     np.testing.assert_allclose(tape.grad(ws[0]), full.grad(ws2[0]), rtol=1e-12)
+
+
+@kadj.differentiate
+@numba.njit
+def make_kappa(p, kappa):
+    for i in range(kappa.shape[0]):
+        kappa[i] = 0.5 + 0.4 * np.tanh(p[i])
+
+
+@kadj.differentiate(wrt=("u",))
+@numba.njit
+def diffuse_u_only(u, kappa, v):
+    for i in range(u.shape[0]):
+        v[i] = u[i] * kappa[i] + np.sin(u[i])
+
+
+@kadj.differentiate
+@numba.njit
+def sq(v, out):
+    s = 0.0
+    for i in range(v.shape[0]):
+        s += v[i] * v[i]
+    out[0] = s
+
+
+def test_a_kernel_wrt_that_cuts_the_chain_is_refused():
+    """kappa is computed by a recorded launch from p, then read by a kernel whose wrt
+    leaves kappa out: the gradient of p would miss that path (it came out zero, with
+    no error).  Refused, naming both launches; a copy of kappa passed instead is a
+    constant, and backward(wrt=[u]) needs no gradient through kappa."""
+    p, u = RNG.random(N) - 0.5, RNG.random(N)
+    kappa, v, out = np.zeros(N), np.zeros(N), np.zeros(1)
+    with kadj.Tape() as tape:
+        make_kappa(p, kappa)
+        diffuse_u_only(u, kappa, v)
+        sq(v, out)
+    with pytest.raises(DifferentiationError, match=r"reads argument 'kappa', which "
+                       r"launch #0 \(kernel 'make_kappa'\) wrote") as info:
+        tape.backward(out)
+    assert "in wrt" in str(info.value) and "pass a copy" in str(info.value)
+    tape.backward(out, wrt=[u])                      # no path through kappa asked for
+    assert np.allclose(tape.grad(u), 2 * v * (kappa + np.cos(u)))
+    with kadj.Tape() as tape:
+        make_kappa(p, kappa)
+        diffuse_u_only(u, kappa.copy(), v)           # a constant, by the user's choice
+        sq(v, out)
+    tape.backward(out)
+    assert np.allclose(tape.grad(u), 2 * v * (kappa + np.cos(u)))
