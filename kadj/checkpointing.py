@@ -68,7 +68,9 @@ def checkpointed_loop(step, state, steps=None, snapshots=None, *, until=None):
             raise DifferentiationError(
                 "checkpointed_loop needs steps= (the number of steps) or until= (a "
                 "function of (i, *state) telling when to stop).")
-        schedules._check_args(steps, snapshots)
+        # no steps: the state as it is (a length computed as 0 is a loop, not an error)
+        schedules._check_args(1 if steps == 0 and isinstance(steps, int) else steps,
+                              snapshots)
     else:
         if not callable(until):
             raise DifferentiationError("checkpointed_loop's until= must be callable.")
@@ -89,7 +91,7 @@ def checkpointed_loop(step, state, steps=None, snapshots=None, *, until=None):
                 "checkpointed_loop got the same array twice in its state; pass distinct "
                 "arrays.")
     outer = _tape.active()
-    if outer is None:
+    if outer is None or steps == 0:
         cur, i = state, 0
         while steps is None or i < steps:
             roles = next_roles(step, i, cur, cur)

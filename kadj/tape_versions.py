@@ -172,7 +172,10 @@ class Versions:
                 f"({arrays.describe(other)}) "
                 "without being the same view of it. The tape tracks arrays by "
                 "their exact memory view: pass the same array (or an identical "
-                "view) every time, or copy the view before the launch.")
+                "view) every time, e.g. the whole array and the index of the row or "
+                "column, read inside the kernel (forcing and i, not forcing[i]). A "
+                "copy of the view is a new array: its gradient does not flow back "
+                "to the array it was copied from.")
         new[key] = a
         if fresh:
             fresh[0].add(key, a, None)
@@ -315,7 +318,8 @@ def _check_aliasing(plan, index, keys):
     """Refuse one launch passing the same array twice when it writes it."""
     for i in plan.written:
         for j, key in enumerate(keys):
-            if j != i and key is not None and key == keys[i]:
+            if j != i and key is not None and key == keys[i] and \
+                    0 not in key[2]:     # (empty views hold nothing to alias)
                 raise DifferentiationError(
                     f"Launch #{index} of kernel '{plan.kernel_name}' passes the same "
                     f"array as arguments '{plan.arg_names[min(i, j)]}' and "

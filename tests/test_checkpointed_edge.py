@@ -629,3 +629,20 @@ def test_a_parameter_the_steps_read_changed_from_python_is_refused(when):
     with kadj.Tape():
         with pytest.raises(DifferentiationError, match="read but do not write"):
             kadj.checkpointed_loop(step, (u0, v0), steps=4, snapshots=2)
+
+
+def test_a_loop_of_no_steps_is_the_state_itself():
+    """steps=0 (a length computed as 0): the state, unchanged, and its own gradient."""
+    def step(i, u, v):
+        heat(u, v, 0.1, F)
+        return v, u
+
+    u0, v0 = X0.copy(), np.zeros(N)
+    with kadj.Tape() as tape:
+        u, v = kadj.checkpointed_loop(step, (u0, v0), steps=0, snapshots=2)
+        out = np.zeros(1)
+        sqloss(u, TARGET, out)
+    assert u is u0 and v is v0 and np.array_equal(u0, X0)
+    tape.backward(out)
+    assert np.allclose(tape.grad(u0), 2 * (X0 - TARGET))
+    assert kadj.checkpointed_loop(step, (u0, v0), steps=0, snapshots=2) == (u0, v0)
