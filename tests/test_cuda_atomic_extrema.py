@@ -135,8 +135,23 @@ def target_read(x, out):
     cuda.atomic.max(out, 0, x[i] * out[1])
 
 
+@cuda.jit(device=True)
+def _emit_max(out, k, v):
+    cuda.atomic.max(out, k, v)
+
+
+@kadj.differentiate
+@cuda.jit
+def in_device_function(x, out):
+    # refused when the adjoint is built, at the helper's line (was refused only
+    # when the adjoint was launched, without a location)
+    i = cuda.grid(1)
+    _emit_max(out, 0, x[i])
+
+
 @pytest.mark.parametrize("kernel, nargs, words", [
     (uses_result, 3, "the value returned by cuda.atomic.max"),
+    (in_device_function, 2, "cuda.atomic.max() stands in a device function"),
     (nan_max, 2, "cuda.atomic.nanmax() in a differentiated kernel is not supported"),
     (on_shared, 2, "not an argument of the kernel"),
     (target_read, 2, "also read elsewhere"),

@@ -137,6 +137,14 @@ def convert(st, tgt, e, loc, path):
                  remedy=f"use cuda.{path.replace('nan', '')} (its adjoint goes to the "
                         "element that won) when the values hold no NaN")
     arr, index, val = st.atomic_operands(tgt, e, loc, path)
+    if not _in_kernel_body(st.fir.func_id.func, loc):
+        st.error(f"cuda.{path}() stands in a device function; kadj's adjoint finds the "
+                 "winner of each element by running the kernel's own source again, "
+                 "where the atomic must stand", loc=loc,
+                 construct=f"cuda.{path} in a device function",
+                 remedy=f"call cuda.{path} in the kernel's own body, on the kernel's "
+                        "argument by its name (the device function can return the "
+                        "value to contribute)")
     a = st.avar(arr)
     out = []
 
@@ -152,6 +160,19 @@ def convert(st, tgt, e, loc, path):
     store = ir.Store(a, index, st.operand(val), loc=loc, accumulate=CLAIM)
     out.append(ir.If(won, (store,), (), loc=loc))
     return out
+
+
+def _in_kernel_body(py_func, loc):
+    """Is ``loc`` within the kernel's own source lines (not an inlined device
+    function's)?  True when that cannot be told."""
+    try:
+        lines, first = inspect.getsourcelines(py_func)
+    except (OSError, TypeError):
+        return True
+    line = getattr(loc, "line", None)
+    if line is None or getattr(loc, "filename", None) != py_func.__code__.co_filename:
+        return line is None
+    return first <= line < first + len(lines)
 
 
 def attach(kernel):
