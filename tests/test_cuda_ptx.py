@@ -321,3 +321,18 @@ def test_rows_other_threads_touch_keep_atomics(kernel, args):
     rep = kernel.adjoint_report(*args)
     assert rep["arrays"]["x"]["class"] != "private", rep["arrays"]["x"]
     assert rep["arrays"]["x"]["accumulation"] == "atomic"
+
+
+@kadj.differentiate
+@cuda.jit
+def weight_by_lane(x, w, y):
+    i = cuda.grid(1)
+    if 0 < i < y.shape[0] - 1:
+        y[i] = math.sin(w[cuda.threadIdx.x]) * (x[i - 1] + x[i + 1])
+
+
+def test_why_no_gather_form_names_no_temporaries():
+    why = weight_by_lane.adjoint_report(np.ones(16), np.ones(8), np.zeros(16))["gather"]
+    assert not why["used"] and "$" not in why["why"], why
+    line = weight_by_lane.py_func.__code__.co_firstlineno + 3
+    assert f"line {line}" in why["why"], why

@@ -164,8 +164,12 @@ def _thread_ids_elsewhere(kernel, index):
             continue
         if isinstance(s, ir.Assign) and (s.target in index.coord or s.target in ids):
             continue
-        return (f"the thread's identity ({', '.join(sorted(reads))}) is used other than "
-                "to compute its coordinates")
+        names = [n for n in sorted(reads) if not n.startswith("$")]   # not numba's own
+        line = getattr(s.loc, "line", None)
+        where = ", ".join(names) + (f", line {line}" if line else "") if names else \
+            (f"line {line}" if line else "a value numba made")
+        return (f"the thread's identity ({where}) is used other than to compute its "
+                "coordinates")
     return ""
 
 
