@@ -291,7 +291,10 @@ def reverse_reads(stmts, a):
             if s.target in a.varied:
                 out |= partial_reads(s, a)
         elif isinstance(s, ir.Store):
-            if s.array.name in a.varied_arrays:
+            # (an array restored without an adjoint: the reverse puts the element's old
+            # value back at the store's index, kadj.reverse_sweep.rev_store)
+            if s.array.name in a.varied_arrays or (
+                    s.array.name in a.restore_arrays and s.array.name not in a.unwritten):
                 out |= ir.var_names(s.index)
         elif isinstance(s, ir.If):
             # (re-decided in reverse also to pop the values its branches recorded, or
