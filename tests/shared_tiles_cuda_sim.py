@@ -13,6 +13,7 @@ adjoint that reads a slot nobody wrote fails.  REFUSED kernels are refused with 
 located :class:`kadj.DifferentiationError` (checked by the test file).  Prints
 ``CASE <name> OK <detail>`` or ``CASE <name> FAIL <why>``.
 """
+import math
 import os
 import sys
 
@@ -408,6 +409,55 @@ def pingpong_reflect_read(u, out, alpha, steps):
         out[i] = a[tx + 1]
 
 
+@kadj.differentiate
+@cuda.jit
+def block_iteration_all_read(A, v0, out, nit):
+    """A fixed-point iteration per block, v = tanh(A v): a loop reads every element of
+    ``v``, then the iteration overwrites the thread's own (refused: a thread restores
+    only its own element)."""
+    v = cuda.shared.array(TPB, float64)
+    b = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    v[tid] = v0[b, tid]
+    cuda.syncthreads()
+    for it in range(nit):
+        acc = 0.0
+        for j in range(TPB):
+            acc += A[b, tid, j] * v[j]
+        cuda.syncthreads()
+        v[tid] = math.tanh(acc)
+        cuda.syncthreads()
+    out[b, tid] = v[tid]
+
+
+@kadj.differentiate
+@cuda.jit
+def block_iteration_local_copy(A, v0, out, nit):
+    """block_iteration_all_read's remedy: the loop reads a per-thread copy of ``v``
+    (a cuda.local.array filled at the iteration's start)."""
+    v = cuda.shared.array(TPB, float64)
+    vl = cuda.local.array(TPB, float64)
+    b = cuda.blockIdx.x
+    tid = cuda.threadIdx.x
+    v[tid] = v0[b, tid]
+    cuda.syncthreads()
+    for it in range(nit):
+        for j in range(TPB):
+            vl[j] = v[j]
+        cuda.syncthreads()
+        acc = 0.0
+        for j in range(TPB):
+            acc += A[b, tid, j] * vl[j]
+        v[tid] = math.tanh(acc)
+        cuda.syncthreads()
+    out[b, tid] = v[tid]
+
+
+def _block_iteration_args(r):
+    return [0.5 * r.standard_normal((2, TPB, TPB)), r.standard_normal((2, TPB)),
+            np.zeros((2, TPB)), 4]
+
+
 def _vec(r, n):
     return r.uniform(-1.0, 1.0, n)
 
@@ -429,6 +479,8 @@ CASES = {
     # the names swapped each step: unrolled by two (kadj.buffer_swap), odd and even
     "pingpong_swap": (pingpong_swap, (2, TPB), lambda r: _pp_args(r, 5)),
     "pingpong_swap_even": (pingpong_swap, (2, TPB), lambda r: _pp_args(r, 4)),
+    "block_iteration_local_copy": (block_iteration_local_copy, (2, TPB),
+                                   _block_iteration_args),
 }
 
 
@@ -439,6 +491,7 @@ def _pp_args(r, steps=4):
 
 # name -> (kernel, make_args(rng)): refused with a located DifferentiationError
 REFUSED = {
+    "block_iteration_all_read": (block_iteration_all_read, _block_iteration_args),
     "halo_steps_in_place": (halo_steps_in_place, lambda r: [_vec(r, 16), 0.2, 4]),
     "pingpong_reflect": (pingpong_reflect, _pp_args),
 }

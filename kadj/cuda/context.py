@@ -143,7 +143,14 @@ def check(w):
             "them", kernel=k.name, loc=_first_store(k, restore),
             construct="overwritten array",
             remedy="write new values into a separate array (double buffering) "
-                   "instead of overwriting ones still needed")
+                   "instead of overwriting ones still needed" + (
+                       "; a loop that reads every element of a shared array (v[j]) "
+                       "that the same iteration then overwrites (v[tid] = ...) can "
+                       "read a per-thread copy instead: copy it into a "
+                       "cuda.local.array at the iteration's start (for j: vl[j] = "
+                       "v[j], then cuda.syncthreads()) and read vl[j]"
+                       if any(st.space.get(x) == "shared" for x in restore)
+                       else ""))
     other = sorted(v for v in a.scratch_arrays if v not in st.space)
     if other:
         raise DifferentiationError(
