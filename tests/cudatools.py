@@ -63,3 +63,33 @@ def report_cases(cases, names):
         except Exception as exc:  # reported to the parent test
             msg = f"{type(exc).__name__}: {exc}".replace("\n", " | ")
             print(f"CASE {name} FAIL {msg}", flush=True)
+
+
+def adjoint_keeps_arguments(k, config, args, seed=3):
+    """In a case script: ``k.adjoint[config](*args, *buffers)`` changes the gradient
+    buffers only (random cotangents, one per adjoint slot): the user's arrays keep
+    their values, and some buffer changes.  Returns 0.0 (an error size)."""
+    import numpy as np
+    plan = k.adjoint_plan(*args)
+    before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
+    r = np.random.default_rng(seed)
+    adjs = [r.standard_normal(np.shape(args[i])).astype(np.asarray(args[i]).dtype)
+            if isinstance(args[i], np.ndarray) else np.zeros(1, np.asarray(args[i]).dtype)
+            for i in plan.adjoint_args]
+    adjs_before = [a.copy() for a in adjs]
+    k.adjoint[config](*args, *adjs)
+    for a, b in zip(args, before):
+        if isinstance(a, np.ndarray):
+            assert np.array_equal(a, b), "an argument array changed"
+    assert any(not np.array_equal(a, b) for a, b in zip(adjs, adjs_before)), \
+        "no gradient buffer changed"
+    return 0.0
+
+
+def launched_on_copies(k, config, args):
+    """In a case script: the arguments after ``k[config]`` ran on copies of them."""
+    import numpy as np
+    args = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    k[config](*args)
+    return args
+
