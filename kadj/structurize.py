@@ -1005,8 +1005,13 @@ class Structurizer:
             lowered = array_lowering.lowering(self).method(tgt, e, loc)   # a.sum()
             if lowered is not None:
                 return lowered
-            self.error("cannot resolve the called function statically", loc=loc,
-                       construct="dynamic call")
+            self.error("cannot resolve the called function statically (a function "
+                       "passed as an argument, or chosen at run time)", loc=loc,
+                       construct="dynamic call",
+                       remedy="call the function by its name in the kernel: make the "
+                              "kernel in a factory that closes over the function "
+                              "(def make(f): @njit def k(...): ... f(...) ...; return k), "
+                              "one kernel per function, and differentiate that")
         if fn in _RANGE:
             return []
         if fn is slice:

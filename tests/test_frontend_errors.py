@@ -513,3 +513,32 @@ def test_lists_are_refused():
 def test_random_numbers_are_refused():
     _refusal(random_noise, (_x(),), construct="rand",
              remedy="draw the random numbers outside the kernel")
+
+
+@njit
+def _square(v):
+    return v * v
+
+
+@njit
+def function_argument(f, x):
+    s = 0.0
+    for k in range(x.shape[0]):
+        s += f(x[k])  # <- refused
+    return s
+
+
+def test_a_function_passed_as_an_argument_is_refused_with_what_to_do():
+    _refusal(function_argument, (_square, _x()), construct="dynamic call",
+             remedy="factory that closes over the function")
+
+    def make(f):
+        @njit
+        def total(x):
+            s = 0.0
+            for k in range(x.shape[0]):
+                s += f(x[k])
+            return s
+        return total
+    x = _x()
+    assert np.allclose(kadj.grad(make(_square))(x), 2 * x)
