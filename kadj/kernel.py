@@ -242,6 +242,11 @@ class DifferentiatedKernel:
             return fn(*call_args)
         with progress.notice(f"compiling the adjoint of {progress.where(self.dispatcher)}"), \
                 compiling():
+            try:    # (compiled here, so that the notice times the compilation alone)
+                fn.compile(tuple(fn.typeof_pyval(a) for a in call_args))
+            except Exception:   # the call compiles it, and raises what it raises
+                pass
+        with compiling():
             return fn(*call_args)
 
     def stages(self, *args, until="compiled"):
