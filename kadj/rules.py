@@ -456,6 +456,29 @@ register(math.erf, name="erf")(
     lambda g, out, x: (g * (2.0 / math.sqrt(math.pi)) * o.exp(-(x * x)),))
 register(math.erfc, name="erfc")(
     lambda g, out, x: (-(g * (2.0 / math.sqrt(math.pi)) * o.exp(-(x * x))),))
+def _digamma(x):
+    """psi(x) = d/dx lgamma(x) as an expression (x not 0 or a negative integer): the
+    recurrence psi(z) = psi(z + 6) - sum_k 1 / (z + k), then the asymptotic series at
+    y = z + 6 >= 6 (relative error below 1e-11), and for x < 0.5 the reflection
+    psi(x) = psi(1 - x) - pi / tan(pi x).  Written in kadj's operations, so forward mode
+    and second order differentiate it as any expression."""
+    def shifted(z):
+        y = z + 6.0
+        inv2 = 1.0 / (y * y)
+        series = o.log(y) - 0.5 / y - inv2 * (1.0 / 12.0 - inv2 * (
+            1.0 / 120.0 - inv2 * (1.0 / 252.0 - inv2 * (1.0 / 240.0 - inv2 / 132.0))))
+        return series - (1.0 / z + 1.0 / (z + 1.0) + 1.0 / (z + 2.0) + 1.0 / (z + 3.0)
+                         + 1.0 / (z + 4.0) + 1.0 / (z + 5.0))
+    low = o.lt(x, 0.5)
+    psi = shifted(o.where(low, 1.0 - x, x))    # (z >= 0.5 either way: no pole, no log < 0)
+    return o.where(low, psi - math.pi / o.tan(math.pi * x), psi)
+
+
+# (the domains cross 0.5, where the reflection takes over)
+register(math.lgamma, name="lgamma", domain=((0.2, 8.0),))(
+    lambda g, out, x: (g * _digamma(x),))
+register(math.gamma, name="gamma", domain=((0.2, 5.0),))(
+    lambda g, out, x: (g * out * _digamma(x),))
 register(math.copysign, np.copysign, domain=((0.3, 2.0), (-2.0, -0.3)), name="copysign")(
     lambda g, out, x, y: (g * o.copysign(1.0, x) * o.copysign(1.0, y), None))
 register(operator.mod, operator.imod, np.remainder, np.mod,

@@ -419,3 +419,31 @@ def test_rule_on_symbols_over_complex_domain(rule):
                 continue
             assert np.isclose(complex(_eval(e, env)), complex(v), rtol=1e-12), (
                 f"{rule.name} arg{j}: symbolic {_eval(e, env)} vs numeric {v} at {args}")
+
+
+@njit
+def _log_gammas(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += math.lgamma(x[i]) + 0.1 * math.gamma(0.25 * x[i])
+    return s
+
+
+def test_lgamma_and_gamma_off_the_table_domain():
+    """psi on both sides of the reflection (negative non-integers, near 0 and 1, large
+    values): gradients against central differences; the Hessian-vector product
+    (trigamma, differentiated from the rule's own expression) against differences of
+    the gradient."""
+    x = np.array([-3.7, -2.3, -0.5, 0.05, 0.49, 0.51, 1.0, 2.5, 11.0, 150.0])
+    g = kadj.grad(_log_gammas)(x)
+    h = 1e-6
+
+    def term(t):            # the sum is separable: each element's own term
+        return math.lgamma(t) + 0.1 * math.gamma(0.25 * t)
+    fd = np.array([(term(t + h * max(1.0, abs(t))) - term(t - h * max(1.0, abs(t))))
+                   / (2 * h * max(1.0, abs(t))) for t in x])
+    assert np.allclose(g, fd, rtol=1e-6, atol=1e-8), (g, fd)
+    v = np.linspace(-1.0, 1.0, len(x))
+    hv = kadj.hvp(_log_gammas)(x, v)
+    fd2 = (kadj.grad(_log_gammas)(x + h * v) - kadj.grad(_log_gammas)(x - h * v)) / (2 * h)
+    assert np.allclose(hv, fd2, rtol=1e-5, atol=1e-6), (hv, fd2)
