@@ -50,6 +50,8 @@ class ReduceLowering:
                 self.refuse("np.linalg.norm with an ord argument", loc)
             axis = self.axis_of(args[1:], e.kws, fname, loc)
             return self.reduce_along(tgt, kind, self.name(args[0]), axis, loc)
+        if fn is np.searchsorted and 2 <= len(args) + len(e.kws) <= 3:
+            return self.searchsorted(tgt, args, dict(e.kws), loc)
         if e.kws or e.vararg is not None:
             self.refuse(f"{fname}() with keyword arguments (axis=, ord=, ...)", loc)
         if fn is np.where and len(args) == 3 and isinstance(ttype, types.Array):
@@ -71,6 +73,56 @@ class ReduceLowering:
                 rules.lookup(fn) is not None or fn in rules.NONDIFFERENTIABLE):
             return self.elementwise(tgt, fn, args, loc)
         return None
+
+    def searchsorted(self, tgt, args, kws, loc):
+        """``tgt = np.searchsorted(a, v)`` (``side="left"`` or ``"right"``, a constant)
+        of a sorted 1-D array and one number: a binary search loop, ``lo = 0; hi = n;
+        while lo < hi: mid = (lo + hi) // 2; if a[mid] < v (<= v on the right): lo =
+        mid + 1 else: hi = mid``.  An integer: no derivative; the reverse sweep takes the
+        same decisions from the same elements (the loads are the kernel's own)."""
+        st = self.st
+        a, v = (args + [kws.pop("v", None)])[:2] if len(args) < 2 else args[:2]
+        side = args[2] if len(args) > 2 else kws.pop("side", None)
+        if kws or a is None or v is None or not isinstance(self.typ(a), types.Array) or \
+                self.ndim(self.name(a)) != 1 or \
+                not isinstance(self.typ(v), (types.Number, types.Boolean)):
+            self.refuse("np.searchsorted other than of a 1-D array and one number "
+                        "(an array of queries, sorter=)", loc,
+                        remedy="loop over the queries and search each one")
+        right = False
+        if side is not None:
+            c = st.const_of(side)
+            value = c.value if c is not None else getattr(self.typ(side),
+                                                          "literal_value", None)
+            if value not in ("left", "right"):
+                self.refuse("np.searchsorted with a side that is not the constant "
+                            "'left' or 'right'", loc)
+            right = value == "right"
+        src, out = self.name(a), []
+        (n,) = self.extents(src, out, loc)
+        lo, hi = (ir.Var(st.fresh(b, types.intp)) for b in ("lo", "hi"))
+        out += [ir.Assign(lo.name, ir.Copy(ir.Const(0)), loc=loc),
+                ir.Assign(hi.name, ir.Copy(n), loc=loc)]
+        body = []
+        more = self.tmp(body, "more", types.boolean, ir.Op(operator.lt, (lo, hi)), loc)
+        body.append(ir.If(more, (), (ir.Break(loc=loc),), loc=loc))
+        total = self.tmp(body, "n", types.intp, ir.Op(operator.add, (lo, hi)), loc)
+        mid = self.tmp(body, "mid", types.intp,
+                       ir.Op(operator.floordiv, (total, ir.Const(2))), loc)
+        arr, aidx = self.element(src, [mid], body, loc)
+        elem = self.tmp(body, "e", st.types[self.base_of(src)].dtype, ir.Load(arr, aidx),
+                        loc)
+        below = self.tmp(body, "below", types.boolean, ir.Op(
+            operator.le if right else operator.lt, (elem, self.st.operand(v))), loc)
+        up = self.tmp([], "up", types.intp, ir.Op(operator.add, (mid, ir.Const(1))), loc)
+        body.append(ir.If(below, (
+            ir.Assign(up.name, ir.Op(operator.add, (mid, ir.Const(1))), loc=loc),
+            ir.Assign(lo.name, ir.Copy(up), loc=loc)),
+            (ir.Assign(hi.name, ir.Copy(mid), loc=loc),), loc=loc))
+        st.uid += 1
+        out.append(ir.Loop(tuple(body), loc=loc, uid=st.uid))
+        out.append(ir.Assign(tgt, ir.Copy(lo), loc=loc))
+        return out
 
     def copied(self, tgt, src, loc):
         """``tgt = a.copy()`` or ``np.copy(a)``: a new array, filled element by element
