@@ -311,3 +311,70 @@ def test_adjoint_leaves_arguments_untouched(shape):
     g0 = np.random.default_rng(8).standard_normal(shape)
     expected = p * (g0 - np.sum(p * g0, axis=1, keepdims=True))
     np.testing.assert_allclose(g, expected, rtol=1e-12, atol=1e-14)
+
+
+# A loop that reads the row (or scratch row), then a later loop of the same iteration
+# that overwrites it: replaying the iteration runs both forward before the first is
+# reversed, so the first loop's loads may not be recomputed from the work row (they
+# were, and read what the later loop left: the gradients of these four were wrong,
+# with no error).  The elements are recorded instead.
+@njit
+def normalise_rows_inplace(a):
+    for r in range(a.shape[0]):
+        s = 0.0
+        for j in range(a.shape[1]):
+            s += a[r, j] * a[r, j]
+        s = math.sqrt(s)
+        for j in range(a.shape[1]):
+            a[r, j] /= s
+
+
+@njit
+def softmax_read_then_write(a):
+    for r in range(a.shape[0]):
+        m = a[r, 0]
+        for j in range(1, a.shape[1]):
+            if a[r, j] > m:
+                m = a[r, j]
+        s = 0.0
+        for j in range(a.shape[1]):
+            s += math.exp(a[r, j] - m)
+        for j in range(a.shape[1]):
+            a[r, j] = math.exp(a[r, j] - m) / s
+
+
+@njit
+def sum_into_first_column(a):
+    for r in range(a.shape[0]):
+        s = 0.0
+        for j in range(a.shape[1]):
+            s += a[r, j] * a[r, j]
+        a[r, 0] = s
+
+
+@njit
+def scratch_row_normalised(x, out):
+    rows, cols = x.shape
+    c = np.empty(cols)
+    for r in range(rows):
+        for j in range(cols):
+            c[j] = x[r, j] * x[r, j] + 0.1
+        s = 0.0
+        for j in range(cols):
+            s += c[j] * c[j]
+        for j in range(cols):
+            c[j] = c[j] / s
+        for j in range(cols):
+            out[r, j] = c[j] * x[r, j]
+
+
+READ_THEN_WRITE = [normalise_rows_inplace, softmax_read_then_write,
+                   sum_into_first_column, scratch_row_normalised]
+
+
+@pytest.mark.parametrize("kernel", READ_THEN_WRITE, ids=lambda k: k.__name__)
+@pytest.mark.parametrize("shape", [(1, 1), (2, 3), (20, 9), (300, 40)])
+def test_a_row_read_then_overwritten_in_one_iteration(kernel, shape):
+    x = np.random.default_rng(sum(shape)).uniform(0.1, 1.0, shape)
+    args = (x,) if kernel is not scratch_row_normalised else (x, np.zeros(shape))
+    _check(kernel, args)

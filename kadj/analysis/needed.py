@@ -123,6 +123,9 @@ def _needed_once(body, a, extra):
                     # the array holds what the forward read
                     continue
                 owner = rewriting_loop(a, uid, s.expr.array.name)
+                if owner is not None and a.has_rev.get(id(loop_of(a, uid))) and \
+                        _stored_later_in(a, owner, uid, s.expr.array.name):
+                    owner = None     # the replayed iteration overwrites what it read
                 if owner is not None:
                     # a tile rewritten at each iteration of an enclosing loop:
                     # replaying that iteration rewrites it (shared memory; a
@@ -171,3 +174,22 @@ def _recompute_closure(a, needed):
                     core |= new
                     changed = True
     return core
+
+
+def _stored_later_in(a, owner, uid, arr):
+    """Does the body of loop ``owner`` store into ``arr`` after loop ``uid`` (nested
+    in it)?  Replaying an iteration of ``owner`` runs its whole body forward before its
+    loops are reversed, so a load that loop ``uid``'s reverse recomputes (a loop with
+    reverse code: a search for the maximum has none) would read what that later store
+    left (a row read by one loop, then overwritten by the next:
+    ``s += exp(x[r, j] - m)``, then ``x[r, j] = exp(x[r, j] - m) / s``)."""
+    loop = next(x for x in ir.walk(a.kernel.body)
+                if isinstance(x, (ir.ForRange, ir.Loop)) and x.uid == owner)
+    order = list(ir.walk(loop.body))
+    pos = next((k for k, x in enumerate(order)
+                if isinstance(x, (ir.ForRange, ir.Loop)) and x.uid == uid), None)
+    if pos is None:
+        return False
+    inside = {id(x) for x in ir.walk(order[pos].body)}
+    return any(isinstance(x, ir.Store) and x.array.name == arr and id(x) not in inside
+               for x in order[pos + 1:])
