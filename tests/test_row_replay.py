@@ -314,10 +314,11 @@ def test_adjoint_leaves_arguments_untouched(shape):
 
 
 # A loop that reads the row (or scratch row), then a later loop of the same iteration
-# that overwrites it: replaying the iteration runs both forward before the first is
-# reversed, so the first loop's loads may not be recomputed from the work row (they
-# were, and read what the later loop left: the gradients of these four were wrong,
-# with no error).  The elements are recorded instead.
+# that overwrites it, or a loop around both that stores again on its next trip:
+# replaying the iteration runs it all forward before the reading loop is reversed, so
+# its loads may not be recomputed from the work row (they were, and read what the later
+# store left: the gradients of these seven were wrong, with no error).  The elements
+# are recorded instead.
 @njit
 def normalise_rows_inplace(a):
     for r in range(a.shape[0]):
@@ -368,13 +369,72 @@ def scratch_row_normalised(x, out):
             out[r, j] = c[j] * x[r, j]
 
 
+@njit
+def sweeps_store_then_read(a, out):
+    # the store comes first in the sweep, but the next sweep runs it after the read
+    rows, cols = a.shape
+    for r in range(rows):
+        s = 0.1
+        for sweep in range(3):
+            for j in range(cols):
+                a[r, j] = a[r, j] - 0.1 * s * a[r, j] ** 2
+            s = 0.0
+            for j in range(cols):
+                s += a[r, j] * a[r, j]
+        out[r] = s
+
+
+@njit
+def sweeps_until_small(a, out):
+    rows, cols = a.shape
+    for r in range(rows):
+        s = 1.0
+        it = 0
+        while it < 4:
+            for j in range(cols):
+                a[r, j] = a[r, j] - 0.05 * s * a[r, j] ** 3
+            s = 0.0
+            for j in range(cols):
+                s += a[r, j] ** 2
+            it += 1
+            if s < 0.01:
+                break
+        out[r] = s
+
+
+@njit
+def scratch_row_sweeps(x, out):
+    rows, cols = x.shape
+    c = np.empty(cols)
+    for r in range(rows):
+        for j in range(cols):
+            c[j] = x[r, j]
+        s = 0.2
+        for sweep in range(2):
+            for j in range(cols):
+                c[j] = c[j] * (1.0 - 0.1 * s)
+            s = 0.0
+            for j in range(cols):
+                s += c[j] * c[j]
+        for j in range(cols):
+            out[r, j] = c[j] * s
+
+
 READ_THEN_WRITE = [normalise_rows_inplace, softmax_read_then_write,
-                   sum_into_first_column, scratch_row_normalised]
+                   sum_into_first_column, scratch_row_normalised, sweeps_store_then_read,
+                   sweeps_until_small, scratch_row_sweeps]
+TWO_ARGS = {scratch_row_normalised, sweeps_store_then_read, sweeps_until_small,
+            scratch_row_sweeps}
 
 
 @pytest.mark.parametrize("kernel", READ_THEN_WRITE, ids=lambda k: k.__name__)
 @pytest.mark.parametrize("shape", [(1, 1), (2, 3), (20, 9), (300, 40)])
 def test_a_row_read_then_overwritten_in_one_iteration(kernel, shape):
     x = np.random.default_rng(sum(shape)).uniform(0.1, 1.0, shape)
-    args = (x,) if kernel is not scratch_row_normalised else (x, np.zeros(shape))
+    if kernel not in TWO_ARGS:
+        args = (x,)
+    else:
+        out_shape = shape if kernel in (scratch_row_normalised, scratch_row_sweeps) \
+            else shape[:1]
+        args = (x, np.zeros(out_shape))
     _check(kernel, args)

@@ -178,7 +178,7 @@ def _recompute_closure(a, needed):
 
 def _stored_later_in(a, owner, uid, arr):
     """Does the body of loop ``owner`` store into ``arr`` after loop ``uid`` (nested
-    in it)?  Replaying an iteration of ``owner`` runs its whole body forward before its
+    in it), or in a loop around ``uid`` (whose next trip stores again after it)?  Replaying an iteration of ``owner`` runs its whole body forward before its
     loops are reversed, so a load that loop ``uid``'s reverse recomputes (a loop with
     reverse code: a search for the maximum has none) would read what that later store
     left (a row read by one loop, then overwritten by the next:
@@ -191,5 +191,14 @@ def _stored_later_in(a, owner, uid, arr):
     if pos is None:
         return False
     inside = {id(x) for x in ir.walk(order[pos].body)}
-    return any(isinstance(x, ir.Store) and x.array.name == arr and id(x) not in inside
-               for x in order[pos + 1:])
+    if any(isinstance(x, ir.Store) and x.array.name == arr and id(x) not in inside
+           for x in order[pos + 1:]):
+        return True
+    # a loop around loop ``uid`` (inside ``owner``) runs its stores again after it
+    for x in order[:pos]:
+        if isinstance(x, (ir.ForRange, ir.Loop)) and \
+                any(y is order[pos] for y in ir.walk(x.body)) and \
+                any(isinstance(y, ir.Store) and y.array.name == arr and
+                    id(y) not in inside for y in ir.walk(x.body)):
+            return True
+    return False
