@@ -52,6 +52,8 @@ class ReduceLowering:
             return self.reduce_along(tgt, kind, self.name(args[0]), axis, loc)
         if fn is np.searchsorted and 2 <= len(args) + len(e.kws) <= 3:
             return self.searchsorted(tgt, args, dict(e.kws), loc)
+        if fn in (np.argmax, np.argmin) and len(args) == 1 and not e.kws:
+            return self.arg_extremum(tgt, args[0], fn is np.argmax, loc)
         if e.kws or e.vararg is not None:
             self.refuse(f"{fname}() with keyword arguments (axis=, ord=, ...)", loc)
         if fn is np.where and len(args) == 3 and isinstance(ttype, types.Array):
@@ -122,6 +124,44 @@ class ReduceLowering:
         st.uid += 1
         out.append(ir.Loop(tuple(body), loc=loc, uid=st.uid))
         out.append(ir.Assign(tgt, ir.Copy(lo), loc=loc))
+        return out
+
+    def arg_extremum(self, tgt, src, largest, loc):
+        """``tgt = np.argmax(a)`` (``np.argmin``) of a 1-D array: a loop keeping the
+        index of the first largest (smallest) element, as NumPy does; an integer, no
+        derivative.  NaN elements aside: NumPy returns the first NaN's index."""
+        st = self.st
+        src = self.name(src)
+        if self.ndim(src) != 1:
+            self.refuse(f"np.{'argmax' if largest else 'argmin'} of an array with more "
+                        "than one dimension (NumPy flattens it)", loc,
+                        remedy="loop over the elements and keep the index")
+        out = []
+        (n,) = self.extents(src, out, loc)
+        dtype = st.types[self.base_of(src)].dtype
+        at = ir.Var(st.fresh("at", types.intp))
+        best = ir.Var(st.fresh("best", dtype))
+        first = []
+        arr0, idx0 = self.element(src, [ir.Const(0)], first, loc)
+        first.append(ir.Assign(best.name, ir.Load(arr0, idx0), loc=loc))
+        nonempty = self.tmp(out, "nonempty", types.boolean,
+                            ir.Op(operator.gt, (n, ir.Const(0))), loc)
+        zero = 0.0 if isinstance(dtype, types.Float) else 0
+        out += [ir.Assign(at.name, ir.Copy(ir.Const(0)), loc=loc),
+                ir.If(nonempty, tuple(first),     # (NumPy raises for an empty array)
+                      (ir.Assign(best.name, ir.Copy(ir.Const(zero)), loc=loc),), loc=loc)]
+        i = ir.Var(st.fresh("i", types.intp))
+        body = []
+        arr, aidx = self.element(src, [i], body, loc)
+        elem = self.tmp(body, "e", dtype, ir.Load(arr, aidx), loc)
+        better = self.tmp(body, "better", types.boolean, ir.Op(
+            operator.gt if largest else operator.lt, (elem, best)), loc)
+        body.append(ir.If(better, (ir.Assign(best.name, ir.Copy(elem), loc=loc),
+                                   ir.Assign(at.name, ir.Copy(i), loc=loc)), (), loc=loc))
+        st.uid += 1
+        out.append(ir.ForRange(i.name, ir.Const(1), n, ir.Const(1), tuple(body), loc=loc,
+                               uid=st.uid))
+        out.append(ir.Assign(tgt, ir.Copy(at), loc=loc))
         return out
 
     def copied(self, tgt, src, loc):

@@ -4,7 +4,9 @@ elements (:mod:`kadj.array_reduce`), an integer without derivative.  Checked: th
 equals NumPy's on both sides, at exact ties and outside the table (the tangent function
 computes the kernel's values with the lowered search); gradients of interpolation
 kernels against float64 central differences at small sizes (every argument) and at
-10^5 knots and 2 * 10^5 queries; refusals of the forms it does not lower."""
+10^5 knots and 2 * 10^5 queries; refusals of the forms it does not lower.  Likewise
+``np.argmax`` / ``np.argmin`` of a 1-D array: NumPy's first index, gradients through
+the elements they pick."""
 import numpy as np
 import pytest
 from numba import njit
@@ -96,3 +98,34 @@ def test_interpolation_at_scale():
 def test_other_forms_are_refused(kernel, args, words):
     with pytest.raises(kadj.DifferentiationError, match=words):
         kadj.differentiate(kernel).adjoint_source(*args)
+
+
+@njit
+def pick_extremes(x, w, out):
+    for r in range(x.shape[0]):
+        j = np.argmax(x[r])
+        k = np.argmin(x[r, 1:]) + 1                # of a view
+        out[r] = w[r] * x[r, j] - x[r, k] ** 2
+
+
+@njit
+def extreme_indices(x, out):
+    for r in range(x.shape[0]):
+        out[r] = np.argmax(x[r]) + 10.0 * np.argmin(x[r]) + 0.0 * x[r, 0]
+
+
+def test_argmax_and_argmin_are_numpys_first_index():
+    # lowered to a loop keeping the first extreme element's index (ties: the first)
+    x = np.array([[1.0, 3.0, 3.0, 0.0, 0.0], [2.0, 2.0, 2.0, 2.0, 2.0],
+                  [-1.0, -5.0, 4.0, -5.0, 4.0]])
+    want, got = np.zeros(3), np.zeros(3)
+    extreme_indices(x, want)
+    kadj.differentiate(extreme_indices).jvp(x, got, np.zeros_like(x), np.zeros(3))
+    assert np.array_equal(got, want)
+    assert np.array_equal(want, np.argmax(x, axis=1) + 10.0 * np.argmin(x, axis=1))
+
+
+def test_gradients_through_argmax_and_argmin():
+    rng = np.random.default_rng(3)
+    check_grad(kadj.differentiate(pick_extremes),
+               (rng.standard_normal((6, 7)), rng.uniform(0.5, 1.5, 6), np.zeros(6)))
