@@ -57,7 +57,7 @@ def variable_step_slice(x, y):
 @njit
 def no_rule_call(x, y):
     for i in range(x.shape[0]):
-        y[i] = math.gamma(x[i])  # <- refused
+        y[i] = np.logaddexp(x[i], 0.5)  # <- refused
 
 
 @njit
@@ -139,7 +139,7 @@ def test_no_rule_remedy_names_register_adjoint():
     with pytest.raises(kadj.DifferentiationError) as info:
         k.adjoint_plan(_a(), np.zeros(5))
     msg = str(info.value)
-    assert "gamma" in msg and "register_adjoint" in msg, msg
+    assert "logaddexp" in msg and "register_adjoint" in msg, msg
 
 
 def test_wrt_on_integer_argument_is_refused():

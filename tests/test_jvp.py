@@ -383,7 +383,7 @@ def test_jvp_and_adjoint_are_cached_apart():
 @numba.njit
 def _no_rule(x, out):
     for i in range(x.shape[0]):
-        out[i] = math.gamma(x[i])
+        out[i] = np.logaddexp(x[i], 0.5)
 
 
 def test_a_call_without_a_rule_is_refused_with_its_line():
@@ -393,7 +393,7 @@ def test_a_call_without_a_rule_is_refused_with_its_line():
         k.jvp(x, out, np.ones(4), np.zeros(4))
     msg = str(info.value)
     line = _no_rule.py_func.__code__.co_firstlineno + 3
-    assert "'_no_rule'" in msg and f"test_jvp.py:{line}" in msg and "gamma" in msg
+    assert "'_no_rule'" in msg and f"test_jvp.py:{line}" in msg and "logaddexp" in msg
     assert "register_adjoint" in msg
     np.testing.assert_array_equal(out, 0.0)      # nothing ran
 
