@@ -231,9 +231,12 @@ class ForwardSweep:
     def replay_store(self, s):
         """Does a replayed iteration execute this store?  Into the thread's local
         scratch arrays and the shared tiles the replayed loop rewrites, yes; not into
-        other arrays: they hold their final contents, which the reverse sweep reads."""
-        return self.space.get(s.array.name) == "local" or \
-            s.array.name in self._replay_shared
+        other arrays: they hold their final contents, which the reverse sweep reads;
+        nor into an array nothing reads (whose allocation the adjoint leaves out)."""
+        arr = s.array.name
+        if arr not in self.a.loaded and arr not in self.a.varied_arrays:
+            return False
+        return self.space.get(arr) == "local" or arr in self._replay_shared
 
     def alloc(self, s, depth):
         """A scratch array allocated by the kernel, and its adjoint (zeros)."""

@@ -438,3 +438,30 @@ def test_a_row_read_then_overwritten_in_one_iteration(kernel, shape):
             else shape[:1]
         args = (x, np.zeros(out_shape))
     _check(kernel, args)
+
+
+@njit
+def dead_scratch_row(a, b, out):
+    # the scratch row is written and never read: its allocation is left out of the
+    # adjoint, and so are its stores in the replayed iteration (they named an array
+    # the adjoint did not define: numba's NameError)
+    rows, cols = a.shape
+    c = np.empty(cols)
+    for r in range(rows):
+        s = 0.1 * b[r, 0]
+        it = 0
+        while True:
+            before = s
+            for j in range(cols):
+                c[j] = 0.5 * a[r, j] * a[r, j] - 0.3 * s
+            s = s + 0.01 * a[r, 0]
+            it += 1
+            if abs(s - before) < 1e-12 or it >= 4:
+                break
+        out[r] = s
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 4)])
+def test_a_scratch_row_nothing_reads(shape):
+    x = np.random.default_rng(5).uniform(0.1, 1.0, shape)
+    _check(dead_scratch_row, (x, x.copy(), np.zeros(shape[0])))
