@@ -178,8 +178,9 @@ def _recompute_closure(a, needed):
 
 def _stored_later_in(a, owner, uid, arr):
     """Does the body of loop ``owner`` store into ``arr`` after loop ``uid`` (nested
-    in it), or in a loop around ``uid`` (whose next trip stores again after it)?  Replaying an iteration of ``owner`` runs its whole body forward before its
-    loops are reversed, so a load that loop ``uid``'s reverse recomputes (a loop with
+    in it), or in a loop around ``uid`` (whose next trip stores again after it)?
+    Replaying an iteration of ``owner`` runs its whole body forward before its loops
+    are reversed, so a load that loop ``uid``'s reverse recomputes (a loop with
     reverse code: a search for the maximum has none) would read what that later store
     left (a row read by one loop, then overwritten by the next:
     ``s += exp(x[r, j] - m)``, then ``x[r, j] = exp(x[r, j] - m) / s``)."""
