@@ -237,7 +237,11 @@ TEST_FILE_ARGS = {
                           np.zeros(8)],
         "row_norm": [r.random((4, 3)), np.zeros((4, 3))],
         "row_and_next": [r.random((4, 3)), np.zeros((4, 3))],
-        "rows_2d_launch": [r.random((4, 3)), np.zeros((4, 2))]},
+        "rows_2d_launch": [r.random((4, 3)), np.zeros((4, 2))],
+        "heat_two_coefficients": [r.random(20), np.zeros(20), 0.1, 0.2],
+        "conv3_f32": [r.random(20).astype(np.float32), np.zeros(20, np.float32),
+                      np.float32(0.2), np.float32(0.5), np.float32(0.3)],
+        "weight_by_lane": [r.random(16), r.random(8), np.zeros(16)]},
     "slots_cuda_sim": lambda m, r: {
         "heat1d": [r.random(12), np.zeros(12), 0.3],
         "heat2d_two": [r.random((6, 7)), np.zeros((6, 7)), 0.2, np.float32(0.1)]},
@@ -291,10 +295,15 @@ TEST_FILE_ARGS = {
     "test_cuda_atomic_extrema": lambda m, r: {
         n: [r.random(8) for _ in range(3 if n == "uses_result" else 2)] for n in (
             "uses_result", "nan_max", "two_on_one", "in_loop", "on_shared",
-            "target_read")},
+            "target_read", "in_device_function")},
     "test_cuda_warp": lambda m, r: {n: [r.random(8), np.zeros(8)] for n in (
         "shuffle_under_branch", "shuffle_in_thread_loop", "shuffle_after_early_return",
-        "shuffle_partial_mask")},
+        "shuffle_partial_mask", "shuffle_under_half_warp", "shuffle_under_2d_warp_id")},
+    "checkerboard_cuda_sim": lambda m, r: {
+        **{n: make(r) + [1] for n, (k, make, _) in m.KERNELS.items()},
+        **{n: make(r) for n, (k, make) in m.REFUSED.items()}},
+    "votes_cuda_sim": lambda m, r: {k.__name__: make(r) for n, (k, _, make) in
+                                    m.CASES.items()},
     "shared_tiles_cuda_sim": lambda m, r: {
         **{n: make(r) for n, (k, _, make) in m.CASES.items()},
         **{n: make(r) for n, (k, make) in m.REFUSED.items()}},
